@@ -1,0 +1,593 @@
+"""Kafka RecordBatch v2 (magic 2), exactly as it is on the wire and on disk.
+
+Batch layout (big-endian; the first 61 bytes are the batch header)::
+
+    offset  size  field
+         0     8  baseOffset             assigned by the broker (patched in place)
+         8     4  batchLength            bytes that follow this field
+        12     4  partitionLeaderEpoch   patched by the broker, not covered by the CRC
+        16     1  magic                  2
+        17     4  crc                    CRC-32C of bytes 21 .. end
+        21     2  attributes             bits 0-2 codec, 3 timestampType, 4 transactional,
+                                         5 control, 6 hasDeleteHorizonMs
+        23     4  lastOffsetDelta
+        27     8  baseTimestamp (firstTimestamp)
+        35     8  maxTimestamp
+        43     8  producerId
+        51     2  producerEpoch
+        53     4  baseSequence
+        57     4  recordsCount
+        61     .  records (compressed as one block when the codec is not none)
+
+Each record::
+
+    length: varint, attributes: int8, timestampDelta: varlong, offsetDelta: varint,
+    keyLength: varint (-1 = null), key, valueLength: varint (-1 = null), value,
+    headersCount: varint, then per header keyLength: varint, key (utf-8),
+    valueLength: varint (-1 = null), value
+
+Varints are zigzag-encoded (protobuf style). Because the CRC starts at ``attributes``,
+the broker can assign ``baseOffset`` and ``partitionLeaderEpoch`` without recomputing it,
+so an append never re-encodes records.
+
+Control batches carry one record whose key is ``version: int16, type: int16``
+(0 = abort, 1 = commit). Magic 0 and 1 message sets share the position of the magic
+byte (offset 16); we recognise them only to reject them with a clear error, as Kafka 4 does.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+from crc32c import crc32c
+
+from .compression import Compression, CompressionError, compress, decompress
+
+__all__ = [
+    "BATCH_HEADER_SIZE",
+    "LOG_OVERHEAD",
+    "BatchHeader",
+    "ControlRecord",
+    "ControlType",
+    "CorruptRecordError",
+    "InvalidRecordError",
+    "Record",
+    "RecordBatch",
+    "TimestampType",
+    "UnsupportedMagicError",
+    "build_batch",
+    "build_control_batch",
+    "decode_varint",
+    "encode_varint",
+    "iter_batches",
+    "read_header",
+    "set_base_offset",
+    "validate_batch",
+]
+
+LOG_OVERHEAD = 12  # baseOffset + batchLength: the part of a batch that batchLength excludes
+BATCH_HEADER_SIZE = 61
+MAGIC = 2
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+NO_TIMESTAMP = -1
+NO_PARTITION_LEADER_EPOCH = -1
+
+# attributes bits
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_MASK = 0x08
+TRANSACTIONAL_MASK = 0x10
+CONTROL_MASK = 0x20
+DELETE_HORIZON_MASK = 0x40
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_CRC_START = 21
+_INT64 = struct.Struct(">q")
+_INT32 = struct.Struct(">i")
+_UINT32 = struct.Struct(">I")
+_CONTROL_KEY = struct.Struct(">hh")
+
+
+class InvalidRecordError(ValueError):
+    """The bytes are not a valid RecordBatch (Kafka: CORRUPT_MESSAGE / INVALID_RECORD)."""
+
+
+class CorruptRecordError(InvalidRecordError):
+    """Length bounds or CRC do not hold: the bytes were damaged (Kafka: CORRUPT_MESSAGE)."""
+
+
+class UnsupportedMagicError(InvalidRecordError):
+    """A magic 0/1 message set: pulllog, like Kafka 4, only stores RecordBatch v2."""
+
+
+class TimestampType(enum.IntEnum):
+    CREATE_TIME = 0
+    LOG_APPEND_TIME = 1
+
+
+class ControlType(enum.IntEnum):
+    ABORT = 0
+    COMMIT = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ControlRecord:
+    version: int
+    type: ControlType | int
+
+
+# ---------------------------------------------------------------------------- varints
+
+
+def encode_varint(value: int) -> bytes:
+    """Zigzag varint (signed, as Kafka's ByteUtils.writeVarint / writeVarlong)."""
+    v = (value << 1) ^ (value >> 63)
+    if v < 0x80:
+        return bytes((v,))
+    out = bytearray()
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+def _write_varint(out: bytearray, value: int) -> None:
+    v = (value << 1) ^ (value >> 63)
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+
+
+def decode_varint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
+    """Decode a zigzag varint at ``pos``; return (value, new position)."""
+    result = 0
+    shift = 0
+    while True:
+        try:
+            b = buf[pos]
+        except IndexError:
+            raise InvalidRecordError("varint runs past the end of the buffer") from None
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            break
+        shift += 7
+        if shift > 63:
+            raise InvalidRecordError("varint is longer than 10 bytes")
+    return (result >> 1) ^ -(result & 1), pos
+
+
+# ---------------------------------------------------------------------------- header
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    """The fixed 61-byte header of a batch: everything the broker needs, no records decoded."""
+
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+
+    @property
+    def size(self) -> int:
+        """Bytes the whole batch occupies in the log."""
+        return LOG_OVERHEAD + self.batch_length
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def compression(self) -> Compression:
+        return Compression(self.attributes & COMPRESSION_MASK)
+
+    @property
+    def timestamp_type(self) -> TimestampType:
+        return TimestampType((self.attributes & TIMESTAMP_TYPE_MASK) >> 3)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_MASK)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_MASK)
+
+    @property
+    def has_delete_horizon(self) -> bool:
+        return bool(self.attributes & DELETE_HORIZON_MASK)
+
+    @property
+    def delete_horizon_ms(self) -> int:
+        """With bit 6 set, baseTimestamp holds the compaction delete horizon (KIP-534)."""
+        return self.base_timestamp if self.has_delete_horizon else NO_TIMESTAMP
+
+
+def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+    """Parse the header at ``pos``. Checks the magic byte, nothing else."""
+    if len(buf) - pos < BATCH_HEADER_SIZE:
+        if len(buf) - pos >= 17 and buf[pos + 16] in (0, 1):
+            raise UnsupportedMagicError(_magic_message(buf[pos + 16]))
+        raise InvalidRecordError(
+            f"batch header needs {BATCH_HEADER_SIZE} bytes, {len(buf) - pos} remain"
+        )
+    header = BatchHeader(*_HEADER.unpack_from(buf, pos))
+    if header.magic != MAGIC:
+        if header.magic in (0, 1):
+            raise UnsupportedMagicError(_magic_message(header.magic))
+        raise CorruptRecordError(f"unknown magic byte {header.magic}")
+    return header
+
+
+def _magic_message(magic: int) -> str:
+    return (
+        f"message format v{magic} (magic {magic}) is not supported; "
+        "upgrade the client to one that sends RecordBatch v2 (Kafka 0.11+)"
+    )
+
+
+def validate_batch(
+    buf: bytes | bytearray | memoryview, pos: int = 0, *, check_crc: bool = True
+) -> BatchHeader:
+    """Check magic, length bounds and CRC-32C of the batch at ``pos``.
+
+    Raises CorruptRecordError (or UnsupportedMagicError) without touching the records.
+    """
+    header = read_header(buf, pos)
+    if header.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD:
+        raise CorruptRecordError(
+            f"batchLength {header.batch_length} is smaller than the header itself"
+        )
+    end = pos + header.size
+    if end > len(buf):
+        raise CorruptRecordError(
+            f"batch of {header.size} bytes runs past the end ({len(buf) - pos} bytes remain)"
+        )
+    if header.last_offset_delta < 0 or header.records_count < 0:
+        raise CorruptRecordError("negative lastOffsetDelta or record count")
+    if check_crc:
+        computed = crc32c(memoryview(buf)[pos + _CRC_START : end])
+        if computed != header.crc:
+            raise CorruptRecordError(
+                f"CRC mismatch: stored {header.crc:#010x}, computed {computed:#010x}"
+            )
+    return header
+
+
+def compute_crc(buf: bytes | bytearray | memoryview, pos: int = 0) -> int:
+    (length,) = _INT32.unpack_from(buf, pos + 8)
+    return crc32c(memoryview(buf)[pos + _CRC_START : pos + LOG_OVERHEAD + length])
+
+
+def set_base_offset(buf: bytearray | memoryview, pos: int, base_offset: int) -> None:
+    """Assign offsets by patching 8 bytes; the CRC does not cover them."""
+    _INT64.pack_into(buf, pos, base_offset)
+
+
+def set_partition_leader_epoch(buf: bytearray | memoryview, pos: int, epoch: int) -> None:
+    _INT32.pack_into(buf, pos + 12, epoch)
+
+
+def set_log_append_time(buf: bytearray | memoryview, pos: int, timestamp_ms: int) -> None:
+    """Stamp LogAppendTime: set the timestamp-type bit and maxTimestamp, then re-CRC.
+
+    This touches only header fields (records keep their deltas), as Kafka does.
+    """
+    (attributes,) = struct.unpack_from(">h", buf, pos + 21)
+    struct.pack_into(">h", buf, pos + 21, attributes | TIMESTAMP_TYPE_MASK)
+    _INT64.pack_into(buf, pos + 35, timestamp_ms)
+    _UINT32.pack_into(buf, pos + 17, compute_crc(buf, pos))
+
+
+def iter_batches(
+    buf: bytes | bytearray | memoryview, pos: int = 0, end: int | None = None
+) -> Iterator[tuple[int, BatchHeader]]:
+    """Yield (position, header) for each whole batch; stop at a partial batch at the end.
+
+    A fetch response may end in a partial batch (the broker cut it at max_bytes); that is
+    normal and not an error.
+    """
+    end = len(buf) if end is None else end
+    while end - pos >= BATCH_HEADER_SIZE:
+        header = read_header(buf, pos)
+        if header.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD:
+            raise CorruptRecordError(f"batchLength {header.batch_length} at position {pos}")
+        if pos + header.size > end:
+            return
+        yield pos, header
+        pos += header.size
+
+
+# ---------------------------------------------------------------------------- records
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+    attributes: int = 0
+
+
+def _decode_records(
+    data: bytes | memoryview, count: int, base_offset: int, base_timestamp: int
+) -> list[Record]:
+    out: list[Record] = []
+    pos = 0
+    end = len(data)
+    for _ in range(count):
+        length, pos = decode_varint(data, pos)
+        record_end = pos + length
+        if length < 0 or record_end > end:
+            raise CorruptRecordError("record length runs past the end of the batch")
+        attributes = data[pos]
+        pos += 1
+        ts_delta, pos = decode_varint(data, pos)
+        offset_delta, pos = decode_varint(data, pos)
+        key_len, pos = decode_varint(data, pos)
+        if key_len >= 0:
+            key = bytes(data[pos : pos + key_len])
+            pos += key_len
+        else:
+            key = None
+        value_len, pos = decode_varint(data, pos)
+        if value_len >= 0:
+            value = bytes(data[pos : pos + value_len])
+            pos += value_len
+        else:
+            value = None
+        n_headers, pos = decode_varint(data, pos)
+        headers: list[tuple[str, bytes | None]] = []
+        for _h in range(n_headers):
+            hk_len, pos = decode_varint(data, pos)
+            if hk_len < 0:
+                raise CorruptRecordError("record header key may not be null")
+            hkey = bytes(data[pos : pos + hk_len]).decode("utf-8", "replace")
+            pos += hk_len
+            hv_len, pos = decode_varint(data, pos)
+            if hv_len >= 0:
+                hval: bytes | None = bytes(data[pos : pos + hv_len])
+                pos += hv_len
+            else:
+                hval = None
+            headers.append((hkey, hval))
+        if pos != record_end:
+            raise CorruptRecordError(
+                f"record declared {length} bytes but its fields took {length + pos - record_end}"
+            )
+        out.append(
+            Record(
+                offset=base_offset + offset_delta,
+                timestamp=base_timestamp + ts_delta,
+                key=key,
+                value=value,
+                headers=tuple(headers),
+                attributes=attributes,
+            )
+        )
+    if pos != end:
+        raise CorruptRecordError(f"{end - pos} bytes left over after {count} records")
+    return out
+
+
+def _encode_record(
+    out: bytearray,
+    offset_delta: int,
+    timestamp_delta: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[tuple[str, bytes | None]],
+) -> None:
+    body = bytearray(b"\x00")  # record attributes: unused, always 0
+    _write_varint(body, timestamp_delta)
+    _write_varint(body, offset_delta)
+    if key is None:
+        body.append(1)  # zigzag(-1)
+    else:
+        _write_varint(body, len(key))
+        body += key
+    if value is None:
+        body.append(1)
+    else:
+        _write_varint(body, len(value))
+        body += value
+    _write_varint(body, len(headers))
+    for hkey, hval in headers:
+        hk = hkey.encode("utf-8")
+        _write_varint(body, len(hk))
+        body += hk
+        if hval is None:
+            body.append(1)
+        else:
+            _write_varint(body, len(hval))
+            body += hval
+    _write_varint(out, len(body))
+    out += body
+
+
+@dataclass(slots=True)
+class RecordBatch:
+    """A decoded batch: the header plus its records, decoded on first access."""
+
+    header: BatchHeader
+    raw: bytes = field(repr=False)
+
+    @classmethod
+    def from_bytes(
+        cls, buf: bytes | bytearray | memoryview, pos: int = 0, *, check_crc: bool = True
+    ) -> "RecordBatch":
+        header = validate_batch(buf, pos, check_crc=check_crc)
+        return cls(header, bytes(buf[pos : pos + header.size]))
+
+    @property
+    def base_offset(self) -> int:
+        return self.header.base_offset
+
+    @property
+    def last_offset(self) -> int:
+        return self.header.last_offset
+
+    def payload(self) -> bytes:
+        """The record bytes, decompressed."""
+        body = self.raw[BATCH_HEADER_SIZE:]
+        codec = self.header.compression
+        if codec is Compression.NONE:
+            return body
+        return decompress(codec, body)
+
+    def records(self) -> list[Record]:
+        h = self.header
+        try:
+            data = self.payload()
+        except CompressionError as exc:
+            raise CorruptRecordError(str(exc)) from None
+        return _decode_records(data, h.records_count, h.base_offset, h.base_timestamp)
+
+    def control_record(self) -> ControlRecord | None:
+        """For a control batch, its (version, type) marker."""
+        if not self.header.is_control:
+            return None
+        recs = self.records()
+        if not recs or recs[0].key is None or len(recs[0].key) < 4:
+            raise CorruptRecordError("control batch without a valid control record key")
+        version, ctype = _CONTROL_KEY.unpack_from(recs[0].key)
+        try:
+            ctype = ControlType(ctype)
+        except ValueError:
+            pass
+        return ControlRecord(version, ctype)
+
+
+def build_batch(
+    records: Iterable[
+        tuple[bytes | None, bytes | None]
+        | tuple[bytes | None, bytes | None, int]
+        | tuple[bytes | None, bytes | None, int, Sequence[tuple[str, bytes | None]]]
+        | Record
+    ],
+    *,
+    base_offset: int = 0,
+    compression: Compression | int = Compression.NONE,
+    timestamp: int | None = None,
+    timestamp_type: TimestampType = TimestampType.CREATE_TIME,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    transactional: bool = False,
+    control: bool = False,
+    offset_deltas: Sequence[int] | None = None,
+    last_offset_delta: int | None = None,
+    delete_horizon_ms: int | None = None,
+) -> bytes:
+    """Encode a RecordBatch v2.
+
+    ``records`` items are (key, value), (key, value, timestamp_ms),
+    (key, value, timestamp_ms, headers) or Record objects (whose offset is taken relative
+    to ``base_offset``). ``offset_deltas``/``last_offset_delta`` let compaction keep a
+    batch's offset range while dropping records from it.
+    """
+    import time
+
+    now = int(time.time() * 1000) if timestamp is None else timestamp
+    items: list[tuple[bytes | None, bytes | None, int, Sequence[tuple[str, bytes | None]], int]]
+    items = []
+    for i, rec in enumerate(records):
+        if isinstance(rec, Record):
+            items.append((rec.key, rec.value, rec.timestamp, rec.headers, rec.offset - base_offset))
+            continue
+        key, value = rec[0], rec[1]
+        ts = rec[2] if len(rec) > 2 else now  # type: ignore[misc]
+        hdrs = rec[3] if len(rec) > 3 else ()  # type: ignore[misc]
+        delta = offset_deltas[i] if offset_deltas is not None else i
+        items.append((key, value, ts, hdrs, delta))
+    if offset_deltas is not None and len(offset_deltas) != len(items):
+        raise ValueError("offset_deltas must have one entry per record")
+
+    if items:
+        # With a delete horizon (KIP-534) baseTimestamp holds the horizon; deltas may be negative.
+        base_ts = items[0][2] if delete_horizon_ms is None else delete_horizon_ms
+        max_ts = max(it[2] for it in items)
+    else:
+        base_ts = max_ts = NO_TIMESTAMP if delete_horizon_ms is None else delete_horizon_ms
+    body = bytearray()
+    for key, value, ts, hdrs, delta in items:
+        _encode_record(body, delta, ts - base_ts if items else 0, key, value, hdrs)
+    if last_offset_delta is None:
+        last_offset_delta = max((it[4] for it in items), default=0)
+
+    codec = Compression(compression)
+    payload = compress(codec, bytes(body)) if codec is not Compression.NONE else bytes(body)
+    attributes = int(codec) | (int(timestamp_type) << 3)
+    if transactional:
+        attributes |= TRANSACTIONAL_MASK
+    if control:
+        attributes |= CONTROL_MASK
+    if delete_horizon_ms is not None:
+        attributes |= DELETE_HORIZON_MASK
+    batch = bytearray(BATCH_HEADER_SIZE)
+    batch += payload
+    _HEADER.pack_into(
+        batch,
+        0,
+        base_offset,
+        len(batch) - LOG_OVERHEAD,
+        partition_leader_epoch,
+        MAGIC,
+        0,
+        attributes,
+        last_offset_delta,
+        base_ts,
+        max_ts,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        len(items),
+    )
+    _UINT32.pack_into(batch, 17, crc32c(memoryview(batch)[_CRC_START:]))
+    return bytes(batch)
+
+
+def build_control_batch(
+    control_type: ControlType,
+    *,
+    producer_id: int,
+    producer_epoch: int,
+    base_offset: int = 0,
+    timestamp: int | None = None,
+    coordinator_epoch: int = 0,
+) -> bytes:
+    """A transaction marker: one record, key (version 0, type), value (version, epoch)."""
+    key = _CONTROL_KEY.pack(0, int(control_type))
+    value = struct.pack(">hi", 0, coordinator_epoch)
+    return build_batch(
+        [(key, value)],
+        base_offset=base_offset,
+        timestamp=timestamp,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        transactional=True,
+        control=True,
+    )
