@@ -1,0 +1,23 @@
+"""The ``pulllog`` command (pyproject: ``pulllog = "pulllog.cli.main:main"``).
+
+Each command or command group lives in its own module under ``pulllog.cli`` and is registered
+here with one import and one ``add_command`` line; keep this file that small. Commands fail
+through ``pulllog.cli.errors.CliError``: one line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import click
+
+from .inspect import inspect
+
+__all__ = ["main"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="pulllog", prog_name="pulllog")
+def main() -> None:
+    """pulllog: a log broker that speaks the Kafka wire protocol."""
+
+
+main.add_command(inspect)

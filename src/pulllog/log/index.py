@@ -1,0 +1,217 @@
+"""Sparse offset and time indexes of a segment, in Kafka's on-disk formats.
+
+``NNNNNNNNNNNNNNNNNNNN.index`` holds 8-byte entries::
+
+    int32 relativeOffset   batch's last offset - segment base offset
+    int32 position         byte position of that batch in the .log file
+
+``NNNNNNNNNNNNNNNNNNNN.timeindex`` holds 12-byte entries::
+
+    int64 timestamp        largest timestamp seen so far in the segment
+    int32 relativeOffset   offset of the record that carries it, relative to the base
+
+Rules kept here:
+
+* Sparse: the segment adds an entry after every ``index.interval.bytes`` of appended
+  batches, so an index costs about 8 bytes per 4 KiB of log.
+* Both indexes are strictly increasing (offsets; timestamps for the time index), which
+  is what makes a binary search valid. An append that would break that is ignored.
+* Entries are relative to the segment's base offset, so 4 bytes are enough for offsets.
+* An index is a cache of the log. It is never trusted blindly: after an unclean stop it
+  is rebuilt from the log; on a clean open it is sanity-checked and rebuilt if wrong.
+* The files are not preallocated: their length is always a whole number of entries, and
+  ``max_bytes`` (``segment.index.bytes``) only decides when the segment must roll.
+
+The entries live in memory (``array``) as well as on disk, so a lookup is a ``bisect``
+with no I/O.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from array import array
+from bisect import bisect_right
+from pathlib import Path
+
+__all__ = ["OffsetIndex", "TimeIndex", "IndexCorruptError"]
+
+_OFFSET_ENTRY = struct.Struct(">ii")
+_TIME_ENTRY = struct.Struct(">qi")
+
+
+class IndexCorruptError(ValueError):
+    """An index file does not satisfy its invariants; rebuild it from the log."""
+
+
+class _Index:
+    entry_size: int
+
+    def __init__(self, path: Path, base_offset: int, max_bytes: int) -> None:
+        self.path = path
+        self.base_offset = base_offset
+        self.max_entries = max(1, max_bytes // self.entry_size)
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self._dirty = False
+
+    @property
+    def entries(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def is_full(self) -> bool:
+        return self.entries >= self.max_entries
+
+    def _read_file(self) -> bytes:
+        size = os.fstat(self._fd).st_size
+        return os.pread(self._fd, size, 0) if size else b""
+
+    def _write(self, data: bytes) -> None:
+        os.write(self._fd, data)
+        self._dirty = True
+
+    def _truncate_entries(self, n: int) -> None:
+        os.ftruncate(self._fd, n * self.entry_size)
+        self._dirty = True
+
+    def flush(self) -> None:
+        if self._dirty:
+            os.fsync(self._fd)
+            self._dirty = False
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def delete(self) -> None:
+        self.close()
+        self.path.unlink(missing_ok=True)
+
+    def rename(self, path: Path) -> None:
+        os.rename(self.path, path)
+        self.path = path
+
+
+class OffsetIndex(_Index):
+    entry_size = _OFFSET_ENTRY.size
+
+    def __init__(self, path: Path, base_offset: int, max_bytes: int = 10 * 1024 * 1024) -> None:
+        super().__init__(path, base_offset, max_bytes)
+        self._offsets = array("q")  # absolute offsets, for bisect without re-adding the base
+        self._positions = array("q")
+
+    @property
+    def entries(self) -> int:
+        return len(self._offsets)
+
+    def load(self, log_size: int) -> None:
+        """Read the file, raising IndexCorruptError if it cannot be trusted."""
+        data = self._read_file()
+        if len(data) % self.entry_size:
+            raise IndexCorruptError(f"{self.path.name}: size {len(data)} is not a whole number of entries")
+        offsets = array("q")
+        positions = array("q")
+        last_offset, last_pos = -1, -1
+        for rel, pos in _OFFSET_ENTRY.iter_unpack(data):
+            off = self.base_offset + rel
+            if off <= last_offset or pos <= last_pos or pos >= log_size or rel < 0:
+                raise IndexCorruptError(f"{self.path.name}: entry ({rel}, {pos}) is out of order or past the log")
+            offsets.append(off)
+            positions.append(pos)
+            last_offset, last_pos = off, pos
+        self._offsets, self._positions = offsets, positions
+
+    def append(self, offset: int, position: int) -> None:
+        if self._offsets and (offset <= self._offsets[-1] or position <= self._positions[-1]):
+            return
+        self._offsets.append(offset)
+        self._positions.append(position)
+        self._write(_OFFSET_ENTRY.pack(offset - self.base_offset, position))
+
+    def lookup(self, target_offset: int) -> tuple[int, int]:
+        """The last entry with offset <= target: (offset, position); (base, 0) if none."""
+        i = bisect_right(self._offsets, target_offset)
+        if i == 0:
+            return self.base_offset, 0
+        return self._offsets[i - 1], self._positions[i - 1]
+
+    def truncate_to_position(self, position: int) -> None:
+        """Drop entries pointing at or beyond ``position`` (the log was cut there)."""
+        i = bisect_right(self._positions, position - 1)
+        if i < len(self._positions):
+            del self._offsets[i:]
+            del self._positions[i:]
+            self._truncate_entries(i)
+
+    def reset(self) -> None:
+        self._offsets = array("q")
+        self._positions = array("q")
+        self._truncate_entries(0)
+
+    def items(self) -> list[tuple[int, int]]:
+        return list(zip(self._offsets, self._positions))
+
+
+class TimeIndex(_Index):
+    entry_size = _TIME_ENTRY.size
+
+    def __init__(self, path: Path, base_offset: int, max_bytes: int = 10 * 1024 * 1024) -> None:
+        super().__init__(path, base_offset, max_bytes)
+        self._timestamps = array("q")
+        self._offsets = array("q")
+
+    @property
+    def entries(self) -> int:
+        return len(self._timestamps)
+
+    @property
+    def last_entry(self) -> tuple[int, int] | None:
+        if not self._timestamps:
+            return None
+        return self._timestamps[-1], self._offsets[-1]
+
+    def load(self, next_offset: int) -> None:
+        data = self._read_file()
+        if len(data) % self.entry_size:
+            raise IndexCorruptError(f"{self.path.name}: size {len(data)} is not a whole number of entries")
+        timestamps = array("q")
+        offsets = array("q")
+        for ts, rel in _TIME_ENTRY.iter_unpack(data):
+            off = self.base_offset + rel
+            if (timestamps and (ts <= timestamps[-1] or off < offsets[-1])) or off >= next_offset or rel < 0:
+                raise IndexCorruptError(f"{self.path.name}: entry ({ts}, {rel}) is out of order or past the log")
+            timestamps.append(ts)
+            offsets.append(off)
+        self._timestamps, self._offsets = timestamps, offsets
+
+    def maybe_append(self, timestamp: int, offset: int) -> None:
+        if self._timestamps and timestamp <= self._timestamps[-1]:
+            return
+        self._timestamps.append(timestamp)
+        self._offsets.append(offset)
+        self._write(_TIME_ENTRY.pack(timestamp, offset - self.base_offset))
+
+    def lookup(self, target_timestamp: int) -> int:
+        """Offset to start scanning from for the first record with timestamp >= target."""
+        i = bisect_right(self._timestamps, target_timestamp - 1)
+        if i == 0:
+            return self.base_offset
+        return self._offsets[i - 1]
+
+    def truncate_to_offset(self, next_offset: int) -> None:
+        keep = len(self._offsets)
+        while keep and self._offsets[keep - 1] >= next_offset:
+            keep -= 1
+        if keep < len(self._offsets):
+            del self._timestamps[keep:]
+            del self._offsets[keep:]
+            self._truncate_entries(keep)
+
+    def reset(self) -> None:
+        self._timestamps = array("q")
+        self._offsets = array("q")
+        self._truncate_entries(0)
+
+    def items(self) -> list[tuple[int, int]]:
+        return list(zip(self._timestamps, self._offsets))

@@ -1,0 +1,583 @@
+"""A partition's log: an ordered list of segments, the last of which is active.
+
+Directory layout (one directory per partition, ``<topic>-<partition>/``)::
+
+    00000000000000000000.log / .index / .timeindex     segments, by base offset
+    00000000000000368769.log / .index / .timeindex
+    recovery-point        offset below which every byte is known to be on disk (fsynced)
+    log-start-offset      first offset still visible (moved by retention / DeleteRecords)
+    .clean-shutdown       present only while the log is closed cleanly
+
+Offsets: ``log_start_offset`` <= every readable offset < ``log_end_offset`` (the offset the
+next appended record will get). With one replica the high watermark is the log end offset.
+
+Guarantees (the paper's section 3.1 and Kafka's "Log" design):
+
+* Append validates every batch of the request (magic, sizes, CRC) before writing any of
+  them, then assigns offsets by patching ``baseOffset`` (8 bytes, outside the CRC). Records
+  are never re-encoded.
+* Flush policy: the active segment is fsynced after ``flush.messages`` records or
+  ``flush.ms`` milliseconds, whichever comes first. A machine crash (power loss) can lose at
+  most what was appended since the last flush; a process crash loses nothing, because the
+  page cache survives it. The recovery point is advanced after each fsync.
+* Recovery: on open without the clean-shutdown marker, every batch after the recovery point
+  is checked (length bounds, magic, CRC, offsets increasing) and the log is truncated at the
+  first bad one; segments after it are deleted and indexes rebuilt. This survives both
+  damage kinds of the design doc: a torn tail and corrupted or junk bytes.
+* Reads see an immutable snapshot (a tuple that is replaced, never mutated), so a read that
+  races with retention or compaction keeps working on the segments it started with.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .config import LogConfig
+from .records import (
+    BatchHeader,
+    InvalidRecordError,
+    RecordBatch,
+    read_header,
+    set_base_offset,
+    set_log_append_time,
+    validate_batch,
+)
+from .segment import FileSlice, LogSegment, RecoveryResult, parse_segment_name
+
+__all__ = [
+    "AppendInfo",
+    "Log",
+    "OffsetOutOfRangeError",
+    "RecordTooLargeError",
+    "RecordErrors",
+    "RecoveryReport",
+]
+
+log = logging.getLogger(__name__)
+
+CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
+RECOVERY_POINT_FILE = "recovery-point"
+LOG_START_OFFSET_FILE = "log-start-offset"
+_MAX_RELATIVE_OFFSET = 2**31 - 1
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class OffsetOutOfRangeError(Exception):
+    """The offset lies outside [log start offset, log end offset] (OFFSET_OUT_OF_RANGE)."""
+
+    def __init__(self, offset: int, log_start_offset: int, log_end_offset: int) -> None:
+        super().__init__(
+            f"offset {offset} is out of range: the log holds [{log_start_offset}, {log_end_offset}]"
+        )
+        self.offset = offset
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+
+
+class RecordTooLargeError(InvalidRecordError):
+    """A batch is larger than max.message.bytes (RECORD_TOO_LARGE)."""
+
+
+class RecordErrors(InvalidRecordError):
+    """Some records were rejected (KIP-467): ``errors`` holds (batch index, record index, why)."""
+
+    def __init__(self, message: str, errors: list[tuple[int, int, str]]) -> None:
+        super().__init__(message)
+        self.errors = errors
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInfo:
+    first_offset: int
+    last_offset: int
+    records: int
+    max_timestamp: int
+    log_append_time: int  # -1 unless the topic uses LogAppendTime
+    log_start_offset: int
+
+
+@dataclass(slots=True)
+class RecoveryReport:
+    clean: bool
+    segments: int = 0
+    segments_checked: int = 0
+    batches_checked: int = 0
+    truncated_bytes: int = 0
+    deleted_segments: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        if self.clean:
+            return f"clean shutdown, {self.segments} segment(s) loaded"
+        text = (
+            f"recovered after unclean shutdown: checked {self.batches_checked} batch(es) in "
+            f"{self.segments_checked} segment(s)"
+        )
+        if self.truncated_bytes or self.deleted_segments:
+            text += f", truncated {self.truncated_bytes} byte(s), deleted {self.deleted_segments} segment(s)"
+        return text
+
+
+class Log:
+    """Use ``Log.open(directory, config)``; call ``close()`` to shut down cleanly."""
+
+    def __init__(self, directory: Path, config: LogConfig, clock: Callable[[], int]) -> None:
+        self.directory = directory
+        self.config = config
+        self.clock = clock
+        self._segments: tuple[LogSegment, ...] = ()
+        self._bases: tuple[int, ...] = ()
+        self.log_start_offset = 0
+        self.recovery_point = 0
+        self._unflushed_records = 0
+        self._last_flush_ms = clock()
+        self.recovery = RecoveryReport(clean=True)
+        self._closed = False
+
+    # ------------------------------------------------------------------ opening
+
+    @classmethod
+    def open(
+        cls,
+        directory: str | os.PathLike[str],
+        config: LogConfig | None = None,
+        *,
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> "Log":
+        path = Path(directory)
+        path.mkdir(parents=True, exist_ok=True)
+        self = cls(path, config or LogConfig(), clock)
+        self._load()
+        return self
+
+    def _load(self) -> None:
+        marker = self.directory / CLEAN_SHUTDOWN_FILE
+        clean = marker.exists()
+        self._cleanup_stray_files()
+        self.recovery_point = _read_offset(self.directory / RECOVERY_POINT_FILE, 0)
+        self.log_start_offset = _read_offset(self.directory / LOG_START_OFFSET_FILE, 0)
+        report = RecoveryReport(clean=clean)
+        bases = sorted(
+            b for p in self.directory.glob("*.log") if (b := parse_segment_name(p.name)) is not None
+        )
+        segments: list[LogSegment] = []
+        now = self.clock()
+        damaged = False
+        for base in bases:
+            segment = LogSegment(self.directory, base, self.config, created_ms=now)
+            if damaged:
+                # Everything after a truncation point is unreachable: offsets must be contiguous.
+                segment.close()
+                segment.delete()
+                report.deleted_segments += 1
+                continue
+            needs_check = (not clean) and segment_may_hold(segment, self.recovery_point, bases)
+            if not needs_check and segment.load():
+                segments.append(segment)
+                continue
+            result: RecoveryResult = segment.recover(segments[-1].next_offset if segments else 0)
+            report.segments_checked += 1
+            report.batches_checked += result.batches
+            if result.truncated_bytes:
+                report.truncated_bytes += result.truncated_bytes
+                report.problems.append(f"{segment.log_path.name}: {result.error}")
+                damaged = True
+            if segment.is_empty and segments:
+                segment.close()
+                segment.delete()
+                report.deleted_segments += 1
+                continue
+            segments.append(segment)
+        if not segments:
+            start = max(self.log_start_offset, self.recovery_point if not bases else 0)
+            segments.append(LogSegment(self.directory, start, self.config, created_ms=now))
+        report.segments = len(segments)
+        self._set_segments(segments)
+        if self.log_start_offset < segments[0].base_offset:
+            self.log_start_offset = segments[0].base_offset
+        self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
+        self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        if not clean:
+            self.recovery_point = self.log_end_offset  # everything left was just validated
+            for segment in segments:
+                segment.flush()
+            self._checkpoint()
+        marker.unlink(missing_ok=True)
+        self.recovery = report
+        if report.problems:
+            for problem in report.problems:
+                log.warning("%s: recovery: %s", self.directory.name, problem)
+
+    def _cleanup_stray_files(self) -> None:
+        """Finish or undo interrupted compaction swaps and deletions."""
+        for path in self.directory.iterdir():
+            name = path.name
+            if name.endswith(".deleted") or name.endswith(".cleaned") or name.endswith(".tmp"):
+                path.unlink(missing_ok=True)
+        for path in sorted(self.directory.glob("*.swap")):
+            # A .swap file is a complete cleaned segment: finish the swap it was part of.
+            target = self.directory / path.name.removesuffix(".swap")
+            os.replace(path, target)
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        return self._segments
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._segments[-1].next_offset
+
+    @property
+    def high_watermark(self) -> int:
+        # One replica: everything appended is committed. Replication will change this.
+        return self.log_end_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    def _set_segments(self, segments: list[LogSegment] | tuple[LogSegment, ...]) -> None:
+        self._segments = tuple(segments)
+        self._bases = tuple(s.base_offset for s in segments)
+
+    # ------------------------------------------------------------------ appending
+
+    def validate(self, data: bytes | bytearray | memoryview) -> list[tuple[int, BatchHeader]]:
+        """Check every batch (magic, bounds, CRC, size limit, keys for compacted topics)
+        before anything is written. Raises InvalidRecordError subclasses."""
+        batches: list[tuple[int, BatchHeader]] = []
+        pos = 0
+        end = len(data)
+        if end == 0:
+            raise InvalidRecordError("the request holds no record batch")
+        while pos < end:
+            header = validate_batch(data, pos)
+            if header.size > self.config.max_message_bytes:
+                raise RecordTooLargeError(
+                    f"batch of {header.size} bytes exceeds max.message.bytes={self.config.max_message_bytes}"
+                )
+            if header.records_count != header.last_offset_delta + 1 and header.records_count > 0:
+                # Producers always send dense batches; only compaction leaves holes.
+                raise InvalidRecordError(
+                    f"batch claims {header.records_count} records but lastOffsetDelta {header.last_offset_delta}"
+                )
+            batches.append((pos, header))
+            pos += header.size
+        if self.config.compact:
+            self._check_keys(data, batches)
+        return batches
+
+    def _check_keys(self, data: bytes | bytearray | memoryview, batches: list[tuple[int, BatchHeader]]) -> None:
+        errors: list[tuple[int, int, str]] = []
+        for i, (pos, header) in enumerate(batches):
+            if header.is_control:
+                continue
+            batch = RecordBatch(header, bytes(data[pos : pos + header.size]))
+            for j, record in enumerate(batch.records()):
+                if record.key is None:
+                    errors.append((i, j, "compacted topic cannot accept a record without a key"))
+        if errors:
+            raise RecordErrors(
+                f"{len(errors)} record(s) without a key sent to a compacted topic", errors
+            )
+
+    def append(
+        self, data: bytes | bytearray | memoryview, *, validated: list[tuple[int, BatchHeader]] | None = None
+    ) -> AppendInfo:
+        """Append the batches in ``data`` (one Produce request's records for this partition)."""
+        if self._closed:
+            raise RuntimeError(f"log {self.directory.name} is closed")
+        batches = validated if validated is not None else self.validate(data)
+        buf = data if isinstance(data, bytearray) else bytearray(data)
+        now = self.clock()
+        log_append_time = self.config.log_append_time
+        first_offset = next_offset = self.log_end_offset
+        records = 0
+        max_timestamp = -1
+        patched: list[tuple[int, BatchHeader]] = []
+        for pos, header in batches:
+            set_base_offset(buf, pos, next_offset)
+            if log_append_time:
+                set_log_append_time(buf, pos, now)
+            header = read_header(buf, pos)
+            patched.append((pos, header))
+            next_offset = header.next_offset
+            records += header.records_count
+            max_timestamp = max(max_timestamp, header.max_timestamp)
+        segment = self._maybe_roll(len(buf), now, next_offset - 1, max_timestamp)
+        segment.append(buf, patched)
+        self._unflushed_records += records
+        self._maybe_flush_after_append(now)
+        return AppendInfo(
+            first_offset=first_offset,
+            last_offset=next_offset - 1,
+            records=records,
+            max_timestamp=max_timestamp,
+            log_append_time=now if log_append_time else -1,
+            log_start_offset=self.log_start_offset,
+        )
+
+    def _maybe_roll(self, incoming: int, now: int, last_offset: int, max_timestamp: int) -> LogSegment:
+        active = self.active_segment
+        overflow = last_offset - active.base_offset > _MAX_RELATIVE_OFFSET
+        if active.should_roll(incoming, now, max_timestamp) or (overflow and not active.is_empty):
+            return self.roll(now)
+        return active
+
+    def roll(self, now: int | None = None) -> LogSegment:
+        """Start a new active segment at the log end offset."""
+        now = self.clock() if now is None else now
+        active = self.active_segment
+        if active.is_empty:
+            return active
+        new = LogSegment(self.directory, self.log_end_offset, self.config, created_ms=now)
+        self._set_segments(self._segments + (new,))
+        return new
+
+    # ------------------------------------------------------------------ flushing
+
+    def _maybe_flush_after_append(self, now: int) -> None:
+        if self._unflushed_records >= self.config.flush_messages:
+            self.flush()
+        elif now - self._last_flush_ms >= self.config.flush_ms:
+            self.flush()
+
+    def maybe_flush(self, now: int | None = None) -> bool:
+        """For a periodic task: flush when ``flush.ms`` has passed with data unflushed."""
+        now = self.clock() if now is None else now
+        if self._unflushed_records and now - self._last_flush_ms >= self.config.flush_ms:
+            self.flush()
+            return True
+        return False
+
+    def flush(self) -> None:
+        """fsync every segment holding data past the recovery point, then checkpoint it."""
+        target = self.log_end_offset
+        for segment in self._segments:
+            if segment.next_offset > self.recovery_point or segment is self.active_segment:
+                segment.flush()
+        self.recovery_point = max(self.recovery_point, target)
+        self._unflushed_records = 0
+        self._last_flush_ms = self.clock()
+        self._checkpoint()
+
+    def _checkpoint(self) -> None:
+        _write_offset(self.directory / RECOVERY_POINT_FILE, self.recovery_point)
+        _write_offset(self.directory / LOG_START_OFFSET_FILE, self.log_start_offset)
+
+    # ------------------------------------------------------------------ reading
+
+    def read(
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        max_offset: int | None = None,
+        min_one_batch: bool = True,
+    ) -> FileSlice | None:
+        """Bytes from the batch holding ``offset``: a file slice, never decoded records.
+
+        ``max_offset`` (exclusive, e.g. the high watermark) caps what is visible. Returns
+        None when there is nothing at or after ``offset`` yet.
+        """
+        segments, bases = self._segments, self._bases  # one consistent snapshot
+        start, end = self.log_start_offset, segments[-1].next_offset
+        if offset < start or offset > end:
+            raise OffsetOutOfRangeError(offset, start, end)
+        limit = end if max_offset is None else min(max_offset, end)
+        if offset >= limit:
+            return None
+        i = max(0, bisect_right(bases, offset) - 1)
+        for segment in segments[i:]:
+            if segment.next_offset <= offset:
+                continue
+            max_position = None
+            if limit < segment.next_offset:
+                found = segment.find_batch(limit)
+                max_position = found[0] if found else None
+            piece = segment.read(offset, max_bytes, max_position, min_one_batch)
+            if piece is not None:
+                return piece
+        return None
+
+    def read_batches(self, offset: int, max_bytes: int = 1 << 20) -> list[RecordBatch]:
+        """Decoded batches from ``offset`` (for tools and tests, not the fetch path)."""
+        piece = self.read(offset, max_bytes)
+        if piece is None:
+            return []
+        data = piece.read()
+        out = []
+        pos = 0
+        while pos < len(data):
+            try:
+                batch = RecordBatch.from_bytes(data, pos)
+            except InvalidRecordError:
+                break  # a partial batch at the end of a slice
+            out.append(batch)
+            pos += batch.header.size
+        return out
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= ``timestamp``."""
+        start = self.log_start_offset
+        for segment in self._segments:
+            if segment.next_offset <= start or segment.max_timestamp < timestamp:
+                continue
+            found = segment.find_offset_by_timestamp(timestamp, start)
+            if found is not None:
+                return found
+        return None
+
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the record with the largest timestamp (ListOffsets -3)."""
+        best: LogSegment | None = None
+        for segment in self._segments:
+            if segment.next_offset > self.log_start_offset and (best is None or segment.max_timestamp > best.max_timestamp):
+                best = segment
+        if best is None or best.max_timestamp < 0:
+            return None
+        found = best.find_offset_by_timestamp(best.max_timestamp, self.log_start_offset)
+        return found
+
+    # ------------------------------------------------------------------ retention
+
+    def delete_old_segments(self, now: int | None = None) -> int:
+        """Apply retention.ms and retention.bytes; returns how many segments were deleted.
+
+        Only a prefix of the log goes, and never the active segment."""
+        if not self.config.delete:
+            return 0
+        now = self.clock() if now is None else now
+        segments = list(self._segments)
+        doomed = 0
+        if self.config.retention_ms >= 0:
+            while doomed < len(segments) - 1 and now - _largest_timestamp(segments[doomed]) > self.config.retention_ms:
+                doomed += 1
+        if self.config.retention_bytes >= 0:
+            size = sum(s.size for s in segments[doomed:])
+            while doomed < len(segments) - 1 and size - segments[doomed].size >= self.config.retention_bytes:
+                size -= segments[doomed].size
+                doomed += 1
+                if size <= self.config.retention_bytes:
+                    break
+        # Segments wholly below the log start offset (DeleteRecords) go too.
+        while doomed < len(segments) - 1 and segments[doomed].next_offset <= self.log_start_offset:
+            doomed += 1
+        if not doomed:
+            return 0
+        self._drop_prefix(doomed)
+        return doomed
+
+    def _drop_prefix(self, count: int) -> None:
+        old = self._segments
+        self._set_segments(old[count:])
+        self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
+        self._checkpoint()
+        for segment in old[:count]:
+            segment.delete()  # open slices keep the data: the FileIO lives while referenced
+
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: make ``offset`` the new log start offset (never past the HW)."""
+        if offset < 0 or offset > self.high_watermark:
+            raise OffsetOutOfRangeError(offset, self.log_start_offset, self.high_watermark)
+        if offset > self.log_start_offset:
+            self.log_start_offset = offset
+            self._checkpoint()
+            while len(self._segments) > 1 and self._segments[0].next_offset <= offset:
+                self._drop_prefix(1)
+        return self.log_start_offset
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove everything at and after ``offset`` (replication's truncation, and tests)."""
+        if offset >= self.log_end_offset:
+            return
+        keep = [s for s in self._segments if s.base_offset < offset] or [self._segments[0]]
+        for segment in self._segments[len(keep):]:
+            segment.close()
+            segment.delete()
+        keep[-1].truncate_to(offset)
+        self._set_segments(keep)
+        self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
+        self._checkpoint()
+
+    # ------------------------------------------------------------------ compaction hook
+
+    def replace_segments(self, old: list[LogSegment], new: list[LogSegment]) -> None:
+        """Swap cleaned segments in for ``old`` (a contiguous run, never the active one)."""
+        current = list(self._segments)
+        i = current.index(old[0])
+        if current[i : i + len(old)] != old:
+            raise ValueError("segments to replace are not a contiguous run of this log")
+        self._set_segments(current[:i] + new + current[i + len(old) :])
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def update_config(self, config: LogConfig) -> None:
+        self.config = config
+        for segment in self._segments:
+            segment.config = config
+
+    def close(self) -> None:
+        """Flush everything and leave the clean-shutdown marker."""
+        if self._closed:
+            return
+        self.flush()
+        for segment in self._segments:
+            segment.close()
+        (self.directory / CLEAN_SHUTDOWN_FILE).touch()
+        self._closed = True
+
+    def delete(self) -> None:
+        for segment in self._segments:
+            segment.close()
+        self._closed = True
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({self.directory.name}, start={self.log_start_offset}, end={self.log_end_offset}, "
+            f"segments={len(self._segments)})"
+        )
+
+
+def segment_may_hold(segment: LogSegment, recovery_point: int, bases: list[int]) -> bool:
+    """True if the segment may hold data at or past the recovery point (must be checked)."""
+    i = bases.index(segment.base_offset)
+    next_base = bases[i + 1] if i + 1 < len(bases) else None
+    return next_base is None or next_base > recovery_point
+
+
+def _largest_timestamp(segment: LogSegment) -> int:
+    if segment.max_timestamp >= 0:
+        return segment.max_timestamp
+    return int(os.stat(segment.log_path).st_mtime * 1000)
+
+
+def _read_offset(path: Path, default: int) -> int:
+    try:
+        return int(path.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return default
+
+
+def _write_offset(path: Path, value: int) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(f"{value}\n")
+    os.replace(tmp, path)

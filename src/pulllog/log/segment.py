@@ -1,0 +1,383 @@
+"""One segment of a partition's log: a ``.log`` file of batches plus its two indexes.
+
+A segment is named by its base offset, zero-padded to 20 digits, and owns three files::
+
+    00000000000000368769.log        RecordBatch v2 bytes, exactly as the producer sent them
+                                    (with baseOffset assigned), back to back
+    00000000000000368769.index      sparse offset -> position index (see index.py)
+    00000000000000368769.timeindex  sparse timestamp -> offset index
+
+Rules kept here:
+
+* Only the active (last) segment of a log is appended to; all others are immutable.
+* A batch is written whole or not at all from this process's point of view; a crash can
+  still leave a torn tail, which ``recover()`` finds by length bounds, magic and CRC.
+* An index entry (batch last offset, batch position) is added once more than
+  ``index.interval.bytes`` have been appended since the previous entry.
+* Reads never decode records: they locate the batch that holds an offset (index lookup,
+  then a scan over batch headers of at most ~``index.interval.bytes``) and hand out a
+  ``FileSlice`` for the broker to send with ``sendfile``.
+* A ``FileSlice`` holds a reference to the open file, so a read that races with
+  retention keeps working: unlinking the file does not end its data while it is open.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import LogConfig
+from .index import IndexCorruptError, OffsetIndex, TimeIndex
+from .records import (
+    BATCH_HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchHeader,
+    InvalidRecordError,
+    RecordBatch,
+    read_header,
+    validate_batch,
+)
+
+__all__ = ["FileSlice", "LogSegment", "segment_name", "parse_segment_name"]
+
+_SCAN_CHUNK = 64 * 1024
+
+
+def segment_name(base_offset: int) -> str:
+    return f"{base_offset:020d}"
+
+
+def parse_segment_name(name: str) -> int | None:
+    stem = name.split(".", 1)[0]
+    return int(stem) if len(stem) == 20 and stem.isdigit() else None
+
+
+@dataclass(frozen=True, slots=True)
+class FileSlice:
+    """``length`` bytes at ``position`` of an open segment file (what sendfile sends)."""
+
+    file: io.FileIO
+    position: int
+    length: int
+
+    def fileno(self) -> int:
+        return self.file.fileno()
+
+    def read(self) -> bytes:
+        return os.pread(self.file.fileno(), self.length, self.position)
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryResult:
+    valid_bytes: int
+    truncated_bytes: int
+    batches: int
+    next_offset: int
+    error: str | None
+
+
+class LogSegment:
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        config: LogConfig,
+        *,
+        created_ms: int,
+        suffix: str = "",
+    ) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.config = config
+        name = segment_name(base_offset)
+        self.log_path = directory / f"{name}.log{suffix}"
+        self.file = io.FileIO(self.log_path, "a+")
+        self.size = os.fstat(self.file.fileno()).st_size
+        self.offset_index = OffsetIndex(
+            directory / f"{name}.index{suffix}", base_offset, config.segment_index_bytes
+        )
+        self.time_index = TimeIndex(
+            directory / f"{name}.timeindex{suffix}", base_offset, config.segment_index_bytes
+        )
+        self.next_offset = base_offset
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = base_offset
+        self.created_ms = created_ms
+        self.rolling_based_ms = -1
+        self._first_batch_seen = False
+        self._bytes_since_index_entry = 0
+        self._unflushed = False
+
+    # ------------------------------------------------------------------ writing
+
+    def append(self, data: bytes | bytearray | memoryview, batches: list[tuple[int, BatchHeader]]) -> None:
+        """Write already-validated batches whose offsets are assigned.
+
+        ``batches`` gives each batch's position within ``data`` and its header.
+        """
+        start = self.size
+        written = os.write(self.file.fileno(), data)
+        if written != len(data):  # a short write on a regular file means a full disk
+            os.ftruncate(self.file.fileno(), start)
+            raise OSError(f"short write to {self.log_path.name}: {written} of {len(data)} bytes")
+        self.size += written
+        self._unflushed = True
+        for rel_pos, header in batches:
+            self._track_batch(start + rel_pos, header)
+
+    def _track_batch(self, position: int, header: BatchHeader) -> None:
+        if not self._first_batch_seen:
+            self._first_batch_seen = True
+            if header.max_timestamp >= 0:
+                self.rolling_based_ms = header.max_timestamp
+        if header.max_timestamp > self.max_timestamp:
+            self.max_timestamp = header.max_timestamp
+            self.offset_of_max_timestamp = header.last_offset
+        self.next_offset = header.next_offset
+        if self._bytes_since_index_entry > self.config.index_interval_bytes:
+            self.offset_index.append(header.last_offset, position)
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self._bytes_since_index_entry = 0
+        self._bytes_since_index_entry += header.size
+
+    def should_roll(self, incoming_bytes: int, now_ms: int, incoming_max_timestamp: int) -> bool:
+        if self.size == 0:
+            return False
+        if self.size + incoming_bytes > self.config.segment_bytes:
+            return True
+        # As Kafka: time is judged by record timestamps once the segment has one (so a
+        # replayed old stream does not roll on every append), else by wall-clock age.
+        if self._first_batch_seen and self.rolling_based_ms >= 0 and incoming_max_timestamp >= 0:
+            waited = incoming_max_timestamp - self.rolling_based_ms
+        else:
+            waited = now_ms - self.created_ms
+        if waited > self.config.segment_ms:
+            return True
+        return self.offset_index.is_full or self.time_index.is_full
+
+    def flush(self) -> None:
+        if self._unflushed:
+            os.fsync(self.file.fileno())
+            self._unflushed = False
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    # ------------------------------------------------------------------ reading
+
+    def headers(self, start: int = 0, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
+        """(position, header) of each batch from ``start``; stops at a partial batch."""
+        end = self.size if end is None else end
+        fd = self.file.fileno()
+        buf = b""
+        buf_start = start
+        pos = start
+        while pos + BATCH_HEADER_SIZE <= end:
+            rel = pos - buf_start
+            if rel < 0 or rel + BATCH_HEADER_SIZE > len(buf):
+                buf = os.pread(fd, min(_SCAN_CHUNK, end - pos), pos)
+                buf_start, rel = pos, 0
+                if len(buf) < BATCH_HEADER_SIZE:
+                    return
+            header = read_header(buf, rel)
+            if header.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD or pos + header.size > end:
+                return
+            yield pos, header
+            pos += header.size
+
+    def find_batch(self, offset: int, start_position: int = 0) -> tuple[int, BatchHeader] | None:
+        """The first batch whose last offset is >= ``offset``."""
+        _idx_offset, position = self.offset_index.lookup(offset)
+        for pos, header in self.headers(max(position, start_position)):
+            if header.last_offset >= offset:
+                return pos, header
+        return None
+
+    def read(self, offset: int, max_bytes: int, max_position: int | None = None,
+             min_one_batch: bool = True) -> FileSlice | None:
+        """A slice starting at the batch that holds ``offset``, at most ``max_bytes`` long
+        (but the whole first batch when ``min_one_batch``). May end in a partial batch,
+        as Kafka's reads do; clients drop it."""
+        end = self.size if max_position is None else min(max_position, self.size)
+        found = self.find_batch(offset)
+        if found is None:
+            return None
+        position, header = found
+        if position >= end:
+            return None
+        length = min(max_bytes, end - position)
+        if min_one_batch and header.size > length:
+            length = min(header.size, end - position)
+        if length <= 0:
+            return None
+        return FileSlice(self.file, position, length)
+
+    def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record at or after ``start_offset`` with
+        timestamp >= ``timestamp``. Decodes only the batch that holds it."""
+        if self.max_timestamp < timestamp:
+            return None
+        scan_from = max(self.time_index.lookup(timestamp), start_offset)
+        found = self.find_batch(scan_from)
+        if found is None:
+            return None
+        position, _ = found
+        for pos, header in self.headers(position):
+            if header.max_timestamp < timestamp or header.last_offset < start_offset:
+                continue
+            batch = RecordBatch.from_bytes(os.pread(self.file.fileno(), header.size, pos), check_crc=False)
+            for record in batch.records():
+                if record.offset >= start_offset and record.timestamp >= timestamp:
+                    ts = header.max_timestamp if header.timestamp_type == 1 else record.timestamp
+                    return record.offset, ts
+            # LogAppendTime: records keep create-time deltas; the batch's max timestamp counts
+            if header.timestamp_type == 1:
+                return max(header.base_offset, start_offset), header.max_timestamp
+        return None
+
+    def read_bytes(self, position: int, length: int) -> bytes:
+        return os.pread(self.file.fileno(), length, position)
+
+    # ------------------------------------------------------------------ recovery
+
+    def load(self) -> bool:
+        """Open an existing segment after a clean shutdown: load and sanity-check the
+        indexes, then walk the headers after the last index entry to restore the next
+        offset. Returns False when anything does not add up; the caller then runs
+        ``recover()``, which trusts nothing."""
+        try:
+            self.offset_index.load(self.size)
+            self.time_index.load(2**62)
+        except IndexCorruptError:
+            return False
+        first = next(self.headers(0), None)
+        if first is not None:
+            self._first_batch_seen = True
+            if first[1].max_timestamp >= 0:
+                self.rolling_based_ms = first[1].max_timestamp
+        last_ts = self.time_index.last_entry
+        if last_ts is not None:
+            self.max_timestamp, self.offset_of_max_timestamp = last_ts
+        _offset, position = self.offset_index.lookup(2**62)
+        end = position
+        try:
+            for pos, header in self.headers(position):
+                if header.max_timestamp > self.max_timestamp:
+                    self.max_timestamp = header.max_timestamp
+                    self.offset_of_max_timestamp = header.last_offset
+                self.next_offset = header.next_offset
+                self._bytes_since_index_entry += header.size
+                end = pos + header.size
+        except InvalidRecordError:
+            return False
+        if end != self.size:
+            return False
+        try:
+            self.time_index.load(self.next_offset)
+        except IndexCorruptError:
+            return False
+        return True
+
+    def rebuild_indexes(self) -> None:
+        self.offset_index.reset()
+        self.time_index.reset()
+        self._reset_state()
+        for pos, header in self.headers():
+            self._track_batch(pos, header)
+
+    def _reset_state(self) -> None:
+        self.next_offset = self.base_offset
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = self.base_offset
+        self._first_batch_seen = False
+        self._bytes_since_index_entry = 0
+
+    def recover(self, min_offset: int) -> RecoveryResult:
+        """Validate every batch (length bounds, magic, CRC, offsets increasing), truncate
+        the file at the first invalid one, and rebuild the indexes."""
+        self.offset_index.reset()
+        self.time_index.reset()
+        self._reset_state()
+        fd = self.file.fileno()
+        pos = 0
+        batches = 0
+        error: str | None = None
+        expected_min = max(min_offset, self.base_offset)
+        while pos < self.size:
+            head = os.pread(fd, BATCH_HEADER_SIZE, pos)
+            try:
+                header = read_header(head)
+                if header.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD:
+                    raise InvalidRecordError(f"batchLength {header.batch_length} too small")
+                if header.size > self.size - pos:
+                    raise InvalidRecordError(
+                        f"batch of {header.size} bytes but only {self.size - pos} remain (torn write)"
+                    )
+                if header.size > max(self.config.max_message_bytes, 1) * 2 + (64 << 20):
+                    raise InvalidRecordError(f"implausible batch size {header.size}")
+                validate_batch(os.pread(fd, header.size, pos))
+                if header.base_offset < expected_min:
+                    raise InvalidRecordError(
+                        f"base offset {header.base_offset} is below the expected {expected_min}"
+                    )
+            except InvalidRecordError as exc:
+                error = f"position {pos}: {exc}"
+                break
+            self._track_batch(pos, header)
+            expected_min = header.next_offset
+            batches += 1
+            pos += header.size
+        truncated = self.size - pos
+        if truncated:
+            os.ftruncate(fd, pos)
+            os.fsync(fd)
+            self.size = pos
+        return RecoveryResult(pos, truncated, batches, self.next_offset, error)
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch whose base offset is >= ``offset``; return bytes removed."""
+        cut = self.size
+        for pos, header in self.headers():
+            if header.base_offset >= offset:
+                cut = pos
+                break
+        removed = self.size - cut
+        if removed:
+            os.ftruncate(self.file.fileno(), cut)
+            self.size = cut
+            self.offset_index.truncate_to_position(cut)
+            self.rebuild_indexes()
+        return removed
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def is_empty(self) -> bool:
+        return self.size == 0
+
+    def close(self) -> None:
+        self.flush()
+        self.offset_index.close()
+        self.time_index.close()
+        self.file.close()
+
+    def delete(self) -> None:
+        """Unlink the files. Open slices keep reading: the FileIO lives while referenced."""
+        self.offset_index.delete()
+        self.time_index.delete()
+        self.log_path.unlink(missing_ok=True)
+
+    def rename_suffix(self, old: str, new: str) -> None:
+        """For compaction's swap protocol: e.g. ``.cleaned`` -> ``.swap`` -> ``""``."""
+        for attr in ("offset_index", "time_index"):
+            index = getattr(self, attr)
+            target = Path(str(index.path).removesuffix(old) + new)
+            index.rename(target)
+        target = Path(str(self.log_path).removesuffix(old) + new)
+        os.rename(self.log_path, target)
+        self.log_path = target
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base_offset={self.base_offset}, size={self.size}, next_offset={self.next_offset})"

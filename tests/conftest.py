@@ -1,0 +1,1 @@
+"""Shared fixtures. Tests start real brokers and real clients; nothing here mocks them."""

@@ -1,0 +1,288 @@
+"""The partition log: offsets, reads as file slices, rolling, flushing, retention, limits."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from pulllog.log import (
+    InvalidRecordError,
+    Log,
+    LogConfig,
+    OffsetOutOfRangeError,
+    RecordErrors,
+    RecordTooLargeError,
+    build_batch,
+)
+from pulllog.log.records import CorruptRecordError, TimestampType, iter_batches
+
+
+class Clock:
+    def __init__(self, now: int = 1_700_000_000_000) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def cfg(**kafka: object) -> LogConfig:
+    return LogConfig.from_kafka({k.replace("_", "."): v for k, v in kafka.items()})
+
+
+def batch(n: int, start: int = 0, ts: int = 1_700_000_000_000, size: int = 100) -> bytes:
+    return build_batch([(b"k%d" % (start + i), b"v" * size, ts + i) for i in range(n)])
+
+
+def offsets_in(log: Log, start: int = 0) -> list[int]:
+    out, offset = [], start
+    while offset < log.log_end_offset:
+        batches = log.read_batches(offset, 1 << 20)
+        assert batches, f"nothing readable at {offset}"
+        for b in batches:
+            out.extend(r.offset for r in b.records() if r.offset >= offset)
+        offset = batches[-1].last_offset + 1
+    return out
+
+
+def test_append_assigns_offsets_contiguously(tmp_path: Path) -> None:
+    log = Log.open(tmp_path / "t-0")
+    first = log.append(batch(3))
+    second = log.append(batch(2) + batch(4))
+    assert (first.first_offset, first.last_offset) == (0, 2)
+    assert (second.first_offset, second.last_offset, second.records) == (3, 8, 6)
+    assert log.log_end_offset == log.high_watermark == 9
+    assert offsets_in(log) == list(range(9))
+
+
+def test_read_starts_at_the_batch_holding_the_offset(tmp_path: Path) -> None:
+    log = Log.open(tmp_path / "t-0")
+    for i in range(10):
+        log.append(batch(5, i * 5))
+    piece = log.read(17, 1 << 20)
+    assert piece is not None
+    first = next(iter_batches(piece.read()))[1]
+    assert (first.base_offset, first.last_offset) == (15, 19)
+
+
+def test_read_returns_at_least_one_whole_batch(tmp_path: Path) -> None:
+    log = Log.open(tmp_path / "t-0")
+    big = batch(20, size=1000)
+    log.append(big)
+    log.append(batch(1))
+    piece = log.read(0, 10)
+    assert piece is not None and piece.length == len(big)
+
+
+def test_read_honours_max_bytes_after_the_first_batch(tmp_path: Path) -> None:
+    log = Log.open(tmp_path / "t-0")
+    for i in range(50):
+        log.append(batch(1, i))
+    one = len(batch(1))
+    piece = log.read(0, one * 3 + 10)
+    assert piece is not None and piece.length == one * 3 + 10  # may end in a partial batch
+    assert len(list(iter_batches(piece.read()))) == 3
+
+
+def test_read_at_log_end_is_empty_and_past_it_is_out_of_range(tmp_path: Path) -> None:
+    log = Log.open(tmp_path / "t-0")
+    log.append(batch(3))
+    assert log.read(3, 1000) is None
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(4, 1000)
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(-1, 1000)
+
+
+def test_segments_roll_on_segment_bytes(tmp_path: Path) -> None:
+    log = Log.open(tmp_path / "t-0", cfg(segment_bytes=2000))
+    for i in range(20):
+        log.append(batch(2, i * 2))
+    assert len(log.segments) == 3  # ~285-byte appends, 7 to a 2000-byte segment
+    assert all(s.size <= 2000 for s in log.segments)
+    names = sorted(p.name for p in (tmp_path / "t-0").glob("*.log"))
+    assert names[0] == "00000000000000000000.log"
+    assert offsets_in(log) == list(range(40))
+
+
+def test_segments_roll_on_segment_ms_by_record_time(tmp_path: Path) -> None:
+    log = Log.open(tmp_path / "t-0", cfg(segment_ms=1000))
+    log.append(batch(1, ts=10_000))
+    log.append(batch(1, ts=10_500))
+    assert len(log.segments) == 1
+    log.append(batch(1, ts=11_001))
+    assert len(log.segments) == 2
+    assert log.active_segment.base_offset == 2
+
+
+def test_segments_roll_when_the_index_is_full(tmp_path: Path) -> None:
+    log = Log.open(tmp_path / "t-0", cfg(segment_index_bytes=8 * 3, index_interval_bytes=1))
+    for i in range(12):
+        log.append(batch(1, i))
+    assert len(log.segments) >= 3
+    assert all(s.offset_index.entries <= 3 for s in log.segments)
+
+
+def test_append_validates_every_batch_before_writing_any(tmp_path: Path) -> None:
+    log = Log.open(tmp_path / "t-0")
+    bad = bytearray(batch(2))
+    bad[-1] ^= 0x55
+    with pytest.raises(CorruptRecordError):
+        log.append(batch(3) + bytes(bad))
+    assert log.log_end_offset == 0 and log.size_bytes == 0
+
+
+def test_batch_larger_than_max_message_bytes_is_rejected(tmp_path: Path) -> None:
+    log = Log.open(tmp_path / "t-0", cfg(max_message_bytes=500))
+    with pytest.raises(RecordTooLargeError):
+        log.append(batch(10))
+    assert log.log_end_offset == 0
+
+
+def test_truncated_request_is_rejected(tmp_path: Path) -> None:
+    log = Log.open(tmp_path / "t-0")
+    with pytest.raises(InvalidRecordError):
+        log.append(batch(3)[:-1])
+    with pytest.raises(InvalidRecordError):
+        log.append(b"")
+
+
+def test_compacted_topic_rejects_records_without_a_key(tmp_path: Path) -> None:
+    log = Log.open(tmp_path / "t-0", cfg(cleanup_policy="compact"))
+    data = build_batch([(b"a", b"1"), (None, b"2"), (b"c", b"3")])
+    with pytest.raises(RecordErrors) as err:
+        log.append(data)
+    assert err.value.errors == [(0, 1, "compacted topic cannot accept a record without a key")]
+    assert log.log_end_offset == 0
+
+
+def test_log_append_time_topics_stamp_the_broker_time(tmp_path: Path) -> None:
+    clock = Clock(5_000_000)
+    log = Log.open(tmp_path / "t-0", cfg(message_timestamp_type="LogAppendTime"), clock=clock)
+    info = log.append(batch(2, ts=1))
+    assert info.log_append_time == 5_000_000
+    header = log.read_batches(0)[0].header
+    assert header.timestamp_type == TimestampType.LOG_APPEND_TIME
+    assert header.max_timestamp == 5_000_000
+
+
+def test_flush_messages_advances_the_recovery_point(tmp_path: Path) -> None:
+    log = Log.open(tmp_path / "t-0", cfg(flush_messages=5))
+    log.append(batch(3))
+    assert log.recovery_point == 0
+    log.append(batch(3))
+    assert log.recovery_point == 6
+    assert (tmp_path / "t-0" / "recovery-point").read_text().strip() == "6"
+
+
+def test_flush_ms_flushes_on_time(tmp_path: Path) -> None:
+    clock = Clock()
+    log = Log.open(tmp_path / "t-0", cfg(flush_ms=1000), clock=clock)
+    log.append(batch(2))
+    assert log.recovery_point == 0
+    clock.now += 1001
+    assert log.maybe_flush()
+    assert log.recovery_point == 2
+
+
+def test_offset_for_timestamp_uses_the_time_index(tmp_path: Path) -> None:
+    log = Log.open(tmp_path / "t-0", cfg(index_interval_bytes=1))
+    for i in range(100):
+        log.append(build_batch([(b"k", b"v" * 50, 1000 + 10 * i)]))
+    assert log.offset_for_timestamp(1000) == (0, 1000)
+    assert log.offset_for_timestamp(1455) == (46, 1460)
+    assert log.offset_for_timestamp(1990) == (99, 1990)
+    assert log.offset_for_timestamp(1991) is None
+    assert log.max_timestamp_offset() == (99, 1990)
+
+
+def test_clean_reopen_keeps_everything(tmp_path: Path) -> None:
+    log = Log.open(tmp_path / "t-0", cfg(segment_bytes=3000))
+    for i in range(30):
+        log.append(batch(2, i * 2))
+    log.close()
+    again = Log.open(tmp_path / "t-0", cfg(segment_bytes=3000))
+    assert again.recovery.clean
+    assert again.log_end_offset == 60
+    assert offsets_in(again) == list(range(60))
+    assert again.append(batch(1)).first_offset == 60
+
+
+def test_damaged_index_is_rebuilt_on_clean_open(tmp_path: Path) -> None:
+    log = Log.open(tmp_path / "t-0", cfg(index_interval_bytes=1))
+    for i in range(20):
+        log.append(batch(1, i))
+    log.close()
+    index = tmp_path / "t-0" / "00000000000000000000.index"
+    index.write_bytes(index.read_bytes()[:-3])  # a partial entry
+    again = Log.open(tmp_path / "t-0", cfg(index_interval_bytes=1))
+    assert again.log_end_offset == 20
+    assert offsets_in(again, 7)[0] == 7
+    assert again.active_segment.offset_index.entries > 0
+
+
+# ---------------------------------------------------------------- retention
+
+
+def test_retention_ms_deletes_old_segments_but_never_the_active_one(tmp_path: Path) -> None:
+    clock = Clock(10_000_000)
+    log = Log.open(tmp_path / "t-0", cfg(segment_bytes=1000, retention_ms=60_000), clock=clock)
+    for i in range(10):
+        log.append(batch(2, ts=clock.now - 3_600_000 + i))
+    segments = len(log.segments)
+    assert segments > 2
+    assert log.delete_old_segments() == segments - 1
+    assert len(log.segments) == 1
+    assert log.log_start_offset == log.active_segment.base_offset
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(0, 100)
+
+
+def test_retention_ms_keeps_segments_with_recent_records(tmp_path: Path) -> None:
+    clock = Clock(10_000_000)
+    log = Log.open(tmp_path / "t-0", cfg(segment_bytes=1000, retention_ms=60_000), clock=clock)
+    for i in range(6):
+        log.append(batch(2, ts=clock.now - 120_000))
+    for i in range(6):
+        log.append(batch(2, ts=clock.now - 1_000))
+    deleted = log.delete_old_segments()
+    assert deleted >= 1
+    assert all(clock.now - s.max_timestamp <= 60_000 for s in log.segments[:-1])
+
+
+def test_retention_bytes_keeps_the_newest_data_within_the_limit(tmp_path: Path) -> None:
+    log = Log.open(tmp_path / "t-0", cfg(segment_bytes=1000, retention_bytes=2500, retention_ms=-1))
+    for i in range(20):
+        log.append(batch(2, i * 2))
+    log.delete_old_segments()
+    assert log.size_bytes - log.segments[0].size < 2500
+    assert log.log_end_offset == 40
+    assert offsets_in(log, log.log_start_offset)[-1] == 39
+
+
+def test_a_read_racing_with_retention_keeps_its_snapshot(tmp_path: Path) -> None:
+    log = Log.open(tmp_path / "t-0", cfg(segment_bytes=1000, retention_bytes=0, retention_ms=-1))
+    for i in range(10):
+        log.append(batch(2, i * 2))
+    piece = log.read(0, 1 << 20)
+    assert piece is not None
+    expected = piece.read()
+    log.delete_old_segments()
+    assert not (tmp_path / "t-0" / "00000000000000000000.log").exists()
+    assert os.pread(piece.fileno(), piece.length, piece.position) == expected
+
+
+def test_delete_records_moves_the_log_start_offset(tmp_path: Path) -> None:
+    log = Log.open(tmp_path / "t-0", cfg(segment_bytes=1000))
+    for i in range(10):
+        log.append(batch(2, i * 2))
+    assert log.delete_records_before(7) == 7
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(6, 100)
+    assert offsets_in(log, 7)[0] == 7
+    assert log.segments[0].next_offset > 7
+    with pytest.raises(OffsetOutOfRangeError):
+        log.delete_records_before(21)
+    log.close()
+    assert Log.open(tmp_path / "t-0", cfg(segment_bytes=1000)).log_start_offset == 7
