@@ -15,6 +15,10 @@ their ``kafka_type`` / ``tag`` metadata) and refuse it unless every length is po
   (compact) mean null, other negative lengths are refused;
 - a tagged field's declared size must fit, and a tag we know must fill it exactly
   (its content is checked with its own schema, because kio decodes it too);
+- a tag we do not know is dropped, as KIP-482 requires of readers (kio raises
+  ``KeyError`` on it, which would turn a newer client's request into an error). When
+  that happens the body is rewritten without those fields (and with the tag counts
+  and enclosing tagged-field sizes adjusted); otherwise kio reads the frame in place;
 - unsigned varints are at most 5 bytes, as in Kafka's ``ByteUtils.readUnsignedVarint``;
 - the body must end exactly at the end of the frame: trailing bytes mean the two sides
   disagree about the schema, and guessing would hide a bug.
@@ -47,15 +51,20 @@ from collections.abc import Callable
 from functools import cache
 from typing import Final
 
-__all__ = ["MalformedError", "Skipper", "body_skipper"]
+__all__ = ["Edit", "MalformedError", "Skipper", "body_skipper", "entity_skipper", "read_uvarint"]
 
 
 class MalformedError(ValueError):
     """The bytes cannot hold a message of this schema; the message says where."""
 
 
-Skipper = Callable[[bytes, int, int], int]
-"""``skip(buffer, position, end) -> position after the value``; raises MalformedError."""
+Edit = tuple[int, int, bytes]
+"""Replace ``buffer[start:end]`` with these bytes (used to drop unknown tagged fields)."""
+
+Skipper = Callable[[bytes, int, int, list[Edit]], int]
+"""``skip(buffer, position, end, edits) -> position after the value``.
+
+Raises MalformedError; appends to ``edits`` when unknown tagged fields must go."""
 
 _FIXED_SIZES: Final[dict[str, int]] = {
     "bool": 1,
@@ -112,7 +121,7 @@ def read_uvarint(buffer: bytes, position: int, end: int) -> tuple[int, int]:
 
 
 def _advance(size: int) -> Skipper:
-    def skip_fixed(buffer: bytes, position: int, end: int) -> int:
+    def skip_fixed(buffer: bytes, position: int, end: int, edits: list[Edit]) -> int:
         if end - position < size:
             raise _truncated("field", position, size, end)
         return position + size
@@ -124,10 +133,10 @@ def _legacy_length(width: int) -> Skipper:
     """int16 (string) or int32 (bytes) length, -1 = null."""
     header = _INT16 if width == 2 else _INT32
 
-    def skip_legacy(buffer: bytes, position: int, end: int) -> int:
+    def skip_legacy(buffer: bytes, position: int, end: int, edits: list[Edit]) -> int:
         if end - position < width:
             raise _truncated("length", position, width, end)
-        (length,) = header.unpack_from(buffer, position)
+        length: int = header.unpack_from(buffer, position)[0]
         position += width
         if length < 0:
             if length == -1:
@@ -140,7 +149,7 @@ def _legacy_length(width: int) -> Skipper:
     return skip_legacy
 
 
-def _skip_compact_string(buffer: bytes, position: int, end: int) -> int:
+def _skip_compact_string(buffer: bytes, position: int, end: int, edits: list[Edit]) -> int:
     length_plus_one, position = read_uvarint(buffer, position, end)
     if length_plus_one > 1:
         length = length_plus_one - 1
@@ -151,7 +160,7 @@ def _skip_compact_string(buffer: bytes, position: int, end: int) -> int:
 
 
 def _array(element: Skipper, element_size: int | None, flexible: bool) -> Skipper:
-    def skip_array(buffer: bytes, position: int, end: int) -> int:
+    def skip_array(buffer: bytes, position: int, end: int, edits: list[Edit]) -> int:
         start = position
         if flexible:
             count, position = read_uvarint(buffer, position, end)
@@ -172,50 +181,75 @@ def _array(element: Skipper, element_size: int | None, flexible: bool) -> Skippe
             return position + count * element_size
         if count > remaining:
             raise MalformedError(
-                f"array at byte {start} declares {count} elements "
-                f"but only {remaining} bytes remain"
+                f"array at byte {start} declares {count} elements but only {remaining} bytes remain"
             )
         for _ in range(count):
-            position = element(buffer, position, end)
+            position = element(buffer, position, end, edits)
         return position
 
     return skip_array
 
 
 def _nullable_struct(skip_struct: Skipper) -> Skipper:
-    def skip_nullable(buffer: bytes, position: int, end: int) -> int:
+    def skip_nullable(buffer: bytes, position: int, end: int, edits: list[Edit]) -> int:
         if position >= end:
             raise _truncated("nullable struct marker", position, 1, end)
         (marker,) = _INT8.unpack_from(buffer, position)
         if marker < 0:
             return position + 1
-        return skip_struct(buffer, position + 1, end)
+        return skip_struct(buffer, position + 1, end, edits)
 
     return skip_nullable
 
 
+def _uvarint_bytes(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
 def _tag_buffer(known: dict[int, Skipper]) -> Skipper:
-    def skip_tags(buffer: bytes, position: int, end: int) -> int:
+    def skip_tags(buffer: bytes, position: int, end: int, edits: list[Edit]) -> int:
         start = position
         count, position = read_uvarint(buffer, position, end)
         if count == 0:
             return position
+        count_end = position
         if count > end - position:
             raise MalformedError(
                 f"tag buffer at byte {start} declares {count} tagged fields "
                 f"but only {end - position} bytes remain"
             )
+        dropped = 0
         for _ in range(count):
+            field_start = position
             tag, position = read_uvarint(buffer, position, end)
+            size_start = position
             size, position = read_uvarint(buffer, position, end)
             if size > end - position:
                 raise _truncated(f"tagged field {tag}", position, size, end)
             skip = known.get(tag)
-            if skip is not None and skip(buffer, position, position + size) != position + size:
-                raise MalformedError(
-                    f"tagged field {tag} at byte {position} does not fill its {size} bytes"
-                )
+            if skip is None:
+                # KIP-482: a reader ignores tags it does not know. kio raises
+                # KeyError instead, so the field is cut out before kio reads.
+                edits.append((field_start, position + size, b""))
+                dropped += 1
+            else:
+                inner: list[Edit] = []
+                if skip(buffer, position, position + size, inner) != position + size:
+                    raise MalformedError(
+                        f"tagged field {tag} at byte {position} does not fill its {size} bytes"
+                    )
+                if inner:  # unknown tags nested in a known one: its size shrinks
+                    removed = sum(stop - begin - len(new) for begin, stop, new in inner)
+                    edits.append((size_start, position, _uvarint_bytes(size - removed)))
+                    edits.extend(inner)
             position += size
+        if dropped:
+            edits.append((start, count_end, _uvarint_bytes(count - dropped)))
         return position
 
     return skip_tags
@@ -287,25 +321,41 @@ def entity_skipper(entity_type: type) -> Skipper:
         raise TypeError(f"{entity_type.__name__} has tagged fields but is not flexible")
     frozen_steps = tuple(steps)
 
-    def skip_entity(buffer: bytes, position: int, end: int) -> int:
+    def skip_entity(buffer: bytes, position: int, end: int, edits: list[Edit]) -> int:
         for step in frozen_steps:
-            position = step(buffer, position, end)
+            position = step(buffer, position, end, edits)
         return position
 
     return skip_entity
 
 
-def body_skipper(entity_type: type) -> Callable[[bytes, int], None]:
-    """A check that ``buffer[position:]`` holds exactly one ``entity_type``, no more."""
+def body_skipper(entity_type: type) -> Callable[[bytes, int], bytes | None]:
+    """A check that ``buffer[position:]`` holds exactly one ``entity_type``, no more.
+
+    Returns None when kio can read the body in place, or the body rewritten without
+    unknown tagged fields (rare: only a newer peer sends them) to read from offset 0.
+    """
     skip = entity_skipper(entity_type)
 
-    def check_body(buffer: bytes, position: int) -> None:
+    def check_body(buffer: bytes, position: int) -> bytes | None:
         end = len(buffer)
-        stop = skip(buffer, position, end)
+        edits: list[Edit] = []
+        stop = skip(buffer, position, end, edits)
         if stop != end:
             raise MalformedError(
                 f"{end - stop} unexpected bytes after the body (ends at byte {stop} "
                 f"of {end}): client and broker disagree about the schema"
             )
+        if not edits:
+            return None
+        edits.sort()
+        body = bytearray()
+        cursor = position
+        for begin, stop, replacement in edits:
+            body += buffer[cursor:begin]
+            body += replacement
+            cursor = stop
+        body += buffer[cursor:end]
+        return bytes(body)
 
     return check_body

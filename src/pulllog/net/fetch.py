@@ -1,0 +1,264 @@
+"""Fetch responses whose record bytes never pass through Python.
+
+A Fetch response is small structure around large opaque ``records`` fields, and those
+records are byte ranges of segment files, exactly as stored. So the encoder does not
+read them: it emits a list of *chunks*, ``bytes`` for the structure and
+:class:`FileSlice` placeholders for the records, and the server writes the bytes and
+``sendfile``\\s the slices. Every length on the wire (the frame size, each records
+length) is computed from ``FileSlice.length``, so the chunks are final before a byte of
+a segment is touched.
+
+Layout, versions 4-18 (big-endian; ``[vN+]`` marks fields added in version N)::
+
+    size                  int32    everything after this field
+    correlation_id        int32    response header v0; v12+ (flexible) uses header v1:
+    [v12+] header tags    uvarint  0
+    throttle_time_ms      int32
+    [v7+]  error_code     int16
+    [v7+]  session_id     int32
+    topics                array
+      topic               string   v4-v12: name; [v13+] topic_id: uuid (16 bytes)
+      partitions          array
+        partition_index        int32
+        error_code             int16
+        high_watermark         int64
+        last_stable_offset     int64
+        [v5+] log_start_offset int64
+        aborted_transactions   nullable array of (producer_id int64, first_offset int64)
+        [v11+] preferred_read_replica int32
+        records                nullable bytes   <- a FileSlice goes here
+        [v12+] tags            uvarint 0
+      [v12+] tags         uvarint  0
+    [v12+] tags           uvarint  0
+
+Non-flexible versions (4-11) use int16-length strings, int32-length arrays (-1 = null)
+and int32-length bytes; flexible versions (12+) use uvarint length+1 for all three
+(0 = null) and end every struct with a tag buffer. We never write tagged fields
+(diverging epoch, current leader, snapshot id, node endpoints): a single broker has
+nothing to say in them, and an empty tag buffer is always valid. Versions 13-18 share
+one response layout (v16 only adds a tagged field).
+
+A slice that turns out shorter when it is finally read (segment truncated or deleted
+in between) cannot be patched: the size prefix is already on the wire. The server must
+close the connection then, as Kafka does ("Size of FileRecords has been truncated").
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+__all__ = [
+    "FETCH_MAX_VERSION",
+    "FETCH_MIN_VERSION",
+    "AbortedTransaction",
+    "Chunk",
+    "FetchPartitionResponse",
+    "FetchResponseData",
+    "FetchTopicResponse",
+    "FileSlice",
+    "encode_fetch_response",
+    "materialize",
+    "wire_size",
+]
+
+FETCH_MIN_VERSION: Final = 4
+FETCH_MAX_VERSION: Final = 18
+
+_INT32_MAX: Final = 2**31 - 1
+_INT32: Final = struct.Struct(">i")
+_INT16: Final = struct.Struct(">h")
+_INT64: Final = struct.Struct(">q")
+_TOP_V7: Final = struct.Struct(">ihi")  # throttle_time_ms, error_code, session_id
+_PARTITION_HEAD: Final = struct.Struct(">ihqq")  # index, error, high watermark, LSO
+_ABORTED: Final = struct.Struct(">qq")
+
+
+@dataclass(frozen=True, slots=True)
+class FileSlice:
+    """``length`` bytes of ``file`` (a path or an open file descriptor) from ``position``.
+
+    A description only: nothing here opens or reads the file.
+    """
+
+    file: str | os.PathLike[str] | int
+    position: int
+    length: int
+
+    def __post_init__(self) -> None:
+        if self.position < 0:
+            raise ValueError(f"FileSlice position must be >= 0, got {self.position}")
+        if not 0 <= self.length <= _INT32_MAX:
+            raise ValueError(f"FileSlice length must be in [0, 2**31), got {self.length}")
+
+
+Chunk = bytes | FileSlice
+"""One piece of an encoded response: bytes to write, or a file range to sendfile."""
+
+
+@dataclass(frozen=True, slots=True)
+class AbortedTransaction:
+    producer_id: int
+    first_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchPartitionResponse:
+    partition_index: int
+    error_code: int = 0
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    aborted_transactions: Sequence[AbortedTransaction] | None = None
+    """None for read_uncommitted fetches; a (possibly empty) list for read_committed."""
+    preferred_read_replica: int = -1
+    records: bytes | FileSlice | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FetchTopicResponse:
+    name: str = ""
+    """The topic name: sent up to v12."""
+    topic_id: uuid.UUID | None = None
+    """The topic id: sent from v13 on, where it replaces the name."""
+    partitions: Sequence[FetchPartitionResponse] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResponseData:
+    throttle_time_ms: int = 0
+    error_code: int = 0
+    """Top-level error (v7+), e.g. FETCH_SESSION_ID_NOT_FOUND."""
+    session_id: int = 0
+    """The fetch session id (v7+), 0 outside a fetch session."""
+    topics: Sequence[FetchTopicResponse] = field(default_factory=tuple)
+
+
+def _write_uvarint(out: bytearray, value: int) -> None:
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+
+
+def _write_length(out: bytearray, length: int, flexible: bool) -> None:
+    """Array count or bytes length; ``-1`` writes null."""
+    if flexible:
+        _write_uvarint(out, length + 1)
+    else:
+        out += _INT32.pack(length)
+
+
+def encode_fetch_response(
+    correlation_id: int, version: int, response: FetchResponseData
+) -> list[Chunk]:
+    """The whole response frame (size prefix included) as chunks, in wire order.
+
+    Consecutive bytes are merged, so the result alternates ``bytes`` and
+    :class:`FileSlice`; records given as ``bytes`` are copied inline.
+    """
+    if not FETCH_MIN_VERSION <= version <= FETCH_MAX_VERSION:
+        raise ValueError(
+            f"Fetch v{version} is not encodable (v{FETCH_MIN_VERSION}-v{FETCH_MAX_VERSION})"
+        )
+    flexible = version >= 12
+    pieces: list[bytearray | FileSlice] = []
+    head = out = bytearray(8)  # size (patched at the end), correlation id
+    _INT32.pack_into(out, 4, correlation_id)
+    if flexible:
+        out.append(0)  # response header v1: empty tag buffer
+    if version >= 7:
+        out += _TOP_V7.pack(response.throttle_time_ms, response.error_code, response.session_id)
+    else:
+        out += _INT32.pack(response.throttle_time_ms)
+    _write_length(out, len(response.topics), flexible)
+    for topic in response.topics:
+        if version >= 13:
+            if topic.topic_id is None:
+                raise ValueError(f"Fetch v{version} needs a topic_id for topic {topic.name!r}")
+            out += topic.topic_id.bytes
+        else:
+            name = topic.name.encode()
+            if flexible:
+                _write_uvarint(out, len(name) + 1)
+            else:
+                out += _INT16.pack(len(name))
+            out += name
+        _write_length(out, len(topic.partitions), flexible)
+        for partition in topic.partitions:
+            out += _PARTITION_HEAD.pack(
+                partition.partition_index,
+                partition.error_code,
+                partition.high_watermark,
+                partition.last_stable_offset,
+            )
+            if version >= 5:
+                out += _INT64.pack(partition.log_start_offset)
+            aborted = partition.aborted_transactions
+            if aborted is None:
+                _write_length(out, -1, flexible)
+            else:
+                _write_length(out, len(aborted), flexible)
+                for transaction in aborted:
+                    out += _ABORTED.pack(transaction.producer_id, transaction.first_offset)
+                    if flexible:
+                        out.append(0)
+            if version >= 11:
+                out += _INT32.pack(partition.preferred_read_replica)
+            records = partition.records
+            if records is None:
+                _write_length(out, -1, flexible)
+            elif isinstance(records, FileSlice):
+                _write_length(out, records.length, flexible)
+                if records.length:
+                    pieces.append(out)
+                    pieces.append(records)
+                    out = bytearray()
+            else:
+                if len(records) > _INT32_MAX:
+                    raise ValueError(f"records of {len(records)} bytes exceed 2**31-1")
+                _write_length(out, len(records), flexible)
+                out += records
+            if flexible:
+                out.append(0)
+        if flexible:
+            out.append(0)
+    if flexible:
+        out.append(0)
+    if out:
+        pieces.append(out)
+    size = sum(len(piece) if isinstance(piece, bytearray) else piece.length for piece in pieces)
+    if size - 4 > _INT32_MAX:
+        raise ValueError(f"Fetch response of {size - 4} bytes exceeds 2**31-1")
+    _INT32.pack_into(head, 0, size - 4)
+    return [bytes(piece) if isinstance(piece, bytearray) else piece for piece in pieces]
+
+
+def wire_size(chunks: Iterable[Chunk]) -> int:
+    """Bytes the chunks put on the wire, size prefix included."""
+    return sum(chunk.length if isinstance(chunk, FileSlice) else len(chunk) for chunk in chunks)
+
+
+def materialize(chunks: Iterable[Chunk], read: Callable[[FileSlice], bytes]) -> bytes:
+    """Join the chunks into the frame, reading each slice with ``read``.
+
+    For clients without sendfile (TLS) and for tests. Raises ``ValueError`` if ``read``
+    returns a different length than the slice promised: the frame would be corrupt.
+    """
+    parts: list[bytes] = []
+    for chunk in chunks:
+        if isinstance(chunk, FileSlice):
+            data = read(chunk)
+            if len(data) != chunk.length:
+                raise ValueError(
+                    f"{chunk} yielded {len(data)} bytes instead of {chunk.length}: the "
+                    "segment changed after the response was encoded; close the connection"
+                )
+            parts.append(data)
+        else:
+            parts.append(chunk)
+    return b"".join(parts)

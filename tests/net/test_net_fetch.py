@@ -1,0 +1,311 @@
+"""Zero-copy Fetch responses: chunks with FileSlices must equal kio's all-bytes encoding."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import importlib
+import struct
+import uuid
+from types import ModuleType
+from typing import Any
+
+import pytest
+from kafka.protocol.consumer.fetch import FetchResponse as KafkaPythonFetchResponse
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32Timedelta
+
+from pulllog.net import (
+    FETCH_MAX_VERSION,
+    FETCH_MIN_VERSION,
+    AbortedTransaction,
+    FetchPartitionResponse,
+    FetchResponseData,
+    FetchTopicResponse,
+    FileSlice,
+    decode_response,
+    encode_fetch_response,
+    encode_response,
+    materialize,
+    wire_size,
+)
+
+VERSIONS = range(FETCH_MIN_VERSION, FETCH_MAX_VERSION + 1)
+
+# Two in-memory "segment files"; slices point into them.
+SEGMENTS = {
+    "00000000000000000000.log": bytes(range(256)) * 100,
+    "00000000000000012345.log": b"\xab" * 300,
+}
+ORDERS_ID = uuid.UUID("6ba7b810-9dad-11d1-80b4-00c04fd430c8")
+EMPTY_ID = uuid.UUID("00000000-0000-0000-0000-000000000001")
+
+
+def read_segment(piece: FileSlice) -> bytes:
+    data = SEGMENTS[str(piece.file)]
+    return data[piece.position : piece.position + piece.length]
+
+
+def sample(records_as_slices: bool) -> FetchResponseData:
+    """Every shape the encoder must get right: slices and bytes, short and multi-byte
+    lengths (uvarints > 127), null and empty records, null and present aborted lists."""
+
+    def records(file: str, position: int, length: int) -> bytes | FileSlice:
+        piece = FileSlice(file, position, length)
+        return piece if records_as_slices else read_segment(piece)
+
+    return FetchResponseData(
+        throttle_time_ms=12,
+        error_code=0,
+        session_id=1234,
+        topics=(
+            FetchTopicResponse(
+                name="orders",
+                topic_id=ORDERS_ID,
+                partitions=(
+                    FetchPartitionResponse(
+                        partition_index=0,
+                        high_watermark=500,
+                        last_stable_offset=480,
+                        log_start_offset=7,
+                        aborted_transactions=(AbortedTransaction(42, 470),),
+                        preferred_read_replica=-1,
+                        records=records("00000000000000000000.log", 1000, 20000),
+                    ),
+                    FetchPartitionResponse(
+                        partition_index=1,
+                        error_code=ErrorCode.offset_out_of_range,
+                        high_watermark=9,
+                        last_stable_offset=9,
+                        log_start_offset=0,
+                        aborted_transactions=None,
+                        records=None,
+                    ),
+                    FetchPartitionResponse(
+                        partition_index=2,
+                        high_watermark=12500,
+                        last_stable_offset=12500,
+                        log_start_offset=12345,
+                        aborted_transactions=(),
+                        preferred_read_replica=3,
+                        records=records("00000000000000012345.log", 10, 5),
+                    ),
+                ),
+            ),
+            FetchTopicResponse(name="empty", topic_id=EMPTY_ID, partitions=()),
+            FetchTopicResponse(
+                name="tail",
+                topic_id=ORDERS_ID,
+                partitions=(
+                    FetchPartitionResponse(
+                        partition_index=9,
+                        high_watermark=1,
+                        records=records("00000000000000012345.log", 0, 300),
+                    ),
+                ),
+            ),
+        ),
+    )
+
+
+def kio_module(version: int) -> ModuleType:
+    return importlib.import_module(f"kio.schema.fetch.v{version}.response")
+
+
+def build(cls: type, **values: Any) -> Any:
+    """A kio entity from the values its version has (fields come and go by version)."""
+    names = {field.name for field in dataclasses.fields(cls)}
+    return cls(**{name: value for name, value in values.items() if name in names})
+
+
+def as_kio(version: int, data: FetchResponseData) -> Any:
+    """The same response built as kio entities: the all-bytes oracle."""
+    module = kio_module(version)
+
+    def partition(p: FetchPartitionResponse) -> Any:
+        aborted = p.aborted_transactions
+        assert not isinstance(p.records, FileSlice)
+        return build(
+            module.PartitionData,
+            partition_index=p.partition_index,
+            error_code=ErrorCode(p.error_code),
+            high_watermark=p.high_watermark,
+            last_stable_offset=p.last_stable_offset,
+            log_start_offset=p.log_start_offset,
+            aborted_transactions=None
+            if aborted is None
+            else tuple(
+                build(
+                    module.AbortedTransaction,
+                    producer_id=a.producer_id,
+                    first_offset=a.first_offset,
+                )
+                for a in aborted
+            ),
+            preferred_read_replica=p.preferred_read_replica,
+            records=p.records,
+        )
+
+    topics = tuple(
+        build(
+            module.FetchableTopicResponse,
+            topic=t.name,
+            topic_id=t.topic_id,
+            partitions=tuple(partition(p) for p in t.partitions),
+        )
+        for t in data.topics
+    )
+    return build(
+        module.FetchResponse,
+        throttle_time=i32Timedelta.parse(datetime.timedelta(milliseconds=data.throttle_time_ms)),
+        error_code=ErrorCode(data.error_code),
+        session_id=data.session_id,
+        responses=topics,
+    )
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_sliced_response_materializes_to_kios_all_bytes_encoding(version: int) -> None:
+    chunks = encode_fetch_response(31, version, sample(records_as_slices=True))
+    wire = materialize(chunks, read_segment)
+    expected = encode_response(31, as_kio(version, sample(records_as_slices=False)))
+    assert wire == expected
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_sliced_and_inline_records_encode_identically(version: int) -> None:
+    sliced = materialize(encode_fetch_response(8, version, sample(True)), read_segment)
+    inline = encode_fetch_response(8, version, sample(False))
+    assert len(inline) == 1 and type(inline[0]) is bytes
+    assert sliced == inline[0]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_kio_reader_decodes_the_materialized_frame(version: int) -> None:
+    wire = materialize(encode_fetch_response(77, version, sample(True)), read_segment)
+    (size,) = struct.unpack_from(">i", wire)
+    assert size == len(wire) - 4
+    response_type = type(as_kio(version, sample(False)))
+    correlation_id, body = decode_response(wire[4:], response_type)
+    assert correlation_id == 77
+    assert body == as_kio(version, sample(False))
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_kafka_python_decodes_the_materialized_frame(version: int) -> None:
+    wire = materialize(encode_fetch_response(5, version, sample(True)), read_segment)
+    decoded = KafkaPythonFetchResponse.decode(wire, version=version, header=True, framed=True)
+    assert decoded.header.correlation_id == 5
+    assert decoded.throttle_time_ms == 12
+    first = decoded.responses[0]
+    if version >= 13:
+        assert first.topic_id == ORDERS_ID
+    else:
+        assert first.topic == "orders"
+    partitions = first.partitions
+    assert [p.partition_index for p in partitions] == [0, 1, 2]
+    assert partitions[1].error_code == ErrorCode.offset_out_of_range
+    assert bytes(partitions[0].records) == SEGMENTS["00000000000000000000.log"][1000:21000]
+    assert partitions[1].records is None
+    assert bytes(partitions[2].records) == b"\xab" * 5
+
+
+def test_chunks_alternate_bytes_and_the_very_slices_given() -> None:
+    data = sample(True)
+    chunks = encode_fetch_response(1, 12, data)
+    slices = [chunk for chunk in chunks if isinstance(chunk, FileSlice)]
+    given = [
+        p.records for t in data.topics for p in t.partitions if isinstance(p.records, FileSlice)
+    ]
+    assert slices == given
+    assert all(a is b for a, b in zip(slices, given, strict=True))
+    kinds = [isinstance(chunk, FileSlice) for chunk in chunks]
+    assert kinds == [False, True, False, True, False, True, False]
+    assert wire_size(chunks) == len(materialize(chunks, read_segment))
+
+
+def test_response_ending_in_a_slice_has_no_empty_trailing_chunk() -> None:
+    # Non-flexible versions end with the last records field: nothing follows the slice.
+    piece = FileSlice("00000000000000012345.log", 0, 10)
+    data = FetchResponseData(
+        topics=(
+            FetchTopicResponse(name="t", partitions=(FetchPartitionResponse(0, records=piece),)),
+        )
+    )
+    chunks = encode_fetch_response(1, 11, data)
+    assert chunks[-1] is piece
+    assert all(len(chunk) for chunk in chunks if isinstance(chunk, bytes))
+
+
+def test_size_prefix_counts_slice_lengths_without_reading_them() -> None:
+    piece = FileSlice(17, 0, 1_000_000)  # an fd; never read here
+    data = FetchResponseData(
+        topics=(
+            FetchTopicResponse(name="t", partitions=(FetchPartitionResponse(0, records=piece),)),
+        )
+    )
+    chunks = encode_fetch_response(1, 4, data)
+    head = chunks[0]
+    assert isinstance(head, bytes)
+    (size,) = struct.unpack_from(">i", head)
+    assert size == wire_size(chunks) - 4
+    assert head[-4:] == struct.pack(">i", 1_000_000)  # legacy records length
+
+
+def test_flexible_records_length_is_a_uvarint_of_length_plus_one() -> None:
+    piece = FileSlice("f", 0, 300)  # 301 = 0xad 0x02
+    data = FetchResponseData(
+        topics=(
+            FetchTopicResponse(
+                topic_id=ORDERS_ID, partitions=(FetchPartitionResponse(0, records=piece),)
+            ),
+        )
+    )
+    head = encode_fetch_response(1, 13, data)[0]
+    assert isinstance(head, bytes) and head.endswith(b"\xad\x02")
+
+
+def test_empty_slice_is_sent_as_empty_records() -> None:
+    data = FetchResponseData(
+        topics=(
+            FetchTopicResponse(
+                name="t", partitions=(FetchPartitionResponse(0, records=FileSlice("f", 5, 0)),)
+            ),
+        )
+    )
+    chunks = encode_fetch_response(1, 12, data)
+    assert len(chunks) == 1
+    assert chunks == encode_fetch_response(
+        1,
+        12,
+        dataclasses.replace(
+            data,
+            topics=(
+                FetchTopicResponse(name="t", partitions=(FetchPartitionResponse(0, records=b""),)),
+            ),
+        ),
+    )
+
+
+def test_short_read_is_refused_because_the_size_is_already_promised() -> None:
+    chunks = encode_fetch_response(1, 12, sample(True))
+    with pytest.raises(ValueError, match="segment changed"):
+        materialize(chunks, lambda piece: read_segment(piece)[:-1])
+
+
+def test_v13_needs_topic_ids() -> None:
+    data = FetchResponseData(topics=(FetchTopicResponse(name="orders"),))
+    with pytest.raises(ValueError, match="topic_id"):
+        encode_fetch_response(1, 13, data)
+
+
+@pytest.mark.parametrize("version", [3, 19])
+def test_versions_outside_4_to_18_are_refused(version: int) -> None:
+    with pytest.raises(ValueError, match="not encodable"):
+        encode_fetch_response(1, version, FetchResponseData())
+
+
+@pytest.mark.parametrize(("position", "length"), [(-1, 0), (0, -1), (0, 2**31)])
+def test_file_slice_rejects_impossible_ranges(position: int, length: int) -> None:
+    with pytest.raises(ValueError):
+        FileSlice("f", position, length)
