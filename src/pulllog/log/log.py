@@ -39,6 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .cleaner import complete_interrupted_swaps
 from .config import LogConfig
 from .records import (
     BatchHeader,
@@ -163,7 +164,7 @@ class Log:
     def _load(self) -> None:
         marker = self.directory / CLEAN_SHUTDOWN_FILE
         clean = marker.exists()
-        self._cleanup_stray_files()
+        swapped = self._cleanup_stray_files()
         self.recovery_point = _read_offset(self.directory / RECOVERY_POINT_FILE, 0)
         self.log_start_offset = _read_offset(self.directory / LOG_START_OFFSET_FILE, 0)
         report = RecoveryReport(clean=clean)
@@ -181,7 +182,9 @@ class Log:
                 segment.delete()
                 report.deleted_segments += 1
                 continue
-            needs_check = (not clean) and segment_may_hold(segment, self.recovery_point, bases)
+            needs_check = base in swapped or (
+                (not clean) and segment_may_hold(segment, self.recovery_point, bases)
+            )
             if not needs_check and segment.load():
                 segments.append(segment)
                 continue
@@ -218,16 +221,16 @@ class Log:
             for problem in report.problems:
                 log.warning("%s: recovery: %s", self.directory.name, problem)
 
-    def _cleanup_stray_files(self) -> None:
-        """Finish or undo interrupted compaction swaps and deletions."""
+    def _cleanup_stray_files(self) -> set[int]:
+        """Finish or undo interrupted compaction swaps and deletions.
+
+        Returns the base offsets of segments a finished swap put in place (their indexes
+        must be rebuilt); see cleaner.py for the swap protocol."""
         for path in self.directory.iterdir():
             name = path.name
             if name.endswith(".deleted") or name.endswith(".cleaned") or name.endswith(".tmp"):
                 path.unlink(missing_ok=True)
-        for path in sorted(self.directory.glob("*.swap")):
-            # A .swap file is a complete cleaned segment: finish the swap it was part of.
-            target = self.directory / path.name.removesuffix(".swap")
-            os.replace(path, target)
+        return complete_interrupted_swaps(self.directory)
 
     # ------------------------------------------------------------------ properties
 
