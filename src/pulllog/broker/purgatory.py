@@ -90,8 +90,11 @@ class OperationCancelled(Exception):
     """The operation was cancelled (or its purgatory shut down) before it completed."""
 
 
-class PurgatoryShutDown(RuntimeError):
-    """An operation was offered to a purgatory that has been shut down."""
+class PurgatoryShutDown(OperationCancelled):
+    """An operation was offered to a purgatory that has been shut down.
+
+    A kind of :exc:`OperationCancelled`, so a handler catches both with one clause.
+    """
 
 
 class _State(enum.Enum):
@@ -108,7 +111,7 @@ class DelayedOperation(TimerTask):
     completion, e.g. build the response), and may override :meth:`on_expiration`.
     """
 
-    __slots__ = ("_once", "_state", "_done", "_purgatory", "_watch_keys")
+    __slots__ = ("_once", "_state", "_done", "_purgatory")
 
     def __init__(self, delay_ms: int) -> None:
         super().__init__(delay_ms)
@@ -116,7 +119,6 @@ class DelayedOperation(TimerTask):
         self._state = _State.WAITING
         self._done: anyio.Event | None = None  # created by the first waiter
         self._purgatory: DelayedOperationPurgatory[Hashable, DelayedOperation] | None = None
-        self._watch_keys: tuple[Hashable, ...] = ()
 
     # -- to implement -------------------------------------------------------------
 
@@ -217,7 +219,8 @@ class DelayedOperationPurgatory(Generic[K, Op]):
         self._clock = clock
         self._timer = Timer(clock=clock, tick_ms=tick_ms, wheel_size=wheel_size)
         self._watchers: dict[K, dict[Op, None]] = {}
-        self._waiting: dict[Op, None] = {}  # every operation not yet completed or cancelled
+        # Every operation not yet completed or cancelled, with the keys it is watched under.
+        self._waiting: dict[Op, tuple[K, ...]] = {}
         self._shut_down = False
         self._running = False
         self._wakeup: anyio.Event | None = None  # set to wake the driver early
@@ -339,8 +342,7 @@ class DelayedOperationPurgatory(Generic[K, Op]):
 
     def _watch(self, op: Op, keys: tuple[K, ...]) -> None:
         op._purgatory = self  # type: ignore[assignment]
-        op._watch_keys = keys
-        self._waiting[op] = None
+        self._waiting[op] = keys
         for key in keys:
             watching = self._watchers.get(key)
             if watching is None:
@@ -349,14 +351,13 @@ class DelayedOperationPurgatory(Generic[K, Op]):
 
     def _forget(self, op: Op) -> None:
         # Called once per operation, when it completes or is cancelled.
-        self._waiting.pop(op, None)
-        for key in op._watch_keys:
-            watching = self._watchers.get(key)  # type: ignore[call-overload]
+        for key in self._waiting.pop(op, ()):
+            watching = self._watchers.get(key)
             if watching is None:
                 continue
             watching.pop(op, None)
             if not watching:
-                del self._watchers[key]  # type: ignore[arg-type]
+                del self._watchers[key]
 
     def _wake_driver_if_earlier(self) -> None:
         wakeup = self._wakeup

@@ -10,6 +10,7 @@ from __future__ import annotations
 import click
 
 from .inspect import inspect
+from .serve import serve
 
 __all__ = ["main"]
 
@@ -21,3 +22,4 @@ def main() -> None:
 
 
 main.add_command(inspect)
+main.add_command(serve)

@@ -50,7 +50,7 @@ import struct
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 __all__ = [
     "FETCH_MAX_VERSION",
@@ -80,12 +80,15 @@ _ABORTED: Final = struct.Struct(">qq")
 
 @dataclass(frozen=True, slots=True)
 class FileSlice:
-    """``length`` bytes of ``file`` (a path or an open file descriptor) from ``position``.
+    """``length`` bytes of ``file`` from ``position``.
 
-    A description only: nothing here opens or reads the file.
+    ``file`` is a path, a descriptor, or an open file object; the broker passes the
+    segment's open file object, so the data stays readable until the response is sent
+    even if retention unlinks the segment meanwhile. A description only: nothing here
+    opens or reads the file.
     """
 
-    file: str | os.PathLike[str] | int
+    file: str | os.PathLike[str] | int | Any
     position: int
     length: int
 

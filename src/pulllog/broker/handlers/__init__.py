@@ -1,0 +1,81 @@
+"""One module per Kafka API, each registering its handler and the versions it serves.
+
+A newcomer finds the Fetch code in ``fetch.py``. ApiVersions is derived from this registry,
+so what the broker advertises cannot drift from what it implements.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ...net.protocol import Request
+    from ..broker import Broker
+
+__all__ = ["Handler", "RequestContext", "handler", "registry"]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    request: "Request"
+    client_host: str
+    client_port: int
+    connection_id: int
+
+    @property
+    def version(self) -> int:
+        return self.request.api_version
+
+    @property
+    def body(self) -> Any:
+        return self.request.body
+
+
+HandlerFn = Callable[["Broker", RequestContext], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Handler:
+    api_key: int
+    name: str
+    min_version: int
+    max_version: int
+    fn: HandlerFn
+
+
+_REGISTRY: dict[int, Handler] = {}
+
+_MODULES = (
+    "api_versions",
+    "metadata",
+    "produce",
+    "fetch",
+    "list_offsets",
+    "create_topics",
+    "delete_topics",
+    "create_partitions",
+    "configs",
+    "delete_records",
+    "init_producer_id",
+)
+
+
+def handler(api_key: int, name: str, min_version: int, max_version: int) -> Callable[[HandlerFn], HandlerFn]:
+    def register(fn: HandlerFn) -> HandlerFn:
+        if api_key in _REGISTRY:
+            raise RuntimeError(f"two handlers for api key {api_key}")
+        _REGISTRY[api_key] = Handler(api_key, name, min_version, max_version, fn)
+        return fn
+
+    return register
+
+
+def registry() -> dict[int, Handler]:
+    """Import every handler module once and return api key -> Handler."""
+    if not _REGISTRY:
+        for module in _MODULES:
+            importlib.import_module(f"{__name__}.{module}")
+    return _REGISTRY

@@ -1,0 +1,158 @@
+"""DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44) for topics and
+the broker. Topic config changes take effect at once on every partition's log; broker
+configs are read-only here (they come from server.properties and the command line)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from ...log import ConfigError, LogConfig
+from ...net.build import build, response_class
+from ..topics import UnknownTopicError
+from . import RequestContext, handler
+
+if TYPE_CHECKING:
+    from ..broker import Broker
+
+TOPIC, BROKER = 2, 4
+# DescribeConfigs config sources
+DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
+# IncrementalAlterConfigs operations
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+# config_type (KIP-569)
+_STRING, _INT, _LONG, _DOUBLE, _LIST, _BOOLEAN = 2, 3, 4, 5, 7, 1
+
+
+def _config_type(value: str) -> int:
+    if value in ("true", "false"):
+        return _BOOLEAN
+    try:
+        int(value)
+        return _LONG
+    except ValueError:
+        pass
+    try:
+        float(value)
+        return _DOUBLE
+    except ValueError:
+        return _STRING
+
+
+def topic_config_entries(broker: "Broker", config: LogConfig, overridden: set[str]) -> list[dict[str, Any]]:
+    defaults = broker.config.log_defaults.to_kafka()
+    out = []
+    for name, value in config.to_kafka().items():
+        if name in overridden:
+            source = DYNAMIC_TOPIC_CONFIG
+        elif value != LogConfig().to_kafka()[name] or defaults[name] != LogConfig().to_kafka()[name]:
+            source = STATIC_BROKER_CONFIG
+        else:
+            source = DEFAULT_CONFIG
+        out.append({"name": name, "value": value, "config_source": source})
+    return out
+
+
+def _describe_one(broker: "Broker", r: Any, version: int) -> dict[str, Any]:
+    keys = set(r.configuration_keys) if r.configuration_keys else None
+    base = {"resource_type": r.resource_type, "resource_name": r.resource_name}
+    if r.resource_type == TOPIC:
+        try:
+            topic = broker.topics.get(r.resource_name)
+        except UnknownTopicError as exc:
+            return {**base, "error_code": ErrorCode.unknown_topic_or_partition, "error_message": str(exc), "configs": []}
+        entries = topic_config_entries(broker, topic.config, set(topic.overrides))
+    elif r.resource_type == BROKER:
+        if r.resource_name not in ("", str(broker.config.node_id)):
+            return {**base, "error_code": ErrorCode.invalid_request,
+                    "error_message": f"this is broker {broker.config.node_id}, not {r.resource_name}", "configs": []}
+        entries = [{"name": k, "value": v, "config_source": STATIC_BROKER_CONFIG} for k, v in broker.config.describe().items()]
+    else:
+        return {**base, "error_code": ErrorCode.invalid_request,
+                "error_message": f"resource type {r.resource_type} is not supported", "configs": []}
+    configs = []
+    for e in entries:
+        if keys is not None and e["name"] not in keys:
+            continue
+        configs.append({
+            "name": e["name"], "value": e["value"], "read_only": r.resource_type == BROKER,
+            "is_default": e["config_source"] == DEFAULT_CONFIG, "config_source": e["config_source"],
+            "is_sensitive": False, "synonyms": [], "config_type": _config_type(e["value"]), "documentation": None,
+        })
+    return {**base, "error_code": 0, "error_message": None, "configs": configs}
+
+
+@handler(32, "DescribeConfigs", 1, 4)
+async def describe(broker: "Broker", ctx: RequestContext) -> Any:
+    results = [_describe_one(broker, r, ctx.version) for r in ctx.body.resources]
+    return build(response_class("describe_configs", ctx.version), {"throttle_time": 0, "results": results})
+
+
+def _alter(broker: "Broker", r: Any, new: dict[str, str], validate_only: bool) -> dict[str, Any]:
+    base = {"resource_type": r.resource_type, "resource_name": r.resource_name}
+    if r.resource_type == BROKER:
+        return {**base, "error_code": ErrorCode.invalid_request,
+                "error_message": "broker configs are static in pulllog: edit server.properties and restart"}
+    if r.resource_type != TOPIC:
+        return {**base, "error_code": ErrorCode.invalid_request,
+                "error_message": f"resource type {r.resource_type} is not supported"}
+    try:
+        broker.topics.alter_config(r.resource_name, new, validate_only=validate_only)
+    except UnknownTopicError as exc:
+        return {**base, "error_code": ErrorCode.unknown_topic_or_partition, "error_message": str(exc)}
+    except ConfigError as exc:
+        return {**base, "error_code": ErrorCode.invalid_config, "error_message": str(exc)}
+    return {**base, "error_code": 0, "error_message": None}
+
+
+@handler(33, "AlterConfigs", 0, 2)
+async def alter(broker: "Broker", ctx: RequestContext) -> Any:
+    responses = []
+    for r in ctx.body.resources:
+        # AlterConfigs replaces the whole set of overrides
+        new = {c.name: c.value for c in r.configs if c.value is not None}
+        responses.append(_alter(broker, r, new, bool(ctx.body.validate_only)))
+    return build(response_class("alter_configs", ctx.version), {"throttle_time": 0, "responses": responses})
+
+
+@handler(44, "IncrementalAlterConfigs", 0, 1)
+async def incremental_alter(broker: "Broker", ctx: RequestContext) -> Any:
+    responses = []
+    for r in ctx.body.resources:
+        current: dict[str, str] = {}
+        if r.resource_type == TOPIC and r.resource_name in broker.topics.topics:
+            topic = broker.topics.topics[r.resource_name]
+            current = dict(topic.overrides)
+        error = None
+        for c in r.configs:
+            if c.config_operation == SET:
+                if c.value is None:
+                    error = f"{c.name}: SET needs a value"
+                    break
+                current[c.name] = c.value
+            elif c.config_operation == DELETE:
+                current.pop(c.name, None)
+            elif c.config_operation in (APPEND, SUBTRACT):
+                if c.name != "cleanup.policy":
+                    error = f"{c.name} is not a list config; APPEND and SUBTRACT apply to list configs only"
+                    break
+                base_value = current.get(c.name) or (
+                    broker.topics.topics[r.resource_name].config.cleanup_policy
+                    if r.resource_name in broker.topics.topics else "delete")
+                items = [x for x in base_value.split(",") if x]
+                for item in (c.value or "").split(","):
+                    if c.config_operation == APPEND and item and item not in items:
+                        items.append(item)
+                    if c.config_operation == SUBTRACT and item in items:
+                        items.remove(item)
+                current[c.name] = ",".join(items)
+            else:
+                error = f"unknown config operation {c.config_operation}"
+                break
+        if error is not None:
+            responses.append({"resource_type": r.resource_type, "resource_name": r.resource_name,
+                              "error_code": ErrorCode.invalid_config, "error_message": error})
+            continue
+        responses.append(_alter(broker, r, current, bool(ctx.body.validate_only)))
+    return build(response_class("incremental_alter_configs", ctx.version), {"throttle_time": 0, "responses": responses})

@@ -1,0 +1,81 @@
+"""CreateTopics (19): validated as Kafka does (TOPIC_ALREADY_EXISTS, INVALID_PARTITIONS,
+INVALID_REPLICATION_FACTOR, INVALID_CONFIG, INVALID_TOPIC_EXCEPTION), with validate_only."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from ...log import ConfigError
+from ...net.build import build, response_class
+from ..topics import InvalidTopicError, TopicExistsError
+from . import RequestContext, handler
+from .configs import topic_config_entries
+
+if TYPE_CHECKING:
+    from ..broker import Broker
+
+
+@handler(19, "CreateTopics", 2, 7)
+async def handle(broker: "Broker", ctx: RequestContext) -> Any:
+    body = ctx.body
+    validate_only = bool(getattr(body, "validate_only", False))
+    results = []
+    seen: set[str] = set()
+    for t in body.topics:
+        results.append(create_one(broker, t, validate_only, duplicate=t.name in seen))
+        seen.add(t.name)
+    return build(response_class("create_topics", ctx.version), {"throttle_time": 0, "topics": results})
+
+
+def _error(name: str, code: ErrorCode, message: str) -> dict[str, Any]:
+    return {"name": name, "topic_id": None, "error_code": code, "error_message": message,
+            "num_partitions": -1, "replication_factor": -1, "configs": []}
+
+
+def create_one(broker: "Broker", t: Any, validate_only: bool, duplicate: bool) -> dict[str, Any]:
+    name = t.name
+    if duplicate:
+        return _error(name, ErrorCode.invalid_request, f"topic {name!r} appears twice in the request")
+    partitions = broker.config.num_partitions if t.num_partitions == -1 else t.num_partitions
+    replication = broker.config.default_replication_factor if t.replication_factor == -1 else t.replication_factor
+    if t.assignments:
+        return _error(name, ErrorCode.invalid_request, "manual replica assignments are not supported; give a partition count")
+    if partitions < 1:
+        return _error(name, ErrorCode.invalid_partitions, f"number of partitions must be at least 1, not {partitions}")
+    if replication != 1:
+        return _error(name, ErrorCode.invalid_replication_factor,
+                      f"replication factor {replication} is larger than the 1 available broker")
+    configs = {c.name: c.value for c in t.configs}
+    if any(v is None for v in configs.values()):
+        return _error(name, ErrorCode.invalid_config, "config values may not be null")
+    try:
+        config = broker.topics.check_new_topic(name, partitions, configs)
+        if not validate_only:
+            topic = broker.topics.create(name, partitions, configs)
+            topic_id = topic.topic_id
+        else:
+            topic_id = None
+    except TopicExistsError as exc:
+        return _error(name, ErrorCode.topic_already_exists, str(exc))
+    except InvalidTopicError as exc:
+        return _error(name, ErrorCode.invalid_topic_exception, str(exc))
+    except ConfigError as exc:
+        return _error(name, ErrorCode.invalid_config, str(exc))
+    except ValueError as exc:
+        return _error(name, ErrorCode.invalid_partitions, str(exc))
+    entries = topic_config_entries(broker, config, set(configs))
+    return {
+        "name": name,
+        "topic_id": topic_id,
+        "error_code": 0,
+        "error_message": None,
+        "num_partitions": partitions,
+        "replication_factor": 1,
+        "configs": [
+            {"name": e["name"], "value": e["value"], "read_only": False,
+             "config_source": e["config_source"], "is_sensitive": False}
+            for e in entries
+        ],
+    }

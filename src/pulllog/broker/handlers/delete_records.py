@@ -1,0 +1,39 @@
+"""DeleteRecords (21): move a partition's log start offset forward (-1 = the high watermark)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from ...log import OffsetOutOfRangeError
+from ...net.build import build, response_class
+from . import RequestContext, handler
+
+if TYPE_CHECKING:
+    from ..broker import Broker
+
+
+@handler(21, "DeleteRecords", 0, 2)
+async def handle(broker: "Broker", ctx: RequestContext) -> Any:
+    topics = []
+    for t in ctx.body.topics:
+        topic = broker.topics.topics.get(t.name)
+        parts = []
+        for p in t.partitions:
+            index = p.partition_index
+            if topic is None or not 0 <= index < len(topic.partitions):
+                parts.append({"partition_index": index, "low_watermark": -1,
+                              "error_code": ErrorCode.unknown_topic_or_partition})
+                continue
+            log = topic.partitions[index].log
+            target = log.high_watermark if p.offset == -1 else p.offset
+            try:
+                low = log.delete_records_before(target)
+                parts.append({"partition_index": index, "low_watermark": low, "error_code": 0})
+            except OffsetOutOfRangeError:
+                parts.append({"partition_index": index, "low_watermark": -1, "error_code": ErrorCode.offset_out_of_range})
+            except OSError:
+                parts.append({"partition_index": index, "low_watermark": -1, "error_code": ErrorCode.kafka_storage_error})
+        topics.append({"name": t.name, "partitions": parts})
+    return build(response_class("delete_records", ctx.version), {"throttle_time": 0, "topics": topics})

@@ -1,0 +1,38 @@
+"""DeleteTopics (20): by name, or by topic id from v6."""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from ...net.build import build, response_class
+from . import RequestContext, handler
+
+if TYPE_CHECKING:
+    from ..broker import Broker
+
+
+@handler(20, "DeleteTopics", 1, 6)
+async def handle(broker: "Broker", ctx: RequestContext) -> Any:
+    body = ctx.body
+    if ctx.version >= 6:
+        requested = [(t.name, t.topic_id) for t in body.topics]
+    else:
+        requested = [(name, None) for name in body.topic_names]
+    responses = []
+    for name, topic_id in requested:
+        topic = None
+        if name:
+            topic = broker.topics.topics.get(name)
+        elif topic_id is not None and topic_id != uuid.UUID(int=0):
+            topic = broker.topics.by_id(topic_id)
+        if topic is None:
+            code = ErrorCode.unknown_topic_id if (not name and ctx.version >= 6) else ErrorCode.unknown_topic_or_partition
+            responses.append({"name": name, "topic_id": topic_id, "error_code": code,
+                              "error_message": f"topic {name or topic_id} does not exist"})
+            continue
+        broker.delete_topic(topic.name)
+        responses.append({"name": topic.name, "topic_id": topic.topic_id, "error_code": 0, "error_message": None})
+    return build(response_class("delete_topics", ctx.version), {"throttle_time": 0, "responses": responses})

@@ -1,0 +1,44 @@
+"""Map pulllog's exceptions to Kafka error codes, in one place."""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from ...log import (
+    ConfigError,
+    CorruptRecordError,
+    InvalidRecordError,
+    OffsetOutOfRangeError,
+    RecordErrors,
+    RecordTooLargeError,
+    UnsupportedMagicError,
+)
+from ..topics import InvalidTopicError, TopicExistsError, UnknownTopicError
+
+__all__ = ["error_code_for"]
+
+
+def error_code_for(exc: BaseException) -> ErrorCode:
+    match exc:
+        case UnknownTopicError():
+            return ErrorCode.unknown_topic_or_partition
+        case InvalidTopicError():
+            return ErrorCode.invalid_topic_exception
+        case TopicExistsError():
+            return ErrorCode.topic_already_exists
+        case OffsetOutOfRangeError():
+            return ErrorCode.offset_out_of_range
+        case RecordTooLargeError():
+            return ErrorCode.message_too_large
+        case UnsupportedMagicError():
+            return ErrorCode.unsupported_for_message_format
+        case RecordErrors():
+            return ErrorCode.invalid_record
+        case CorruptRecordError():
+            return ErrorCode.corrupt_message
+        case InvalidRecordError():
+            return ErrorCode.corrupt_message
+        case ConfigError():
+            return ErrorCode.invalid_config
+        case _:
+            return ErrorCode.unknown_server_error

@@ -1,0 +1,144 @@
+"""Fetch (1): segment bytes straight to the socket, with long polling in the purgatory.
+
+The broker never decodes records here: each partition's data is a ``FileSlice`` of a
+segment file, which the connection sends with sendfile. ``fetch.max.bytes`` and the
+per-partition max bytes are honoured, except that the first partition with data returns
+at least one whole batch (so a consumer can always make progress).
+
+If fewer than ``min_bytes`` are available, the request waits in the fetch purgatory until
+enough is appended to a partition it reads (``check_and_complete`` on append) or until
+``max_wait_ms`` passes, then reads again. Fetch sessions (KIP-227) are answered
+sessionless (session id 0), which every client accepts: it then sends full requests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from ...log import Log, OffsetOutOfRangeError
+from ...net.fetch import (
+    FetchPartitionResponse,
+    FetchResponseData,
+    FetchTopicResponse,
+    FileSlice,
+    encode_fetch_response,
+)
+from ..purgatory import DelayedOperation
+from . import RequestContext, handler
+
+if TYPE_CHECKING:
+    from ..broker import Broker
+
+READ_COMMITTED = 1
+
+
+@dataclass(slots=True)
+class _Watch:
+    log: Log
+    fetch_offset: int
+    segment: object
+    start_size: int
+
+
+class DelayedFetch(DelayedOperation):
+    """Completes once ``min_bytes`` could be returned (estimated from segment growth)."""
+
+    def __init__(self, delay_ms: int, min_bytes: int, watches: list[_Watch]) -> None:
+        super().__init__(delay_ms)
+        self.min_bytes = min_bytes
+        self.watches = watches
+
+    def try_complete(self) -> bool:
+        available = 0
+        for w in self.watches:
+            if w.log.log_end_offset <= w.fetch_offset:
+                continue
+            active = w.log.active_segment
+            available += (active.size - w.start_size) if active is w.segment else self.min_bytes
+            if available >= self.min_bytes:
+                return self.force_complete()
+        return False
+
+    def on_complete(self) -> None:
+        """Nothing to do: the handler reads the partitions again once woken."""
+
+
+def _partition_max_bytes(p: Any) -> int:
+    return int(getattr(p, "partition_max_bytes", 1 << 20))
+
+
+def read_partitions(broker: "Broker", topics: Any, max_bytes: int, isolation: int) -> tuple[list[FetchTopicResponse], int]:
+    remaining = max_bytes
+    total = 0
+    out: list[FetchTopicResponse] = []
+    for t in topics:
+        name = t.topic
+        topic = broker.topics.topics.get(name)
+        parts: list[FetchPartitionResponse] = []
+        for p in t.partitions:
+            index = p.partition
+            if topic is None or not 0 <= index < len(topic.partitions):
+                parts.append(FetchPartitionResponse(index, ErrorCode.unknown_topic_or_partition.value, records=b""))
+                continue
+            log = topic.partitions[index].log
+            hw = log.high_watermark
+            lso = hw  # no open transactions yet: last stable offset = high watermark
+            aborted = [] if isolation == READ_COMMITTED else None
+            try:
+                piece = None
+                if remaining > 0:
+                    piece = log.read(
+                        p.fetch_offset,
+                        min(_partition_max_bytes(p), remaining),
+                        max_offset=lso if isolation == READ_COMMITTED else hw,
+                        min_one_batch=total == 0,
+                    )
+                elif p.fetch_offset < log.log_start_offset or p.fetch_offset > log.log_end_offset:
+                    raise OffsetOutOfRangeError(p.fetch_offset, log.log_start_offset, log.log_end_offset)
+            except OffsetOutOfRangeError:
+                parts.append(FetchPartitionResponse(index, ErrorCode.offset_out_of_range.value, hw, lso,
+                                                    log.log_start_offset, aborted, records=b""))
+                continue
+            records: bytes | FileSlice = b""
+            if piece is not None:
+                records = FileSlice(piece.file, piece.position, piece.length)
+                total += piece.length
+                remaining -= piece.length
+            parts.append(FetchPartitionResponse(index, 0, hw, lso, log.log_start_offset, aborted, records=records))
+        out.append(FetchTopicResponse(name=name, partitions=parts))
+    return out, total
+
+
+def _watches(broker: "Broker", topics: Any) -> list[_Watch]:
+    watches = []
+    for t in topics:
+        topic = broker.topics.topics.get(t.topic)
+        if topic is None:
+            continue
+        for p in t.partitions:
+            if 0 <= p.partition < len(topic.partitions):
+                log = topic.partitions[p.partition].log
+                active = log.active_segment
+                watches.append(_Watch(log, p.fetch_offset, active, active.size))
+    return watches
+
+
+@handler(1, "Fetch", 4, 12)
+async def handle(broker: "Broker", ctx: RequestContext) -> Any:
+    body = ctx.body
+    max_bytes = int(getattr(body, "max_bytes", 2**31 - 1))
+    isolation = int(getattr(body, "isolation_level", 0))
+    max_wait_ms = int(body.max_wait.total_seconds() * 1000)
+    min_bytes = int(body.min_bytes)
+    topics, total = read_partitions(broker, body.topics, max_bytes, isolation)
+    has_error = any(p.error_code for t in topics for p in t.partitions)
+    if total < min_bytes and max_wait_ms > 0 and not has_error and body.topics:
+        op = DelayedFetch(max_wait_ms, min_bytes, _watches(broker, body.topics))
+        keys = [(t.topic, p.partition) for t in body.topics for p in t.partitions]
+        await broker.fetch_purgatory.wait(op, keys)
+        topics, total = read_partitions(broker, body.topics, max_bytes, isolation)
+    data = FetchResponseData(throttle_time_ms=0, error_code=0, session_id=0, topics=topics)
+    return encode_fetch_response(ctx.request.correlation_id, ctx.version, data)

@@ -1,0 +1,31 @@
+"""InitProducerId (22): hand out producer ids so idempotent producers (the default in
+librdkafka and the Java client) start. Sequence checking and transactions come later;
+ids are unique per broker run and across restarts (seeded from the clock)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from ...net.build import build, response_class
+from . import RequestContext, handler
+
+if TYPE_CHECKING:
+    from ..broker import Broker
+
+
+@handler(22, "InitProducerId", 0, 4)
+async def handle(broker: "Broker", ctx: RequestContext) -> Any:
+    body = ctx.body
+    if body.transactional_id is not None:
+        data = {"throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed
+                if False else ErrorCode.coordinator_not_available, "producer_id": -1, "producer_epoch": -1}
+        return build(response_class("init_producer_id", ctx.version), data)
+    existing = int(getattr(body, "producer_id", -1))
+    if existing >= 0:
+        producer_id, epoch = existing, int(getattr(body, "producer_epoch", -1)) + 1
+    else:
+        producer_id, epoch = broker.next_producer_id(), 0
+    data = {"throttle_time": 0, "error_code": 0, "producer_id": producer_id, "producer_epoch": epoch}
+    return build(response_class("init_producer_id", ctx.version), data)

@@ -1,0 +1,55 @@
+"""ListOffsets (2): earliest (-2) = log start offset, latest (-1) = high watermark,
+max timestamp (-3), or the earliest offset whose timestamp is >= the target (through the
+time index), else -1."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from ...net.build import build, response_class
+from . import RequestContext, handler
+
+if TYPE_CHECKING:
+    from ..broker import Broker
+
+LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
+
+
+@handler(2, "ListOffsets", 1, 7)
+async def handle(broker: "Broker", ctx: RequestContext) -> Any:
+    topics = []
+    isolation = int(getattr(ctx.body, "isolation_level", 0))
+    for t in ctx.body.topics:
+        topic = broker.topics.topics.get(t.name)
+        parts = []
+        for p in t.partitions:
+            index = p.partition_index
+            if topic is None or not 0 <= index < len(topic.partitions):
+                parts.append({"partition_index": index, "error_code": ErrorCode.unknown_topic_or_partition,
+                              "timestamp": -1, "offset": -1})
+                continue
+            log = topic.partitions[index].log
+            ts, offset = -1, -1
+            if p.timestamp == LATEST:
+                offset = log.high_watermark  # last stable offset = HW until transactions exist
+            elif p.timestamp == EARLIEST:
+                offset = log.log_start_offset
+            elif p.timestamp == MAX_TIMESTAMP:
+                found = log.max_timestamp_offset()
+                if found is not None:
+                    offset, ts = found
+            elif p.timestamp >= 0:
+                found = log.offset_for_timestamp(p.timestamp)
+                if found is not None:
+                    offset, ts = found
+            else:
+                parts.append({"partition_index": index, "error_code": ErrorCode.invalid_request,
+                              "timestamp": -1, "offset": -1})
+                continue
+            _ = isolation
+            parts.append({"partition_index": index, "error_code": 0, "timestamp": ts, "offset": offset,
+                          "leader_epoch": 0})
+        topics.append({"name": t.name, "partitions": parts})
+    return build(response_class("list_offsets", ctx.version), {"throttle_time": 0, "topics": topics})

@@ -1,0 +1,80 @@
+"""Metadata (3): brokers (just this one), topics and their partitions (all led here).
+
+Unknown topics are created when auto-creation is on (broker ``auto.create.topics.enable``
+and the request's ``allow_auto_topic_creation``), as Kafka does for Metadata requests.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from ...net.build import build, response_class
+from ..topics import InvalidTopicError, Topic, validate_topic_name
+from . import RequestContext, handler
+
+if TYPE_CHECKING:
+    from ..broker import Broker
+
+
+def topic_entry(broker: "Broker", topic: Topic) -> dict[str, Any]:
+    node = broker.config.node_id
+    return {
+        "error_code": 0,
+        "name": topic.name,
+        "topic_id": topic.topic_id,
+        "is_internal": topic.internal,
+        "partitions": [
+            {
+                "error_code": 0,
+                "partition_index": p.index,
+                "leader_id": node,
+                "leader_epoch": 0,
+                "replica_nodes": [node],
+                "isr_nodes": [node],
+                "offline_replicas": [],
+            }
+            for p in topic.partitions
+        ],
+    }
+
+
+@handler(3, "Metadata", 0, 12)
+async def handle(broker: "Broker", ctx: RequestContext) -> Any:
+    body = ctx.body
+    version = ctx.version
+    requested = body.topics
+    if requested is None or (version == 0 and not requested):
+        names = [t.name for t in broker.topics.topics.values()]
+    else:
+        names = [t.name for t in requested if t.name is not None]
+    allow_create = getattr(body, "allow_auto_topic_creation", True) and broker.config.auto_create_topics
+    topics = []
+    for name in names:
+        topic = broker.topics.topics.get(name)
+        if topic is None and allow_create:
+            try:
+                topic = broker.auto_create_topic(name)
+            except InvalidTopicError:
+                topics.append({"error_code": ErrorCode.invalid_topic_exception, "name": name, "partitions": []})
+                continue
+        if topic is None:
+            try:
+                validate_topic_name(name)
+                code = ErrorCode.unknown_topic_or_partition
+            except InvalidTopicError:
+                code = ErrorCode.invalid_topic_exception
+            topics.append({"error_code": code, "name": name, "partitions": [], "topic_id": None})
+            continue
+        topics.append(topic_entry(broker, topic))
+    host, port = broker.advertised
+    data = {
+        "throttle_time": 0,
+        "brokers": [{"node_id": broker.config.node_id, "host": host, "port": port, "rack": None}],
+        "cluster_id": broker.topics.cluster_id,
+        "controller_id": broker.config.node_id,
+        "topics": topics,
+        "cluster_authorized_operations": -2147483648,
+    }
+    return build(response_class("metadata", version), data)

@@ -1,0 +1,201 @@
+"""The asyncio shell around the sans-I/O protocol: one task per connection.
+
+Rules kept here:
+
+* Requests on a connection are handled one at a time and answered in order, as Kafka does.
+  Clients may pipeline: up to ``queued.max.requests`` frames are read ahead, then reading
+  pauses until the queue drains (back-pressure, and bounded memory per connection).
+* A frame that cannot be a request (negative or oversized size, garbage) closes that
+  connection with one log line; so does a request the broker cannot answer in its
+  version (Kafka does the same). ApiVersions of an unknown version gets the v0 answer
+  with UNSUPPORTED_VERSION, so the client can pick a version.
+* A handler that fails closes only its connection, with the traceback in the log. The
+  broker keeps serving every other client.
+* Fetch responses carry ``FileSlice`` chunks, sent with sendfile (zero copy) after the
+  bytes before them have been flushed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+import logging
+from typing import TYPE_CHECKING, Any
+
+from ..net.api_versions import api_versions_response
+from ..net.errors import FrameError, RequestError, UnsupportedVersionError
+from ..net.fetch import FileSlice
+from ..net.framing import FrameDecoder
+from ..net.protocol import API_VERSIONS, encode_response
+from .handlers import RequestContext
+from .purgatory import OperationCancelled
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+log = logging.getLogger("pulllog.broker")
+
+_ids = itertools.count(1)
+
+
+class Connection(asyncio.Protocol):
+    def __init__(self, broker: "Broker") -> None:
+        self.broker = broker
+        self.id = next(_ids)
+        self.decoder = FrameDecoder(broker.config.socket_request_max_bytes)
+        self.frames: collections.deque[bytes] = collections.deque()
+        self.transport: asyncio.Transport | None = None
+        self.peer: tuple[str, int] = ("?", 0)
+        self._wakeup = asyncio.Event()
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._closed = False
+        self._closing = False
+        self._reading_paused = False
+        self.task: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------ protocol callbacks
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername") or ("?", 0)
+        self.peer = (str(peer[0]), int(peer[1]))
+        if not self.broker.accepting or len(self.broker.connections) >= self.broker.config.max_connections:
+            log.warning("refusing connection from %s:%d: max.connections=%d reached or shutting down",
+                        *self.peer, self.broker.config.max_connections)
+            transport.abort()
+            self._closed = True
+            return
+        self.broker.connections.add(self)
+        self.task = asyncio.get_running_loop().create_task(self._run(), name=f"pulllog-conn-{self.id}")
+
+    def data_received(self, data: bytes) -> None:
+        if self._closing:
+            return
+        try:
+            frames = self.decoder.feed(data)
+        except FrameError as exc:
+            log.warning("closing connection from %s:%d: %s", *self.peer, exc)
+            self._abort()
+            return
+        if frames:
+            self.frames.extend(frames)
+            self._wakeup.set()
+            if len(self.frames) >= self.broker.config.queued_max_requests and self.transport:
+                self.transport.pause_reading()
+                self._reading_paused = True
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self._wakeup.set()
+        self._writable.set()
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
+    # ------------------------------------------------------------------ the connection task
+
+    async def _next_frame(self) -> bytes | None:
+        while not self.frames:
+            if self._closed or self._closing:
+                return None
+            self._wakeup.clear()
+            await self._wakeup.wait()
+        frame = self.frames.popleft()
+        if self._reading_paused and len(self.frames) < self.broker.config.queued_max_requests // 2 + 1:
+            self._reading_paused = False
+            if self.transport and not self._closed:
+                self.transport.resume_reading()
+        return frame
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                frame = await self._next_frame()
+                if frame is None or not await self._handle(frame):
+                    break
+        except (OperationCancelled, ConnectionError):
+            pass
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("connection from %s:%d failed; closing it", *self.peer)
+        finally:
+            self.broker.connections.discard(self)
+            if self.transport is not None and not self._closed:
+                self.transport.close()
+
+    async def _handle(self, frame: bytes) -> bool:
+        broker = self.broker
+        try:
+            request = broker.decoder.decode(frame)
+        except UnsupportedVersionError as exc:
+            if exc.api_key == API_VERSIONS:
+                body = api_versions_response(exc.api_version or 0, broker.supported_apis)
+                await self._write(encode_response(exc.correlation_id, body))
+                return True
+            log.warning("closing connection from %s:%d: %s", *self.peer, exc)
+            return False
+        except RequestError as exc:
+            log.warning("closing connection from %s:%d: %s", *self.peer, exc)
+            return False
+        handler = broker.handlers[request.api_key]
+        ctx = RequestContext(request, self.peer[0], self.peer[1], self.id)
+        try:
+            response = await handler.fn(broker, ctx)
+        except (OperationCancelled, asyncio.CancelledError):
+            raise
+        except Exception:
+            log.exception("%s v%d from %s (%s:%d) failed; closing the connection",
+                          handler.name, request.api_version, request.client_id, *self.peer)
+            return False
+        if response is None:
+            return True
+        if isinstance(response, list):
+            await self._write_chunks(response)
+        else:
+            await self._write(encode_response(request.correlation_id, response))
+        return True
+
+    # ------------------------------------------------------------------ writing
+
+    async def _write(self, data: bytes) -> None:
+        if self._closed or self.transport is None:
+            raise ConnectionError("connection closed")
+        self.transport.write(data)
+        if not self._writable.is_set():
+            await self._writable.wait()
+
+    async def _write_chunks(self, chunks: list[Any]) -> None:
+        loop = asyncio.get_running_loop()
+        for chunk in chunks:
+            if isinstance(chunk, FileSlice):
+                if self._closed or self.transport is None:
+                    raise ConnectionError("connection closed")
+                sent = await loop.sendfile(self.transport, chunk.file, chunk.position, chunk.length)
+                if sent != chunk.length:
+                    # The size prefix promised more: the frame is broken, so the connection must go.
+                    log.error("sendfile sent %d of %d bytes to %s:%d; closing the connection",
+                              sent, chunk.length, *self.peer)
+                    raise ConnectionError("short sendfile")
+            else:
+                await self._write(chunk)
+
+    # ------------------------------------------------------------------ shutdown
+
+    def begin_close(self) -> None:
+        """Finish the request in hand, read no more, then close."""
+        self._closing = True
+        self._wakeup.set()
+
+    def _abort(self) -> None:
+        self._closing = True
+        self._closed = True
+        self._wakeup.set()
+        if self.transport is not None:
+            self.transport.abort()

@@ -1,0 +1,84 @@
+"""``pulllog serve``: run a broker until SIGINT / SIGTERM, then shut down cleanly."""
+
+from __future__ import annotations
+
+import logging
+import signal
+from pathlib import Path
+
+import anyio
+import click
+
+from ..broker import Broker, BrokerConfig
+from ..broker.config import ConfigError, parse_hostport
+from .errors import EXIT_USAGE, CliError
+
+__all__ = ["serve"]
+
+
+def _setup_logging(level: str) -> None:
+    from rich.logging import RichHandler
+
+    logging.basicConfig(
+        level=level.upper(),
+        format="%(message)s",
+        datefmt="[%X]",
+        handlers=[RichHandler(show_path=False, rich_tracebacks=False, markup=False)],
+    )
+
+
+@click.command()
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where the logs live (log.dirs). Default: ./pulllog-data")
+@click.option("--listen", default=None, metavar="HOST:PORT",
+              help="Address to listen on (listeners). Default: 127.0.0.1:9092")
+@click.option("--advertised-listener", default=None, metavar="HOST:PORT",
+              help="Address clients are told to connect to (advertised.listeners).")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="A server.properties file with Kafka's broker config names.")
+@click.option("--override", "overrides", multiple=True, metavar="NAME=VALUE",
+              help="A broker config, e.g. --override num.partitions=3 (repeatable).")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
+              show_default=True)
+def serve(data_dir: Path | None, listen: str | None, advertised_listener: str | None,
+          config_file: Path | None, overrides: tuple[str, ...], log_level: str) -> None:
+    """Run a broker that Kafka clients (kcat, librdkafka, aiokafka, kafka-python) can use."""
+    props = {}
+    for item in overrides:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise CliError(f"--override {item!r}: expected NAME=VALUE, e.g. num.partitions=3", EXIT_USAGE)
+        props[name.strip()] = value.strip()
+    try:
+        config = BrokerConfig.load(props, config_file=config_file)
+        changes = {}
+        if data_dir is not None:
+            changes["data_dir"] = data_dir
+        if listen is not None:
+            changes["host"], changes["port"] = parse_hostport(listen)
+        if advertised_listener is not None:
+            changes["advertised_host"], changes["advertised_port"] = parse_hostport(advertised_listener)
+        config = BrokerConfig.load(props, config_file=config_file, **changes) if changes else config
+    except ConfigError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+    _setup_logging(log_level)
+    broker = Broker(config=config)
+    try:
+        anyio.run(_run, broker)
+    except OSError as exc:
+        raise CliError(str(exc.strerror or exc)) from None
+    except KeyboardInterrupt:
+        pass
+
+
+async def _run(broker: Broker) -> None:
+    async with anyio.create_task_group() as tg:
+        await tg.start(broker.serve)
+        click.echo(f"pulllog broker ready: bootstrap.servers={broker.bootstrap_servers} "
+                   f"(data in {broker.config.data_dir.resolve()}); Ctrl-C stops it", err=True)
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for signum in signals:
+                logging.getLogger("pulllog.broker").info(
+                    "%s received: shutting down cleanly", signal.Signals(signum).name)
+                broker.stop()
+                break
