@@ -75,6 +75,7 @@ class Broker:
         self.accepting = False
         self.port = self.config.port
         self.recovery_report: list[str] = []
+        self.internal_errors = 0  # handler failures (bugs): each closed one connection
         self._server: asyncio.AbstractServer | None = None
         self._stop = anyio.Event()
         self._stopped = anyio.Event()

@@ -151,6 +151,7 @@ class Connection(asyncio.Protocol):
         except (OperationCancelled, asyncio.CancelledError):
             raise
         except Exception:
+            broker.internal_errors += 1
             log.exception("%s v%d from %s (%s:%d) failed; closing the connection",
                           handler.name, request.api_version, request.client_id, *self.peer)
             return False

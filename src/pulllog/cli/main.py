@@ -23,3 +23,7 @@ def main() -> None:
 
 main.add_command(inspect)
 main.add_command(serve)
+
+
+if __name__ == "__main__":
+    main()

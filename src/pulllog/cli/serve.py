@@ -65,10 +65,25 @@ def serve(data_dir: Path | None, listen: str | None, advertised_listener: str | 
     broker = Broker(config=config)
     try:
         anyio.run(_run, broker)
-    except OSError as exc:
-        raise CliError(str(exc.strerror or exc)) from None
     except KeyboardInterrupt:
         pass
+    except BaseException as exc:
+        os_error = _first(exc, OSError)
+        if os_error is None:
+            raise
+        raise CliError(str(os_error.strerror or os_error)) from None
+
+
+def _first(exc: BaseException, kind: type[OSError]) -> OSError | None:
+    """The first ``kind`` inside ``exc``, looking through task-group exception groups."""
+    if isinstance(exc, kind):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _first(inner, kind)
+            if found is not None:
+                return found
+    return None
 
 
 async def _run(broker: Broker) -> None:

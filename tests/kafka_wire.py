@@ -1,0 +1,78 @@
+"""A minimal blocking Kafka-protocol client for poking the broker with exact bytes."""
+
+from __future__ import annotations
+
+import itertools
+import socket
+import struct
+from typing import Any
+
+from pulllog.net.build import build, request_class, response_class
+from pulllog.net.protocol import decode_response, encode_request
+
+_corr = itertools.count(1)
+
+
+class WireClient:
+    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 10.0) -> None:
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> "WireClient":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def read_frame(self) -> bytes:
+        size = struct.unpack(">i", self._read_exactly(4))[0]
+        return self._read_exactly(size)
+
+    def _read_exactly(self, n: int) -> bytes:
+        out = bytearray()
+        while len(out) < n:
+            chunk = self.sock.recv(n - len(out))
+            if not chunk:
+                raise ConnectionError("the broker closed the connection")
+            out += chunk
+        return bytes(out)
+
+    def is_closed_by_peer(self, timeout: float = 5.0) -> bool:
+        self.sock.settimeout(timeout)
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
+        except socket.timeout:
+            return False
+
+    def call(self, api: str, version: int, data: dict[str, Any]) -> Any:
+        body = build(request_class(api, version), data)
+        correlation_id = next(_corr)
+        self.send_raw(encode_request(body, correlation_id=correlation_id, client_id="wire-test"))
+        got_id, response = decode_response(self.read_frame(), response_class(api, version))
+        assert got_id == correlation_id
+        return response
+
+
+def produce(client: WireClient, topic: str, partition: int, records: bytes, acks: int = 1) -> Any:
+    return client.call("produce", 9, {
+        "transactional_id": None, "acks": acks, "timeout": 5000,
+        "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": records}]}],
+    })
+
+
+def fetch(client: WireClient, topic: str, partition: int, offset: int, *, max_wait_ms: int = 0,
+          min_bytes: int = 1, max_bytes: int = 1 << 20, partition_max_bytes: int = 1 << 20) -> Any:
+    return client.call("fetch", 12, {
+        "max_wait": max_wait_ms, "min_bytes": min_bytes, "max_bytes": max_bytes, "isolation_level": 0,
+        "session_id": 0, "session_epoch": -1,
+        "topics": [{"topic": topic, "partitions": [{"partition": partition, "fetch_offset": offset,
+                                                    "partition_max_bytes": partition_max_bytes}]}],
+        "forgotten_topics_data": [], "rack_id": "",
+    })
