@@ -29,15 +29,18 @@ Rules this module keeps:
 
 * **Exactly once.** :meth:`DelayedOperation.force_complete` wins for one caller
   only, whether the watcher, the timer or :meth:`~DelayedOperation.cancel` gets
-  there first; the guard is an atomic test-and-set, so it holds across threads too.
-  ``on_complete`` runs once, ``on_expiration`` at most once and only after
+  there first: the operation leaves the waiting state before ``on_complete`` runs,
+  so even a re-entrant call (an ``on_complete`` that triggers ``check_and_complete``)
+  loses. ``on_complete`` runs once, ``on_expiration`` at most once and only after
   ``on_complete``, and neither runs for a cancelled operation.
 * **Nothing dead is kept.** On completion or cancellation an operation is unlinked
   from the timing wheel (O(1)) and removed from every watcher list (O(1) per key)
   at once. The timer's size is the number of operations still waiting, and a key
   nobody watches any more is forgotten. Kafka purges its watcher lists
   periodically; dict-backed watcher lists make that unnecessary here.
-* **One owner.** A purgatory belongs to one event loop. Its driver,
+* **One owner.** A purgatory belongs to one event loop and is called from its
+  thread only (from a worker thread, go through ``anyio.from_thread.run_sync``);
+  nothing is locked, so the watcher and the timer never interleave. Its driver,
   :meth:`DelayedOperationPurgatory.run`, is started in a task group
   (``await tg.start(purgatory.run)``); it sleeps until the next bucket of the wheel
   is due, or until an operation with an earlier deadline is added, and returns
@@ -65,7 +68,6 @@ and the log, after appending to a partition, calls
 from __future__ import annotations
 
 import enum
-import threading
 from collections.abc import Hashable, Iterable
 from typing import Generic, TypeVar
 
@@ -111,11 +113,10 @@ class DelayedOperation(TimerTask):
     completion, e.g. build the response), and may override :meth:`on_expiration`.
     """
 
-    __slots__ = ("_once", "_state", "_done", "_purgatory")
+    __slots__ = ("_state", "_done", "_purgatory")
 
     def __init__(self, delay_ms: int) -> None:
         super().__init__(delay_ms)
-        self._once = threading.Lock()  # acquired once, never released: test-and-set
         self._state = _State.WAITING
         self._done: anyio.Event | None = None  # created by the first waiter
         self._purgatory: DelayedOperationPurgatory[Hashable, DelayedOperation] | None = None
@@ -187,9 +188,9 @@ class DelayedOperation(TimerTask):
     # -- internals ----------------------------------------------------------------
 
     def _finish(self, state: _State) -> bool:
-        if not self._once.acquire(blocking=False):
+        if self._state is not _State.WAITING:
             return False
-        self._state = state
+        self._state = state  # before any callback: re-entrant calls see it finished
         super().cancel()  # unlink from the timing wheel at once
         purgatory = self._purgatory
         if purgatory is not None:
@@ -248,7 +249,11 @@ class DelayedOperationPurgatory(Generic[K, Op]):
         return False
 
     def check_and_complete(self, key: K) -> int:
-        """Try to complete the operations watching ``key``; return how many completed."""
+        """Try to complete the operations watching ``key``; return how many completed.
+
+        ``try_complete`` and ``on_complete`` run here, in the caller (e.g. the code
+        that appended to the partition): an exception from them propagates.
+        """
         watching = self._watchers.get(key)
         if not watching:
             return 0
@@ -318,13 +323,9 @@ class DelayedOperationPurgatory(Generic[K, Op]):
         """Operations watching ``key``."""
         return len(self._watchers.get(key, ()))
 
-    def __len__(self) -> int:
-        """Operations neither completed nor cancelled."""
-        return len(self._waiting)
-
     def __repr__(self) -> str:
         return (
-            f"DelayedOperationPurgatory({self.name!r}, waiting={len(self)}, "
+            f"DelayedOperationPurgatory({self.name!r}, waiting={len(self._waiting)}, "
             f"keys={len(self._watchers)})"
         )
 
