@@ -75,6 +75,8 @@ class Broker:
         self.accepting = False
         self.port = self.config.port
         self.recovery_report: list[str] = []
+        # sendfile for Fetch; off only to measure what zero copy saves (scripts/bench_fetch.py)
+        self.zero_copy = True
         self.internal_errors = 0  # handler failures (bugs): each closed one connection
         self._server: asyncio.AbstractServer | None = None
         self._stop = anyio.Event()

@@ -21,6 +21,7 @@ import asyncio
 import collections
 import itertools
 import logging
+import os
 from typing import TYPE_CHECKING, Any
 
 from ..net.api_versions import api_versions_response
@@ -29,6 +30,7 @@ from ..net.fetch import FileSlice
 from ..net.framing import FrameDecoder
 from ..net.protocol import API_VERSIONS, encode_response
 from .handlers import RequestContext
+from .handlers.api_versions import advertised_versions
 from .purgatory import OperationCancelled
 
 if TYPE_CHECKING:
@@ -136,7 +138,7 @@ class Connection(asyncio.Protocol):
             request = broker.decoder.decode(frame)
         except UnsupportedVersionError as exc:
             if exc.api_key == API_VERSIONS:
-                body = api_versions_response(exc.api_version or 0, broker.supported_apis)
+                body = api_versions_response(exc.api_version or 0, advertised_versions(broker.supported_apis))
                 await self._write(encode_response(exc.correlation_id, body))
                 return True
             log.warning("closing connection from %s:%d: %s", *self.peer, exc)
@@ -178,6 +180,12 @@ class Connection(asyncio.Protocol):
             if isinstance(chunk, FileSlice):
                 if self._closed or self.transport is None:
                     raise ConnectionError("connection closed")
+                if not self.broker.zero_copy:
+                    data = os.pread(chunk.file.fileno(), chunk.length, chunk.position)
+                    if len(data) != chunk.length:
+                        raise ConnectionError("segment shorter than promised")
+                    await self._write(data)
+                    continue
                 sent = await loop.sendfile(self.transport, chunk.file, chunk.position, chunk.length)
                 if sent != chunk.length:
                     # The size prefix promised more: the frame is broken, so the connection must go.
