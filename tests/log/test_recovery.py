@@ -30,6 +30,16 @@ def reopen(directory: Path, config: LogConfig | None = None) -> Log:
     return Log.open(directory, config)
 
 
+def verify(segment: Path) -> tuple[int, str]:
+    """`pulllog inspect segment --verify`: (exit code, output)."""
+    from click.testing import CliRunner
+
+    from pulllog.cli.main import main
+
+    result = CliRunner().invoke(main, ["inspect", "segment", str(segment), "--verify"])
+    return result.exit_code, result.output
+
+
 def all_values(log: Log) -> list[bytes]:
     out, offset = [], log.log_start_offset
     while offset < log.log_end_offset:
@@ -48,6 +58,8 @@ def test_torn_tail_mid_batch_is_truncated(tmp_path: Path) -> None:
     cut = positions[7][0] + 30  # in the middle of the 8th batch
     with open(seg_file, "r+b") as f:
         f.truncate(cut)
+    code, out = verify(seg_file)
+    assert code == 1 and f"position {positions[7][0]}" in out
     log = reopen(d)
     assert not log.recovery.clean
     assert log.log_end_offset == 14  # 7 whole batches of 2 records
@@ -64,6 +76,8 @@ def test_flipped_bytes_truncate_at_the_damaged_batch(tmp_path: Path) -> None:
     data = bytearray(seg_file.read_bytes())
     data[positions[4][0] + 70] ^= 0x01  # inside the records of the 5th batch
     seg_file.write_bytes(data)
+    code, out = verify(seg_file)
+    assert code == 1 and f"position {positions[4][0]}" in out
     log = reopen(d)
     assert log.log_end_offset == 8
     assert "CRC" in log.recovery.problems[0]
@@ -77,9 +91,12 @@ def test_junk_appended_after_the_last_batch_is_removed(tmp_path: Path) -> None:
     good = seg_file.read_bytes()
     with open(seg_file, "ab") as f:
         f.write(b"\x00\x00\x00\x00\x00\x00\x00\x09" + b"\xde\xad\xbe\xef" * 40)
+    code, out = verify(seg_file)
+    assert code == 1 and f"position {len(good)}" in out
     log = reopen(d)
     assert log.log_end_offset == 10
     assert seg_file.read_bytes() == good
+    assert verify(seg_file)[0] == 0  # recovery left a clean segment
     assert [h.base_offset for _, h in iter_batches(good)] == [0, 2, 4, 6, 8]
 
 
