@@ -1,0 +1,229 @@
+"""What a client knows about the cluster: brokers, topics, partition leaders, connections.
+
+Bootstrap servers are tried in order until one answers; after that, Metadata responses
+say which broker leads each partition, and connections to brokers are opened lazily and
+reused. Metadata is refreshed on a timer (``metadata_max_age_ms``) and whenever a caller
+saw a sign that it is stale (NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, a lost
+connection).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from kio.schema.errors import ErrorCode
+
+from ..net.client import BrokerUnreachableError, KafkaConnection
+
+__all__ = ["Cluster", "KafkaError", "PartitionInfo", "TopicInfo", "UnknownTopicError", "parse_bootstrap"]
+
+log = logging.getLogger("pulllog.client")
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+
+class KafkaError(Exception):
+    """A broker answered with a Kafka error code."""
+
+    def __init__(self, code: ErrorCode | int, message: str | None = None) -> None:
+        self.code = code if isinstance(code, ErrorCode) else ErrorCode(int(code))
+        self.retriable = bool(getattr(self.code, "retriable", False))
+        super().__init__(message or f"{self.code.name.upper()} ({int(self.code.value)})")
+
+
+class UnknownTopicError(KafkaError):
+    def __init__(self, topic: str) -> None:
+        super().__init__(ErrorCode.unknown_topic_or_partition,
+                         f"topic {topic!r} does not exist; create it with `pulllog topic create {topic}`")
+        self.topic = topic
+
+
+def parse_bootstrap(servers: str | Iterable[str]) -> list[tuple[str, int]]:
+    items = servers.split(",") if isinstance(servers, str) else list(servers)
+    out = []
+    for item in items:
+        item = item.strip()
+        if not item:
+            continue
+        if "://" in item:
+            item = item.split("://", 1)[1]
+        host, sep, port = item.rpartition(":")
+        if not sep:
+            host, port = item, "9092"
+        try:
+            out.append((host.strip("[]") or "127.0.0.1", int(port)))
+        except ValueError:
+            raise ValueError(f"bad bootstrap server {item!r}: expected HOST:PORT, e.g. 127.0.0.1:9092") from None
+    if not out:
+        raise ValueError("no bootstrap servers given")
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    topic: str
+    partition: int
+    leader: int
+    replicas: tuple[int, ...] = ()
+    isr: tuple[int, ...] = ()
+
+
+@dataclass(slots=True)
+class TopicInfo:
+    name: str
+    topic_id: uuid.UUID | None
+    partitions: dict[int, PartitionInfo] = field(default_factory=dict)
+    internal: bool = False
+
+
+class Cluster:
+    def __init__(
+        self,
+        bootstrap_servers: str | Iterable[str] = DEFAULT_BOOTSTRAP,
+        *,
+        client_id: str = "pulllog",
+        request_timeout_ms: int = 30_000,
+        metadata_max_age_ms: int = 300_000,
+        connect_timeout_ms: int = 10_000,
+    ) -> None:
+        self.bootstrap = parse_bootstrap(bootstrap_servers)
+        self.client_id = client_id
+        self.request_timeout_ms = request_timeout_ms
+        self.metadata_max_age_ms = metadata_max_age_ms
+        self.connect_timeout_ms = connect_timeout_ms
+        self.brokers: dict[int, tuple[str, int]] = {}
+        self.topics: dict[str, TopicInfo] = {}
+        self.cluster_id: str | None = None
+        self.controller_id: int = -1
+        self._connections: dict[int, KafkaConnection] = {}
+        self._bootstrap_conn: KafkaConnection | None = None
+        self._connect_locks: dict[int, asyncio.Lock] = {}
+        self._refresh_lock = asyncio.Lock()
+        self._last_refresh = 0.0
+        self._closed = False
+
+    # ------------------------------------------------------------------ connections
+
+    async def _connect(self, host: str, port: int) -> KafkaConnection:
+        return await KafkaConnection.connect(host, port, client_id=self.client_id,
+                                             timeout=self.connect_timeout_ms / 1000)
+
+    async def any_connection(self) -> KafkaConnection:
+        """A live connection to some broker: an open one, else the bootstrap servers in turn."""
+        for conn in self._connections.values():
+            if not conn.closed:
+                return conn
+        if self._bootstrap_conn is not None and not self._bootstrap_conn.closed:
+            return self._bootstrap_conn
+        errors = []
+        candidates = list(self.brokers.values()) + self.bootstrap
+        for host, port in candidates:
+            try:
+                self._bootstrap_conn = await self._connect(host, port)
+                return self._bootstrap_conn
+            except BrokerUnreachableError as exc:
+                errors.append(str(exc))
+        if len(self.bootstrap) == 1 and not self.brokers:
+            raise BrokerUnreachableError(errors[0])
+        raise BrokerUnreachableError(
+            "no broker reachable: " + "; ".join(f"{h}:{p}" for h, p in candidates)
+            + " (start one with `pulllog serve`)")
+
+    async def connection(self, node_id: int) -> KafkaConnection:
+        conn = self._connections.get(node_id)
+        if conn is not None and not conn.closed:
+            return conn
+        lock = self._connect_locks.setdefault(node_id, asyncio.Lock())
+        async with lock:
+            conn = self._connections.get(node_id)
+            if conn is not None and not conn.closed:
+                return conn
+            if node_id not in self.brokers:
+                await self.refresh()
+            if node_id not in self.brokers:
+                raise BrokerUnreachableError(f"broker {node_id} is not in the cluster metadata")
+            host, port = self.brokers[node_id]
+            conn = await self._connect(host, port)
+            self._connections[node_id] = conn
+            return conn
+
+    async def leader_connection(self, topic: str, partition: int) -> KafkaConnection:
+        info = await self.partition_info(topic, partition)
+        return await self.connection(info.leader)
+
+    # ------------------------------------------------------------------ metadata
+
+    @property
+    def metadata_stale(self) -> bool:
+        return (time.monotonic() - self._last_refresh) * 1000 > self.metadata_max_age_ms
+
+    async def refresh(self, topics: Iterable[str] | None = None, *, allow_auto_create: bool = False) -> None:
+        """Fetch metadata for ``topics`` (None: all topics) and merge it in."""
+        async with self._refresh_lock:
+            conn = await self.any_connection()
+            version = conn.version("metadata", 1, 12)
+            wanted = None if topics is None else [{"name": t, "topic_id": None} for t in topics]
+            data = {"topics": wanted, "allow_auto_topic_creation": allow_auto_create,
+                    "include_cluster_authorized_operations": False,
+                    "include_topic_authorized_operations": False}
+            resp = await asyncio.wait_for(conn.request("metadata", version, data), self.request_timeout_ms / 1000)
+            self.brokers = {int(b.node_id): (b.host, int(b.port)) for b in resp.brokers}
+            self.cluster_id = getattr(resp, "cluster_id", None)
+            self.controller_id = int(getattr(resp, "controller_id", -1))
+            if topics is None:
+                self.topics = {}
+            for t in resp.topics:
+                if t.error_code != ErrorCode.none:
+                    self.topics.pop(t.name, None)
+                    continue
+                info = TopicInfo(t.name, getattr(t, "topic_id", None), internal=bool(getattr(t, "is_internal", False)))
+                for p in t.partitions:
+                    info.partitions[int(p.partition_index)] = PartitionInfo(
+                        t.name, int(p.partition_index), int(p.leader_id),
+                        tuple(int(r) for r in p.replica_nodes), tuple(int(r) for r in p.isr_nodes))
+                self.topics[t.name] = info
+            self._last_refresh = time.monotonic()
+
+    async def topic(self, name: str, *, allow_auto_create: bool = False) -> TopicInfo:
+        info = self.topics.get(name)
+        if info is None or self.metadata_stale:
+            await self.refresh([name], allow_auto_create=allow_auto_create)
+            info = self.topics.get(name)
+        if info is None:
+            raise UnknownTopicError(name)
+        return info
+
+    async def partitions_for(self, topic: str, *, allow_auto_create: bool = False) -> list[int]:
+        return sorted((await self.topic(topic, allow_auto_create=allow_auto_create)).partitions)
+
+    async def partition_info(self, topic: str, partition: int) -> PartitionInfo:
+        info = await self.topic(topic)
+        p = info.partitions.get(partition)
+        if p is None:
+            await self.refresh([topic])
+            p = self.topics[topic].partitions.get(partition) if topic in self.topics else None
+        if p is None:
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic {topic!r} has no partition {partition}")
+        return p
+
+    def invalidate(self, topic: str | None = None) -> None:
+        """Mark metadata stale (after NOT_LEADER, UNKNOWN_TOPIC, or a lost connection)."""
+        if topic is None:
+            self._last_refresh = 0.0
+        else:
+            self.topics.pop(topic, None)
+
+    async def close(self) -> None:
+        self._closed = True
+        conns = list(self._connections.values())
+        if self._bootstrap_conn is not None:
+            conns.append(self._bootstrap_conn)
+        self._connections.clear()
+        self._bootstrap_conn = None
+        for conn in conns:
+            await conn.close()

@@ -1,0 +1,192 @@
+"""An asyncio connection to one broker: the thin I/O shell a client needs.
+
+Requests are pipelined: ``request()`` writes a frame and awaits the response with the same
+correlation id, which one reader task per connection matches up. Kafka brokers answer a
+connection's requests in order, so responses arrive in the order they were sent; we still
+match by correlation id, which also catches a confused peer.
+
+On connect the connection asks ApiVersions (v3, falling back to v0 as KIP-511 says) and
+``version(api, lo, hi)`` then picks the highest version both sides speak.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import struct
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from .build import build, request_class, response_class
+from .protocol import decode_response, encode_request
+
+__all__ = ["BrokerUnreachableError", "ConnectionClosedError", "KafkaConnection", "UnsupportedByBrokerError"]
+
+log = logging.getLogger("pulllog.client")
+
+_API_KEYS = {
+    "produce": 0, "fetch": 1, "list_offsets": 2, "metadata": 3, "offset_commit": 8, "offset_fetch": 9,
+    "find_coordinator": 10, "join_group": 11, "heartbeat": 12, "leave_group": 13, "sync_group": 14,
+    "describe_groups": 15, "list_groups": 16, "api_versions": 18, "create_topics": 19, "delete_topics": 20,
+    "delete_records": 21, "init_producer_id": 22, "describe_configs": 32, "alter_configs": 33,
+    "create_partitions": 37, "delete_groups": 42, "incremental_alter_configs": 44, "offset_delete": 47,
+}
+_SIZE = struct.Struct(">i")
+
+
+class BrokerUnreachableError(ConnectionError):
+    """No TCP connection could be made; the message names the address."""
+
+
+class ConnectionClosedError(ConnectionError):
+    """The connection closed while a request was waiting for its response."""
+
+
+class UnsupportedByBrokerError(Exception):
+    """The broker does not serve an API (or no version both sides speak)."""
+
+
+class KafkaConnection:
+    def __init__(self, host: str, port: int, client_id: str) -> None:
+        self.host, self.port, self.client_id = host, port, client_id
+        self.api_versions: dict[int, tuple[int, int]] = {}
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._pending: dict[int, tuple[asyncio.Future[Any], type]] = {}
+        self._ids = itertools.count(1)
+        self._read_task: asyncio.Task[None] | None = None
+        self._closed = False
+        self._error: BaseException | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    @classmethod
+    async def connect(cls, host: str, port: int, *, client_id: str = "pulllog", timeout: float = 10.0) -> "KafkaConnection":
+        conn = cls(host, port, client_id)
+        try:
+            conn._reader, conn._writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+        except (OSError, asyncio.TimeoutError) as exc:
+            if isinstance(exc, asyncio.TimeoutError):
+                reason = "timed out"
+            else:
+                reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+            raise BrokerUnreachableError(
+                f"cannot connect to a broker at {host}:{port} ({reason}); is one running? "
+                "start one with `pulllog serve`"
+            ) from None
+        conn._read_task = asyncio.get_running_loop().create_task(conn._read_loop(), name=f"pulllog-client-{host}:{port}")
+        try:
+            await conn._negotiate(timeout)
+        except BaseException:
+            await conn.close()
+            raise
+        return conn
+
+    async def _negotiate(self, timeout: float) -> None:
+        try:
+            resp = await asyncio.wait_for(self.request("api_versions", 3, {
+                "client_software_name": "pulllog", "client_software_version": "0.1.0"}), timeout)
+        except asyncio.TimeoutError:
+            raise BrokerUnreachableError(f"{self.address} accepted the connection but did not answer ApiVersions") from None
+        if resp.error_code != ErrorCode.none:
+            resp = await asyncio.wait_for(self.request("api_versions", 0, {}), timeout)
+        self.api_versions = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in resp.api_keys}
+
+    def version(self, api: str, lo: int, hi: int) -> int:
+        """The highest version in [lo, hi] that the broker also serves."""
+        key = _API_KEYS[api]
+        broker = self.api_versions.get(key)
+        if broker is None:
+            raise UnsupportedByBrokerError(f"the broker at {self.address} does not serve {api} (api key {key})")
+        best = min(hi, broker[1])
+        if best < max(lo, broker[0]):
+            raise UnsupportedByBrokerError(
+                f"no {api} version in common: client v{lo}-v{hi}, broker {self.address} v{broker[0]}-v{broker[1]}")
+        return best
+
+    async def request(self, api: str, version: int, data: Any, *, expect_response: bool = True) -> Any:
+        if self._closed or self._writer is None:
+            raise ConnectionClosedError(f"connection to {self.address} is closed") from self._error
+        correlation_id = next(self._ids)
+        body = build(request_class(api, version), data)
+        frame = encode_request(body, correlation_id=correlation_id, client_id=self.client_id)
+        future: asyncio.Future[Any] | None = None
+        if expect_response:
+            future = asyncio.get_running_loop().create_future()
+            self._pending[correlation_id] = (future, response_class(api, version))
+        self._writer.write(frame)
+        try:
+            await self._writer.drain()
+        except ConnectionError as exc:
+            self._fail(exc)
+            raise ConnectionClosedError(f"connection to {self.address} was lost: {exc}") from None
+        if future is None:
+            return None
+        return await future
+
+    async def _read_loop(self) -> None:
+        assert self._reader is not None
+        try:
+            while True:
+                head = await self._reader.readexactly(4)
+                (size,) = _SIZE.unpack(head)
+                frame = await self._reader.readexactly(size)
+                (correlation_id,) = _SIZE.unpack_from(frame)
+                entry = self._pending.pop(correlation_id, None)
+                if entry is None:
+                    raise ConnectionClosedError(f"{self.address} answered unknown correlation id {correlation_id}")
+                future, response_type = entry
+                if future.done():
+                    continue
+                try:
+                    _cid, body = decode_response(frame, response_type)
+                except Exception as exc:
+                    future.set_exception(exc)
+                    continue
+                future.set_result(body)
+        except asyncio.CancelledError:
+            self._fail(ConnectionClosedError(f"connection to {self.address} closed"))
+            raise
+        except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
+            self._fail(exc)
+
+    def _fail(self, exc: BaseException) -> None:
+        self._closed = True
+        self._error = exc
+        pending, self._pending = self._pending, {}
+        for future, _ in pending.values():
+            if not future.done():
+                future.set_exception(ConnectionClosedError(f"connection to {self.address} was lost ({exc})"))
+        if self._writer is not None:
+            self._writer.close()
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._read_task is not None and not self._read_task.done():
+            self._read_task.cancel()
+            try:
+                await self._read_task
+            except (asyncio.CancelledError, Exception):
+                pass
+        self._fail(ConnectionClosedError("closed"))
+        if self._writer is not None:
+            try:
+                await self._writer.wait_closed()
+            except (ConnectionError, OSError):
+                pass
+
+    def __repr__(self) -> str:
+        return f"KafkaConnection({self.address}, in_flight={self.in_flight}, closed={self._closed})"
