@@ -19,28 +19,13 @@ from dataclasses import dataclass, field
 from kio.schema.errors import ErrorCode
 
 from ..net.client import BrokerUnreachableError, KafkaConnection
+from .errors import KafkaError, UnknownTopicError
 
 __all__ = ["Cluster", "KafkaError", "PartitionInfo", "TopicInfo", "UnknownTopicError", "parse_bootstrap"]
 
 log = logging.getLogger("pulllog.client")
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
-
-
-class KafkaError(Exception):
-    """A broker answered with a Kafka error code."""
-
-    def __init__(self, code: ErrorCode | int, message: str | None = None) -> None:
-        self.code = code if isinstance(code, ErrorCode) else ErrorCode(int(code))
-        self.retriable = bool(getattr(self.code, "retriable", False))
-        super().__init__(message or f"{self.code.name.upper()} ({int(self.code.value)})")
-
-
-class UnknownTopicError(KafkaError):
-    def __init__(self, topic: str) -> None:
-        super().__init__(ErrorCode.unknown_topic_or_partition,
-                         f"topic {topic!r} does not exist; create it with `pulllog topic create {topic}`")
-        self.topic = topic
 
 
 def parse_bootstrap(servers: str | Iterable[str]) -> list[tuple[str, int]]:

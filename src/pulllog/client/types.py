@@ -1,0 +1,39 @@
+"""Values the client library hands to applications."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["ConsumerRecord", "RecordMetadata", "TopicPartition"]
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class TopicPartition:
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecordMetadata:
+    """Where a produced record landed (what ``await producer.send(...)`` returns)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int  # ms; the broker's time for LogAppendTime topics, else the record's
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerRecord:
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int  # ms since the epoch
+    timestamp_type: int  # 0 CreateTime, 1 LogAppendTime
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
