@@ -60,6 +60,7 @@ _MODULES = (
     "configs",
     "delete_records",
     "init_producer_id",
+    "find_coordinator",
 )
 
 
@@ -74,8 +75,11 @@ def handler(api_key: int, name: str, min_version: int, max_version: int) -> Call
 
 
 def registry() -> dict[int, Handler]:
-    """Import every handler module once and return api key -> Handler."""
-    if not _REGISTRY:
-        for module in _MODULES:
-            importlib.import_module(f"{__name__}.{module}")
+    """Import every handler module once and return api key -> Handler.
+
+    Every module is imported each time (a no-op once it is in ``sys.modules``): a registry
+    that is merely non-empty may hold only the handlers some other import pulled in first.
+    """
+    for module in _MODULES:
+        importlib.import_module(f"{__name__}.{module}")
     return _REGISTRY

@@ -1,0 +1,41 @@
+"""FindCoordinator (10): on a single broker, this broker coordinates every group.
+
+Transaction coordinators (key type 1) do not exist yet: COORDINATOR_NOT_AVAILABLE, which
+clients treat as retriable. Clients also read FindCoordinator's presence in ApiVersions as
+a feature flag (librdkafka only compresses with lz4 when the broker serves it).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from ...net.build import build, response_class
+from . import RequestContext, handler
+
+if TYPE_CHECKING:
+    from ..broker import Broker
+
+GROUP, TRANSACTION = 0, 1
+
+
+def _answer(broker: "Broker", key: str, key_type: int) -> dict[str, Any]:
+    host, port = broker.advertised
+    if key_type != GROUP:
+        return {"key": key, "error_code": ErrorCode.coordinator_not_available,
+                "error_message": "transactions are not supported yet", "node_id": -1, "host": "", "port": -1}
+    return {"key": key, "error_code": 0, "error_message": None, "node_id": broker.config.node_id,
+            "host": host, "port": port}
+
+
+@handler(10, "FindCoordinator", 0, 4)
+async def handle(broker: "Broker", ctx: RequestContext) -> Any:
+    body = ctx.body
+    key_type = int(getattr(body, "key_type", GROUP))
+    if ctx.version >= 4:
+        coordinators = [_answer(broker, key, key_type) for key in body.coordinator_keys]
+        return build(response_class("find_coordinator", ctx.version), {"throttle_time": 0, "coordinators": coordinators})
+    answer = _answer(broker, body.key, key_type)
+    answer.pop("key")
+    return build(response_class("find_coordinator", ctx.version), {"throttle_time": 0, **answer})
