@@ -30,6 +30,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskStatus
 
+from ..group.coordinator import GroupCoordinator
 from ..log.cleaner import clean
 from ..log.log import wall_clock_ms
 from ..net.protocol import RequestDecoder
@@ -68,6 +69,13 @@ class Broker:
         self.config: BrokerConfig = replace(cfg, **changes) if changes else cfg
         self.topics = TopicManager(self.config.data_dir, self.config.log_defaults, node_id=self.config.node_id)
         self.fetch_purgatory: DelayedOperationPurgatory[Any, Any] = DelayedOperationPurgatory("Fetch")
+        self.group_purgatory: DelayedOperationPurgatory[Any, Any] = DelayedOperationPurgatory("Rebalance")
+        self.groups = GroupCoordinator(
+            self.topics, self.group_purgatory,
+            offsets_partitions=self.config.offsets_topic_num_partitions,
+            initial_rebalance_delay_ms=self.config.group_initial_rebalance_delay_ms,
+            offsets_retention_ms=self.config.offsets_retention_ms,
+        )
         self.handlers = registry()
         self.supported_apis = {k: (h.min_version, h.max_version) for k, h in sorted(self.handlers.items())}
         self.decoder = RequestDecoder(self.supported_apis)
@@ -105,6 +113,9 @@ class Broker:
         self.recovery_report = self.topics.load()
         for line in self.recovery_report:
             log.warning("recovery: %s", line)
+        loaded = self.groups.load()
+        if loaded:
+            log.info("loaded %d consumer group(s) from __consumer_offsets", loaded)
         loop = asyncio.get_running_loop()
         try:
             self._server = await loop.create_server(
@@ -124,6 +135,7 @@ class Broker:
         try:
             async with anyio.create_task_group() as tg:
                 await tg.start(self.fetch_purgatory.run)
+                await tg.start(self.group_purgatory.run)
                 tg.start_soon(self._housekeeping)
                 task_status.started(self)
                 await self._stop.wait()
@@ -138,6 +150,8 @@ class Broker:
         if self._server is not None:
             self._server.close()
         self.fetch_purgatory.shutdown()  # long polls answer now (cancelled), not in 30 s
+        self.groups.shutdown()
+        self.group_purgatory.shutdown()
         for conn in list(self.connections):
             conn.begin_close()
         tasks = [c.task for c in list(self.connections) if c.task is not None]
@@ -158,6 +172,8 @@ class Broker:
             if conn.transport is not None:
                 conn.transport.abort()
         self.fetch_purgatory.shutdown()
+        self.groups.shutdown()
+        self.group_purgatory.shutdown()
         self.topics.close()
         log.info("pulllog broker %d stopped cleanly", self.config.node_id)
         self._stopped.set()
@@ -184,7 +200,7 @@ class Broker:
 
     async def _housekeeping(self) -> None:
         interval_s = max(0.05, min(self.config.flush_scheduler_interval_ms, 1000) / 1000)
-        last_retention = last_clean = wall_clock_ms()
+        last_retention = last_clean = last_offsets_expiry = wall_clock_ms()
         while True:
             await anyio.sleep(interval_s)
             now = wall_clock_ms()
@@ -196,6 +212,14 @@ class Broker:
             if now - last_retention >= self.config.retention_check_interval_ms:
                 last_retention = now
                 self.run_retention(now)
+            if now - last_offsets_expiry >= self.config.offsets_retention_check_interval_ms:
+                last_offsets_expiry = now
+                try:
+                    expired = self.groups.expire_offsets(now)
+                    if expired:
+                        log.info("expired %d committed offset(s) past offsets.retention.minutes", expired)
+                except OSError as exc:
+                    log.error("offset expiry failed: %s", exc)
             if now - last_clean >= self.config.cleaner_backoff_ms:
                 last_clean = now
                 self.run_cleaner(now)

@@ -115,7 +115,11 @@ class BrokerConfig:
     flush_scheduler_interval_ms: int = 1_000
     cleaner_backoff_ms: int = 15_000
     offsets_topic_num_partitions: int = 50
-    group_initial_rebalance_delay_ms: int = 3000
+    # Kafka's default is 3000, but the server.properties Kafka ships sets 0 for development;
+    # pulllog is often a development broker, so 0 (set it for production-like behaviour).
+    group_initial_rebalance_delay_ms: int = 0
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    offsets_retention_check_interval_ms: int = 600_000
     log_defaults: LogConfig = field(default_factory=LogConfig)
 
     @property
@@ -187,6 +191,10 @@ class BrokerConfig:
                 kw["cleaner_backoff_ms"] = _int(name, raw, 1)
             elif name == "offsets.topic.num.partitions":
                 kw["offsets_topic_num_partitions"] = _int(name, raw, 1, 10_000)
+            elif name == "offsets.retention.minutes":
+                kw["offsets_retention_ms"] = _int(name, raw, 1) * 60_000
+            elif name == "offsets.retention.check.interval.ms":
+                kw["offsets_retention_check_interval_ms"] = _int(name, raw, 1)
             elif name == "group.initial.rebalance.delay.ms":
                 kw["group_initial_rebalance_delay_ms"] = _int(name, raw, 0)
             else:
@@ -211,6 +219,8 @@ class BrokerConfig:
             "log.retention.check.interval.ms": str(self.retention_check_interval_ms),
             "log.flush.scheduler.interval.ms": str(self.flush_scheduler_interval_ms),
             "offsets.topic.num.partitions": str(self.offsets_topic_num_partitions),
+            "offsets.retention.minutes": str(self.offsets_retention_ms // 60_000),
+            "group.initial.rebalance.delay.ms": str(self.group_initial_rebalance_delay_ms),
         }
         topic_values = self.log_defaults.to_kafka()
         for broker_name, topic_name in _LOG_DEFAULTS.items():

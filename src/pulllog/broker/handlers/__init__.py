@@ -59,8 +59,19 @@ _MODULES = (
     "create_partitions",
     "configs",
     "delete_records",
+    "describe_log_dirs",
     "init_producer_id",
     "find_coordinator",
+    "join_group",
+    "sync_group",
+    "heartbeat",
+    "leave_group",
+    "offset_commit",
+    "offset_fetch",
+    "list_groups",
+    "describe_groups",
+    "delete_groups",
+    "offset_delete",
 )
 
 

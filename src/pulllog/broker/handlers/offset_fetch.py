@@ -1,0 +1,38 @@
+"""OffsetFetch (9): committed offsets (-1 when none) with their metadata; one group (v1-v7)
+or several (v8+). Null topics means every partition the group has committed."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ...net.build import build, response_class
+from . import RequestContext, handler
+
+if TYPE_CHECKING:
+    from ..broker import Broker
+
+
+def _group_answer(broker: "Broker", group_id: str, topics: Any) -> list[dict[str, Any]]:
+    wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
+    found = broker.groups.fetch_offsets(group_id, wanted)
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for (topic, partition), committed in found.items():
+        by_topic.setdefault(topic, []).append({
+            "partition_index": partition,
+            "committed_offset": committed.offset if committed else -1,
+            "committed_leader_epoch": committed.leader_epoch if committed else -1,
+            "metadata": committed.metadata if committed else "",
+            "error_code": 0,
+        })
+    return [{"name": name, "partitions": parts} for name, parts in by_topic.items()]
+
+
+@handler(9, "OffsetFetch", 1, 9)
+async def handle(broker: "Broker", ctx: RequestContext) -> Any:
+    b = ctx.body
+    if ctx.version >= 8:
+        groups = [{"group_id": g.group_id, "topics": _group_answer(broker, g.group_id, g.topics), "error_code": 0}
+                  for g in b.groups]
+        return build(response_class("offset_fetch", ctx.version), {"throttle_time": 0, "groups": groups})
+    return build(response_class("offset_fetch", ctx.version), {
+        "throttle_time": 0, "topics": _group_answer(broker, b.group_id, b.topics), "error_code": 0})

@@ -1,0 +1,678 @@
+"""The group coordinator: membership, generations, assignment hand-off, committed offsets.
+
+This broker coordinates every group (FindCoordinator says so). The protocol, as Kafka's
+classic consumer groups run it:
+
+1. Members send JoinGroup. A new dynamic member first gets MEMBER_ID_REQUIRED with an id
+   to use (KIP-394), then joins with it. A join that changes membership starts a rebalance
+   (state PreparingRebalance): the others learn of it from their heartbeats
+   (REBALANCE_IN_PROGRESS) and rejoin.
+2. The join phase ends when every member has rejoined, or at the largest rebalance timeout
+   (stragglers are dropped). The generation goes up, a protocol every member supports is
+   chosen, and every JoinGroup is answered; the leader's answer lists the members and their
+   subscriptions (state CompletingRebalance).
+3. The leader computes the assignment (client-side assignors) and sends it in SyncGroup;
+   every member's SyncGroup is answered with its own part (state Stable).
+4. Members heartbeat within ``session.timeout.ms``; one that stops is removed and the group
+   rebalances. A static member (``group.instance.id``) that restarts within its session
+   timeout takes its old place and assignment without a rebalance (KIP-345).
+
+Timeouts (the join deadline, each member's session) are delayed operations in the
+purgatory's timing wheel. Offsets are appended to ``__consumer_offsets`` (compacted,
+partition chosen by the group id's hash) and acknowledged once appended; they are cached in
+memory and replayed from the topic on startup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from ..broker.purgatory import DelayedOperation, DelayedOperationPurgatory
+from ..log import Log, build_batch
+from ..log.log import wall_clock_ms
+from . import records as rec
+from .state import Event, GroupState, next_state
+
+if TYPE_CHECKING:
+    from ..broker.topics import TopicManager
+
+__all__ = ["GroupCoordinator", "GroupError", "OFFSETS_TOPIC"]
+
+log = logging.getLogger("pulllog.group")
+
+OFFSETS_TOPIC = "__consumer_offsets"
+MIN_SESSION_TIMEOUT_MS = 6_000
+MAX_SESSION_TIMEOUT_MS = 1_800_000
+OFFSET_METADATA_MAX_BYTES = 4096
+
+
+class GroupError(Exception):
+    def __init__(self, code: ErrorCode, message: str = "") -> None:
+        super().__init__(message or code.name)
+        self.code = code
+
+
+@dataclass(slots=True)
+class JoinResult:
+    error: ErrorCode = ErrorCode.none
+    generation: int = -1
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str = ""
+    member_id: str = ""
+    members: list[tuple[str, str | None, bytes]] = field(default_factory=list)
+    skip_assignment: bool = False
+
+
+@dataclass(eq=False)
+class Member:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    assignment: bytes = b""
+    join_future: asyncio.Future[JoinResult] | None = None
+    sync_future: asyncio.Future[tuple[ErrorCode, bytes]] | None = None
+    heartbeat: "DelayedHeartbeat | None" = None
+
+    def metadata_for(self, protocol: str) -> bytes:
+        for name, metadata in self.protocols:
+            if name == protocol:
+                return metadata
+        return b""
+
+    @property
+    def awaiting_join(self) -> bool:
+        return self.join_future is not None and not self.join_future.done()
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedOffset:
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp: int
+
+
+@dataclass(eq=False)
+class Group:
+    group_id: str
+    state: GroupState = GroupState.EMPTY
+    generation: int = 0
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader_id: str | None = None
+    members: dict[str, Member] = field(default_factory=dict)
+    static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
+    pending_members: set[str] = field(default_factory=set)
+    offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
+    join_op: "DelayedJoin | None" = None
+    state_timestamp: int = 0
+
+    def transition(self, event: Event) -> None:
+        self.state = next_state(self.state, event)
+        self.state_timestamp = wall_clock_ms()
+
+    def all_protocols_supported(self) -> set[str]:
+        sets = [{name for name, _ in m.protocols} for m in self.members.values()]
+        return set.intersection(*sets) if sets else set()
+
+    def select_protocol(self) -> str:
+        """Each member votes for its most preferred protocol that all members support."""
+        candidates = self.all_protocols_supported()
+        votes: dict[str, int] = {}
+        for m in self.members.values():
+            for name, _ in m.protocols:
+                if name in candidates:
+                    votes[name] = votes.get(name, 0) + 1
+                    break
+        return max(votes, key=lambda n: votes[n])
+
+    def subscribed_topics(self) -> set[str] | None:
+        """Topics the members subscribe to (consumer protocol), or None if unknown."""
+        if self.protocol_type != "consumer" or not self.protocol_name:
+            return None
+        topics: set[str] = set()
+        for m in self.members.values():
+            topics |= set(_consumer_subscription_topics(m.metadata_for(self.protocol_name)))
+        return topics
+
+
+def _consumer_subscription_topics(data: bytes) -> list[str]:
+    """Topics of a ConsumerProtocolSubscription (version int16, topics array of strings)."""
+    try:
+        r = rec._Reader(data)
+        r.i16()
+        return [r.string() or "" for _ in range(r.i32())]
+    except Exception:
+        return []
+
+
+class DelayedJoin(DelayedOperation):
+    def __init__(self, coordinator: "GroupCoordinator", group: Group, delay_ms: int) -> None:
+        super().__init__(delay_ms)
+        self.coordinator, self.group = coordinator, group
+
+    def try_complete(self) -> bool:
+        if all(m.awaiting_join for m in self.group.members.values()) and not self.group.pending_members:
+            return self.force_complete()
+        return False
+
+    def on_complete(self) -> None:
+        self.coordinator._complete_join(self.group)
+
+
+class DelayedHeartbeat(DelayedOperation):
+    def __init__(self, coordinator: "GroupCoordinator", group: Group, member: Member) -> None:
+        super().__init__(member.session_timeout_ms)
+        self.coordinator, self.group, self.member = coordinator, group, member
+
+    def try_complete(self) -> bool:
+        return False
+
+    def on_complete(self) -> None:
+        pass
+
+    def on_expiration(self) -> None:
+        self.coordinator._session_expired(self.group, self.member)
+
+
+class GroupCoordinator:
+    def __init__(
+        self,
+        topics: "TopicManager",
+        purgatory: DelayedOperationPurgatory[Any, Any],
+        *,
+        offsets_partitions: int = 50,
+        initial_rebalance_delay_ms: int = 0,
+        offsets_retention_ms: int = 7 * 24 * 3600 * 1000,
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.topics = topics
+        self.purgatory = purgatory
+        self.offsets_partitions = offsets_partitions
+        self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
+        self.offsets_retention_ms = offsets_retention_ms
+        self.clock = clock
+        self.groups: dict[str, Group] = {}
+
+    # ------------------------------------------------------------------ offsets topic
+
+    def _offsets_log(self, group_id: str) -> Log:
+        if OFFSETS_TOPIC not in self.topics.topics:
+            self.topics.create(OFFSETS_TOPIC, self.offsets_partitions,
+                               {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)})
+        topic = self.topics.topics[OFFSETS_TOPIC]
+        return topic.partitions[rec.partition_for(group_id, len(topic.partitions))].log
+
+    def _append(self, group_id: str, pairs: list[tuple[bytes, bytes | None]]) -> None:
+        now = self.clock()
+        self._offsets_log(group_id).append(build_batch([(k, v, now) for k, v in pairs]))
+
+    def load(self) -> int:
+        """Replay ``__consumer_offsets`` into memory; returns how many groups were loaded."""
+        topic = self.topics.topics.get(OFFSETS_TOPIC)
+        if topic is None:
+            return 0
+        self.offsets_partitions = len(topic.partitions)
+        for partition in topic.partitions:
+            plog = partition.log
+            offset = plog.log_start_offset
+            while offset < plog.log_end_offset:
+                batches = plog.read_batches(offset, 4 << 20)
+                if not batches:
+                    break
+                for batch in batches:
+                    if not batch.header.is_control:
+                        for record in batch.records():
+                            self._replay(record.key, record.value)
+                    offset = batch.last_offset + 1
+        return len(self.groups)
+
+    def _replay(self, key: bytes | None, value: bytes | None) -> None:
+        if key is None:
+            return
+        try:
+            decoded = rec.decode_key(key)
+        except (ValueError, IndexError, UnicodeDecodeError):
+            return
+        if isinstance(decoded, rec.OffsetKey):
+            group = self.groups.setdefault(decoded.group, Group(decoded.group))
+            tp = (decoded.topic, decoded.partition)
+            if value is None:
+                group.offsets.pop(tp, None)
+            else:
+                v = rec.decode_offset_value(value)
+                group.offsets[tp] = CommittedOffset(v.offset, v.leader_epoch, v.metadata, v.commit_timestamp)
+        else:
+            if value is None:
+                group = self.groups.get(decoded)
+                if group is not None and not group.offsets:
+                    del self.groups[decoded]
+                return
+            meta = rec.decode_group_value(value)
+            group = self.groups.setdefault(decoded, Group(decoded))
+            # Members do not survive a coordinator restart here: they rejoin (UNKNOWN_MEMBER_ID).
+            group.generation = meta.generation
+            group.protocol_type = meta.protocol_type or None
+            group.protocol_name = meta.protocol
+
+    # ------------------------------------------------------------------ helpers
+
+    def _group(self, group_id: str) -> Group | None:
+        group = self.groups.get(group_id)
+        return None if group is None or group.state is GroupState.DEAD else group
+
+    def _schedule_heartbeat(self, group: Group, member: Member) -> None:
+        if member.heartbeat is not None:
+            member.heartbeat.cancel()
+        member.heartbeat = DelayedHeartbeat(self, group, member)
+        self.purgatory.try_complete_else_watch(member.heartbeat, [("member", group.group_id, member.member_id)])
+
+    def _write_group_metadata(self, group: Group) -> None:
+        members = tuple(
+            rec.MemberMetadata(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                               m.rebalance_timeout_ms, m.session_timeout_ms,
+                               m.metadata_for(group.protocol_name or ""), m.assignment)
+            for m in group.members.values())
+        value = rec.GroupMetadataValue(group.protocol_type or "", group.generation, group.protocol_name,
+                                       group.leader_id, self.clock(), members)
+        try:
+            self._append(group.group_id, [(rec.encode_group_key(group.group_id), rec.encode_group_value(value))])
+        except OSError as exc:
+            log.error("could not persist metadata of group %s: %s", group.group_id, exc)
+
+    # ------------------------------------------------------------------ JoinGroup
+
+    async def join(
+        self,
+        group_id: str,
+        member_id: str,
+        group_instance_id: str | None,
+        client_id: str,
+        client_host: str,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        protocol_type: str,
+        protocols: list[tuple[str, bytes]],
+        require_known_member_id: bool,
+    ) -> JoinResult:
+        if not group_id:
+            return JoinResult(ErrorCode.invalid_group_id, member_id=member_id)
+        if not MIN_SESSION_TIMEOUT_MS <= session_timeout_ms <= MAX_SESSION_TIMEOUT_MS:
+            return JoinResult(ErrorCode.invalid_session_timeout, member_id=member_id)
+        if not protocols:
+            return JoinResult(ErrorCode.inconsistent_group_protocol, member_id=member_id)
+        group = self.groups.get(group_id)
+        if group is None or group.state is GroupState.DEAD:
+            group = self.groups[group_id] = Group(group_id)
+        if group.members and (group.protocol_type != protocol_type or
+                              not ({n for n, _ in protocols} & group.all_protocols_supported())):
+            return JoinResult(ErrorCode.inconsistent_group_protocol, member_id=member_id)
+        if member_id and member_id not in group.members and member_id not in group.pending_members:
+            known = group_instance_id is not None and group_instance_id in group.static_members
+            # A static member presenting an old member id was replaced by a newer instance.
+            return JoinResult(ErrorCode.fenced_instance_id if known else ErrorCode.unknown_member_id,
+                              member_id=member_id)
+
+        if not member_id:
+            if group_instance_id is not None and group_instance_id in group.static_members:
+                return await self._static_rejoin(group, group_instance_id, client_id, client_host,
+                                                 session_timeout_ms, rebalance_timeout_ms, protocol_type, protocols)
+            new_id = f"{client_id or 'member'}-{uuid.uuid4()}"
+            if group_instance_id is None and require_known_member_id:
+                group.pending_members.add(new_id)
+                return JoinResult(ErrorCode.member_id_required, member_id=new_id)
+            member_id = new_id
+        group.pending_members.discard(member_id)
+        member = group.members.get(member_id)
+        loop = asyncio.get_running_loop()
+        if member is None:
+            member = Member(member_id, group_instance_id, client_id, client_host, session_timeout_ms,
+                            rebalance_timeout_ms, protocol_type, list(protocols))
+            group.members[member_id] = member
+            if group_instance_id is not None:
+                group.static_members[group_instance_id] = member_id
+            if group.protocol_type is None or len(group.members) == 1:
+                group.protocol_type = protocol_type
+            self._schedule_heartbeat(group, member)
+            member.join_future = loop.create_future()
+            self._prepare_rebalance(group)
+        else:
+            changed = member.protocols != list(protocols)
+            member.protocols = list(protocols)
+            member.session_timeout_ms, member.rebalance_timeout_ms = session_timeout_ms, rebalance_timeout_ms
+            member.client_id, member.client_host = client_id, client_host
+            self._schedule_heartbeat(group, member)
+            if group.state is GroupState.PREPARING_REBALANCE:
+                if member.join_future is None or member.join_future.done():
+                    member.join_future = loop.create_future()
+            elif group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE) and not changed \
+                    and member_id != group.leader_id:
+                # Nothing changed: answer with the current generation (as Kafka does).
+                return self._join_result(group, member)
+            else:
+                member.join_future = loop.create_future()
+                self._prepare_rebalance(group)
+        self.purgatory.check_and_complete(("join", group_id))
+        future = member.join_future
+        assert future is not None
+        return await future
+
+    async def _static_rejoin(self, group: Group, instance_id: str, client_id: str, client_host: str,
+                             session_ms: int, rebalance_ms: int, protocol_type: str,
+                             protocols: list[tuple[str, bytes]]) -> JoinResult:
+        """A static member came back (restart): new member id, same place, no rebalance
+        when the group is stable and its protocols are unchanged."""
+        old_id = group.static_members[instance_id]
+        old = group.members.pop(old_id)
+        if old.heartbeat is not None:
+            old.heartbeat.cancel()
+        if old.join_future is not None and not old.join_future.done():
+            old.join_future.set_result(JoinResult(ErrorCode.fenced_instance_id, member_id=old_id))
+        new_id = f"{client_id or 'member'}-{uuid.uuid4()}"
+        member = Member(new_id, instance_id, client_id, client_host, session_ms, rebalance_ms,
+                        protocol_type, list(protocols), assignment=old.assignment)
+        group.members[new_id] = member
+        group.static_members[instance_id] = new_id
+        if group.leader_id == old_id:
+            group.leader_id = new_id
+        self._schedule_heartbeat(group, member)
+        if group.state is GroupState.STABLE and old.protocols == list(protocols):
+            result = self._join_result(group, member)
+            result.skip_assignment = member.member_id == group.leader_id
+            return result
+        member.join_future = asyncio.get_running_loop().create_future()
+        self._prepare_rebalance(group)
+        self.purgatory.check_and_complete(("join", group.group_id))
+        return await member.join_future
+
+    def _join_result(self, group: Group, member: Member) -> JoinResult:
+        result = JoinResult(ErrorCode.none, group.generation, group.protocol_type, group.protocol_name,
+                            group.leader_id or "", member.member_id)
+        if member.member_id == group.leader_id:
+            result.members = [(m.member_id, m.group_instance_id, m.metadata_for(group.protocol_name or ""))
+                              for m in group.members.values()]
+        return result
+
+    def _prepare_rebalance(self, group: Group) -> None:
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            # Members waiting in SyncGroup must rejoin.
+            for m in group.members.values():
+                if m.sync_future is not None and not m.sync_future.done():
+                    m.sync_future.set_result((ErrorCode.rebalance_in_progress, b""))
+        if group.state is not GroupState.PREPARING_REBALANCE:
+            was_empty = group.state is GroupState.EMPTY
+            group.transition(Event.REBALANCE)
+            timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
+            if was_empty and self.initial_rebalance_delay_ms > 0:
+                timeout = min(timeout, self.initial_rebalance_delay_ms)
+            group.join_op = DelayedJoin(self, group, max(timeout, 1))
+            self.purgatory.try_complete_else_watch(group.join_op, [("join", group.group_id)])
+            log.info("group %s: rebalancing (generation %d, %d member(s))",
+                     group.group_id, group.generation, len(group.members))
+
+    def _complete_join(self, group: Group) -> None:
+        if group.state is not GroupState.PREPARING_REBALANCE:
+            return
+        for m in list(group.members.values()):
+            if not m.awaiting_join and m.group_instance_id is None:
+                self._remove_member(group, m, rebalance=False)
+        group.pending_members.clear()
+        if not group.members:
+            group.generation += 1
+            group.protocol_name = None
+            group.leader_id = None
+            group.transition(Event.ALL_MEMBERS_GONE)
+            self._write_group_metadata(group)
+            return
+        group.generation += 1
+        group.protocol_name = group.select_protocol()
+        if group.leader_id not in group.members:
+            group.leader_id = next(iter(group.members))
+        group.transition(Event.JOIN_COMPLETE)
+        for m in group.members.values():
+            m.assignment = b""
+            if m.join_future is not None and not m.join_future.done():
+                m.join_future.set_result(self._join_result(group, m))
+            self._schedule_heartbeat(group, m)
+        log.info("group %s: generation %d with %d member(s), protocol %s, leader %s", group.group_id,
+                 group.generation, len(group.members), group.protocol_name, group.leader_id)
+
+    # ------------------------------------------------------------------ SyncGroup
+
+    async def sync(self, group_id: str, generation: int, member_id: str, group_instance_id: str | None,
+                   assignments: dict[str, bytes]) -> tuple[ErrorCode, bytes]:
+        group = self._group(group_id)
+        if group is None or member_id not in group.members:
+            return ErrorCode.unknown_member_id, b""
+        member = group.members[member_id]
+        if group_instance_id is not None and member.group_instance_id != group_instance_id:
+            return ErrorCode.fenced_instance_id, b""
+        if generation != group.generation:
+            return ErrorCode.illegal_generation, b""
+        if group.state is GroupState.PREPARING_REBALANCE:
+            return ErrorCode.rebalance_in_progress, b""
+        self._schedule_heartbeat(group, member)
+        if group.state is GroupState.STABLE:
+            return ErrorCode.none, member.assignment
+        if group.state is not GroupState.COMPLETING_REBALANCE:
+            return ErrorCode.unknown_member_id, b""
+        member.sync_future = asyncio.get_running_loop().create_future()
+        if member_id == group.leader_id:
+            for m in group.members.values():
+                m.assignment = assignments.get(m.member_id, b"")
+            group.transition(Event.SYNC_COMPLETE)
+            self._write_group_metadata(group)
+            for m in group.members.values():
+                if m.sync_future is not None and not m.sync_future.done():
+                    m.sync_future.set_result((ErrorCode.none, m.assignment))
+        return await member.sync_future
+
+    # ------------------------------------------------------------------ Heartbeat / LeaveGroup
+
+    def heartbeat(self, group_id: str, generation: int, member_id: str, group_instance_id: str | None) -> ErrorCode:
+        group = self._group(group_id)
+        if group is None or member_id not in group.members:
+            return ErrorCode.unknown_member_id
+        member = group.members[member_id]
+        if group_instance_id is not None and member.group_instance_id != group_instance_id:
+            return ErrorCode.fenced_instance_id
+        self._schedule_heartbeat(group, member)
+        if group.state is GroupState.PREPARING_REBALANCE:
+            return ErrorCode.rebalance_in_progress
+        if generation != group.generation:
+            return ErrorCode.illegal_generation
+        return ErrorCode.none
+
+    def leave(self, group_id: str, members: list[tuple[str, str | None]]) -> tuple[ErrorCode, list[ErrorCode]]:
+        group = self._group(group_id)
+        if group is None:
+            return ErrorCode.unknown_member_id, [ErrorCode.unknown_member_id] * len(members)
+        results = []
+        for member_id, instance_id in members:
+            if not member_id and instance_id is not None:
+                member_id = group.static_members.get(instance_id, "")
+            member = group.members.get(member_id)
+            if member is None:
+                results.append(ErrorCode.unknown_member_id)
+                continue
+            if instance_id is not None and member.group_instance_id != instance_id:
+                results.append(ErrorCode.fenced_instance_id)
+                continue
+            log.info("group %s: member %s left", group_id, member_id)
+            self._remove_member(group, member, rebalance=True)
+            results.append(ErrorCode.none)
+        return ErrorCode.none, results
+
+    def _session_expired(self, group: Group, member: Member) -> None:
+        if group.members.get(member.member_id) is not member:
+            return
+        if member.awaiting_join:
+            self._schedule_heartbeat(group, member)  # it is waiting for us, not gone
+            return
+        log.info("group %s: member %s missed its session timeout (%d ms); removing it",
+                 group.group_id, member.member_id, member.session_timeout_ms)
+        self._remove_member(group, member, rebalance=True)
+
+    def _remove_member(self, group: Group, member: Member, *, rebalance: bool) -> None:
+        group.members.pop(member.member_id, None)
+        if member.group_instance_id is not None and group.static_members.get(member.group_instance_id) == member.member_id:
+            del group.static_members[member.group_instance_id]
+        if member.heartbeat is not None:
+            member.heartbeat.cancel()
+        for fut in (member.join_future, member.sync_future):
+            if fut is not None and not fut.done():
+                fut.set_result(JoinResult(ErrorCode.unknown_member_id) if fut is member.join_future
+                               else (ErrorCode.unknown_member_id, b""))  # type: ignore[arg-type]
+        if not rebalance:
+            return
+        if not group.members:
+            if group.join_op is not None:
+                group.join_op.cancel()
+            group.leader_id = None
+            group.protocol_name = None
+            if group.state is not GroupState.EMPTY:
+                group.generation += 1
+                group.transition(Event.ALL_MEMBERS_GONE)
+                self._write_group_metadata(group)
+            return
+        if group.state is GroupState.PREPARING_REBALANCE:
+            self.purgatory.check_and_complete(("join", group.group_id))
+        else:
+            self._prepare_rebalance(group)
+
+    # ------------------------------------------------------------------ offsets
+
+    def commit_offsets(self, group_id: str, generation: int, member_id: str, group_instance_id: str | None,
+                       offsets: list[tuple[str, int, int, int, str | None]]) -> dict[tuple[str, int], ErrorCode]:
+        """offsets: (topic, partition, offset, leader_epoch, metadata). Durable when this returns."""
+        group = self.groups.get(group_id)
+        error = ErrorCode.none
+        if not group_id:
+            error = ErrorCode.invalid_group_id
+        elif generation < 0 and not member_id:
+            if group is not None and group.members:
+                error = ErrorCode.unknown_member_id  # a simple commit into an active group
+        elif group is None or member_id not in group.members:
+            error = ErrorCode.unknown_member_id
+        elif generation != group.generation:
+            error = ErrorCode.illegal_generation
+        elif group.state is GroupState.PREPARING_REBALANCE:
+            error = ErrorCode.rebalance_in_progress
+        elif group_instance_id is not None and group.members[member_id].group_instance_id != group_instance_id:
+            error = ErrorCode.fenced_instance_id
+        if error is not ErrorCode.none:
+            return {(t, p): error for t, p, *_ in offsets}
+        if group is None or group.state is GroupState.DEAD:
+            group = self.groups[group_id] = Group(group_id)
+        if group.members and member_id in group.members:
+            self._schedule_heartbeat(group, group.members[member_id])
+        results: dict[tuple[str, int], ErrorCode] = {}
+        pairs = []
+        now = self.clock()
+        accepted = []
+        for topic, partition, offset, epoch, metadata in offsets:
+            if metadata is not None and len(metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
+                results[(topic, partition)] = ErrorCode.offset_metadata_too_large
+                continue
+            value = rec.OffsetValue(offset, epoch, metadata or "", now)
+            pairs.append((rec.encode_offset_key(group_id, topic, partition), rec.encode_offset_value(value)))
+            accepted.append(((topic, partition), CommittedOffset(offset, epoch, metadata or "", now)))
+        if pairs:
+            try:
+                self._append(group_id, pairs)
+            except OSError as exc:
+                log.error("offset commit for group %s failed: %s", group_id, exc)
+                for tp, _ in accepted:
+                    results[tp] = ErrorCode.kafka_storage_error
+                return results
+        for tp, committed in accepted:
+            group.offsets[tp] = committed
+            results[tp] = ErrorCode.none
+        return results
+
+    def fetch_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]] | None) -> dict[tuple[str, int], CommittedOffset | None]:
+        group = self.groups.get(group_id)
+        offsets = group.offsets if group is not None else {}
+        if partitions is None:
+            return dict(offsets)
+        return {tp: offsets.get(tp) for tp in partitions}
+
+    def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
+        group = self._group(group_id)
+        if group is None:
+            return ErrorCode.group_id_not_found, {}
+        subscribed = group.subscribed_topics() if group.state is not GroupState.EMPTY else set()
+        results = {}
+        tombstones = []
+        for topic, partition in partitions:
+            if subscribed and topic in subscribed:
+                results[(topic, partition)] = ErrorCode.group_subscribed_to_topic
+                continue
+            if (topic, partition) in group.offsets:
+                tombstones.append((rec.encode_offset_key(group_id, topic, partition), None))
+            results[(topic, partition)] = ErrorCode.none
+        if tombstones:
+            self._append(group_id, tombstones)
+            for key, _ in tombstones:
+                decoded = rec.decode_key(key)
+                assert isinstance(decoded, rec.OffsetKey)
+                group.offsets.pop((decoded.topic, decoded.partition), None)
+        return ErrorCode.none, results
+
+    # ------------------------------------------------------------------ admin
+
+    def list_groups(self) -> list[Group]:
+        return [g for g in self.groups.values() if g.state is not GroupState.DEAD]
+
+    def delete_group(self, group_id: str) -> ErrorCode:
+        group = self._group(group_id)
+        if group is None:
+            return ErrorCode.group_id_not_found
+        if group.state is not GroupState.EMPTY:
+            return ErrorCode.non_empty_group
+        tombstones: list[tuple[bytes, bytes | None]] = [
+            (rec.encode_offset_key(group_id, t, p), None) for (t, p) in group.offsets]
+        tombstones.append((rec.encode_group_key(group_id), None))
+        self._append(group_id, tombstones)
+        group.transition(Event.DELETE)
+        del self.groups[group_id]
+        return ErrorCode.none
+
+    def expire_offsets(self, now: int | None = None) -> int:
+        """Drop offsets of Empty groups older than offsets.retention.minutes."""
+        now = self.clock() if now is None else now
+        expired = 0
+        for group in list(self.groups.values()):
+            if group.state is not GroupState.EMPTY:
+                continue
+            old = [tp for tp, c in group.offsets.items() if now - c.commit_timestamp > self.offsets_retention_ms]
+            if not old:
+                continue
+            self._append(group.group_id, [(rec.encode_offset_key(group.group_id, t, p), None) for t, p in old])
+            for tp in old:
+                del group.offsets[tp]
+            expired += len(old)
+            if not group.offsets:
+                self._append(group.group_id, [(rec.encode_group_key(group.group_id), None)])
+                del self.groups[group.group_id]
+        return expired
+
+    def shutdown(self) -> None:
+        for group in self.groups.values():
+            for m in group.members.values():
+                for fut in (m.join_future, m.sync_future):
+                    if fut is not None and not fut.done():
+                        fut.cancel()
