@@ -67,7 +67,11 @@ def _describe_one(broker: "Broker", r: Any, version: int) -> dict[str, Any]:
         if r.resource_name not in ("", str(broker.config.node_id)):
             return {**base, "error_code": ErrorCode.invalid_request,
                     "error_message": f"this is broker {broker.config.node_id}, not {r.resource_name}", "configs": []}
-        entries = [{"name": k, "value": v, "config_source": STATIC_BROKER_CONFIG} for k, v in broker.config.describe().items()]
+        described = broker.config.describe()
+        # the port actually bound (port 0 means "any free port")
+        described["listeners"] = f"PLAINTEXT://{broker.config.host}:{broker.port}"
+        described["advertised.listeners"] = "PLAINTEXT://%s:%d" % broker.advertised
+        entries = [{"name": k, "value": v, "config_source": STATIC_BROKER_CONFIG} for k, v in described.items()]
     else:
         return {**base, "error_code": ErrorCode.invalid_request,
                 "error_message": f"resource type {r.resource_type} is not supported", "configs": []}

@@ -44,15 +44,18 @@ class _Watch:
 
 
 class DelayedFetch(DelayedOperation):
-    """Completes once ``min_bytes`` could be returned (estimated from segment growth)."""
+    """Completes once ``min_bytes`` could be returned: the bytes the first read already
+    found plus what was appended since (estimated from segment growth), as Kafka counts
+    from the fetch offset, not from the moment the fetch started waiting."""
 
-    def __init__(self, delay_ms: int, min_bytes: int, watches: list[_Watch]) -> None:
+    def __init__(self, delay_ms: int, min_bytes: int, watches: list[_Watch], already_available: int = 0) -> None:
         super().__init__(delay_ms)
         self.min_bytes = min_bytes
         self.watches = watches
+        self.already_available = already_available
 
     def try_complete(self) -> bool:
-        available = 0
+        available = self.already_available
         for w in self.watches:
             if w.log.log_end_offset <= w.fetch_offset:
                 continue
@@ -136,7 +139,7 @@ async def handle(broker: "Broker", ctx: RequestContext) -> Any:
     topics, total = read_partitions(broker, body.topics, max_bytes, isolation)
     has_error = any(p.error_code for t in topics for p in t.partitions)
     if total < min_bytes and max_wait_ms > 0 and not has_error and body.topics:
-        op = DelayedFetch(max_wait_ms, min_bytes, _watches(broker, body.topics))
+        op = DelayedFetch(max_wait_ms, min_bytes, _watches(broker, body.topics), already_available=total)
         keys = [(t.topic, p.partition) for t in body.topics for p in t.partitions]
         await broker.fetch_purgatory.wait(op, keys)
         topics, total = read_partitions(broker, body.topics, max_bytes, isolation)
