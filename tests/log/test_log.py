@@ -286,3 +286,25 @@ def test_delete_records_moves_the_log_start_offset(tmp_path: Path) -> None:
         log.delete_records_before(21)
     log.close()
     assert Log.open(tmp_path / "t-0", cfg(segment_bytes=1000)).log_start_offset == 7
+
+
+def test_topic_compression_type_recompresses_on_append(tmp_path: Path) -> None:
+    from pulllog.log import Compression
+
+    log = Log.open(tmp_path / "t-0", cfg(compression_type="zstd"))
+    sent = [(b"k%d" % i, b"value" * 20, 1000 + i, [("h", b"x")]) for i in range(10)]
+    log.append(build_batch(sent, compression=Compression.GZIP, producer_id=5, producer_epoch=1, base_sequence=0))
+    batch = log.read_batches(0)[0]
+    assert batch.header.compression == Compression.ZSTD
+    assert (batch.header.producer_id, batch.header.producer_epoch, batch.header.base_sequence) == (5, 1, 0)
+    assert [(r.offset, r.key, r.value, r.timestamp, list(r.headers)) for r in batch.records()] == [
+        (i, k, v, ts, h) for i, (k, v, ts, h) in enumerate(sent)]
+
+
+def test_topic_compression_producer_keeps_the_batch_as_sent(tmp_path: Path) -> None:
+    from pulllog.log import Compression
+
+    log = Log.open(tmp_path / "t-0")
+    raw = build_batch([(b"k", b"v" * 100)], compression=Compression.LZ4)
+    log.append(raw)
+    assert log.read_batches(0)[0].raw == raw

@@ -41,10 +41,12 @@ from pathlib import Path
 
 from .cleaner import complete_interrupted_swaps
 from .config import LogConfig
+from .compression import Compression
 from .records import (
     BatchHeader,
     InvalidRecordError,
     RecordBatch,
+    build_batch,
     read_header,
     set_base_offset,
     set_log_append_time,
@@ -307,6 +309,11 @@ class Log:
         if self._closed:
             raise RuntimeError(f"log {self.directory.name} is closed")
         batches = validated if validated is not None else self.validate(data)
+        target = self.config.compression_type
+        if target != "producer" and any(
+            not h.is_control and h.compression != Compression.parse(target) for _, h in batches
+        ):
+            data, batches = _recompress(data, batches, Compression.parse(target))
         buf = data if isinstance(data, bytearray) else bytearray(data)
         now = self.clock()
         log_append_time = self.config.log_append_time
@@ -558,6 +565,33 @@ class Log:
             f"Log({self.directory.name}, start={self.log_start_offset}, end={self.log_end_offset}, "
             f"segments={len(self._segments)})"
         )
+
+
+def _recompress(
+    data: bytes | bytearray | memoryview, batches: list[tuple[int, BatchHeader]], codec: Compression
+) -> tuple[bytearray, list[tuple[int, BatchHeader]]]:
+    """Re-encode batches whose codec differs from the topic's ``compression.type``, as
+    Kafka's broker does; producer fields, timestamps and headers are kept."""
+    out = bytearray()
+    placed: list[tuple[int, BatchHeader]] = []
+    for pos, header in batches:
+        raw = bytes(data[pos : pos + header.size])
+        if not header.is_control and header.compression != codec:
+            batch = RecordBatch(header, raw)
+            raw = build_batch(
+                batch.records(),
+                base_offset=header.base_offset,
+                compression=codec,
+                timestamp_type=header.timestamp_type,
+                producer_id=header.producer_id,
+                producer_epoch=header.producer_epoch,
+                base_sequence=header.base_sequence,
+                partition_leader_epoch=header.partition_leader_epoch,
+                transactional=header.is_transactional,
+            )
+        placed.append((len(out), read_header(raw)))
+        out += raw
+    return out, placed
 
 
 def segment_may_hold(segment: LogSegment, recovery_point: int, bases: list[int]) -> bool:
