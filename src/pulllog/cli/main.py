@@ -11,6 +11,7 @@ import click
 
 from .inspect import inspect
 from .serve import serve
+from .topic import topic
 
 __all__ = ["main"]
 
@@ -23,6 +24,7 @@ def main() -> None:
 
 main.add_command(inspect)
 main.add_command(serve)
+main.add_command(topic)
 
 
 if __name__ == "__main__":

@@ -54,16 +54,17 @@ def _entity_in(module: Any, suffix: str) -> type:
 
 
 @functools.cache
-def _plan(cls: type) -> tuple[tuple[str, Any, str | None, bool, Any], ...]:
-    """(name, element entity class or None, kafka_type, is_array, default) per field."""
+def _plan(cls: type) -> tuple[tuple[str, Any, str | None, bool, bool, Any], ...]:
+    """(name, element entity class or None, kafka_type, is_array, nullable, default) per field."""
     hints = typing.get_type_hints(cls)
     plan = []
     for f in dataclasses.fields(cls):
         hint = hints[f.name]
-        is_array = False
+        is_array = nullable = False
         inner = hint
         origin = typing.get_origin(hint)
         if origin is typing.Union or origin is getattr(__import__("types"), "UnionType", None):
+            nullable = type(None) in typing.get_args(hint)
             args = [a for a in typing.get_args(hint) if a is not type(None)]
             inner = args[0] if args else hint
             origin = typing.get_origin(inner)
@@ -77,7 +78,7 @@ def _plan(cls: type) -> tuple[tuple[str, Any, str | None, bool, Any], ...]:
             default = f.default_factory()  # type: ignore[misc]
         else:
             default = dataclasses.MISSING
-        plan.append((f.name, entity, f.metadata.get("kafka_type"), is_array, default))
+        plan.append((f.name, entity, f.metadata.get("kafka_type"), is_array, nullable, default))
     return tuple(plan)
 
 
@@ -108,7 +109,7 @@ def build(cls: type, data: Mapping[str, Any] | Any) -> Any:
     if isinstance(data, cls):
         return data
     kwargs = {}
-    for name, entity, kafka_type, is_array, default in _plan(cls):
+    for name, entity, kafka_type, is_array, nullable, default in _plan(cls):
         if name in data:
             value = data[name]
         elif default is not dataclasses.MISSING:
@@ -117,7 +118,9 @@ def build(cls: type, data: Mapping[str, Any] | Any) -> Any:
             value = _ZERO_UUID
         else:
             raise KeyError(f"{cls.__module__}.{cls.__qualname__}: field {name!r} is required")
-        if entity is not None:
+        if value is None and nullable:
+            pass  # a null array (e.g. Metadata "all topics") stays null, not empty
+        elif entity is not None:
             if is_array:
                 value = tuple(build(entity, item) for item in (value or ()))
             elif value is not None:

@@ -5,6 +5,9 @@ of them when ``topics`` is null) with ``partition_size`` = the bytes of its segm
 (``Log.size_bytes``), ``offset_lag`` 0 (a single replica is never behind its high
 watermark) and ``is_future_key`` false. Requested topics or partitions that do not exist
 are left out, as Kafka does. v4+ also reports the volume's total and usable bytes.
+
+Served up to v4 although kio has v5: v5 (cordoned log dirs) is what kafka-python 3 takes as
+the sign of a Kafka 4.3 broker (``infer_broker_version_from_api_versions``), and we are not one.
 """
 
 from __future__ import annotations
@@ -21,9 +24,10 @@ if TYPE_CHECKING:
     from ..broker import Broker
 
 
-@handler(35, "DescribeLogDirs", 1, 5)
+@handler(35, "DescribeLogDirs", 1, 4)
 async def handle(broker: "Broker", ctx: RequestContext) -> Any:
     requested = ctx.body.topics
+    wanted: dict[str, set[int] | None]
     if requested is None:
         wanted = {name: None for name in broker.topics.topics}
     else:

@@ -1,0 +1,637 @@
+"""The admin client: topics, partitions, configs and offsets, over Kafka's admin APIs.
+
+    async with Admin("127.0.0.1:9092") as admin:
+        await admin.create_topic("events", partitions=3, configs={"retention.ms": "86400000"})
+        topic = await admin.describe_topic("events")
+        for p in topic.partitions:
+            print(p.partition, p.leader, p.log_start_offset, p.log_end_offset, p.size_bytes)
+
+Where each request goes, as Kafka wants it: CreateTopics, DeleteTopics and CreatePartitions
+to the controller (retried once on NOT_CONTROLLER); ListOffsets, DeleteRecords and
+DescribeLogDirs to each partition's leader, one request per broker, all brokers at once;
+DescribeConfigs / AlterConfigs for a broker resource to that broker, for a topic to any.
+
+Errors: a Kafka error code becomes the most specific ``KafkaError`` subclass
+(``pulllog.client.errors.error_for``) with a message that names the topic or partition,
+e.g. ``TopicAlreadyExistsError("topic 'x' already exists")``; an unknown topic is
+``UnknownTopicError``. Calls that take several topics raise for the first that failed, after
+the broker has applied the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import uuid
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
+
+from kio.schema.errors import ErrorCode
+
+from ..net.client import KafkaConnection
+from .cluster import DEFAULT_BOOTSTRAP, Cluster
+from .errors import KafkaError, UnknownTopicError, UnsupportedByBrokerError, error_for
+from .types import TopicPartition
+
+__all__ = [
+    "Admin",
+    "AlterConfigOp",
+    "ConfigEntry",
+    "ConfigResource",
+    "ConfigSource",
+    "CreatedTopic",
+    "ListedOffset",
+    "NewTopic",
+    "OffsetSpec",
+    "PartitionDescription",
+    "ResourceType",
+    "TopicDescription",
+    "TopicListing",
+]
+
+T = TypeVar("T")
+
+
+# ---------------------------------------------------------------------------- values
+
+
+@dataclass(frozen=True, slots=True)
+class NewTopic:
+    """A topic to create; ``None`` means the broker's default (num.partitions,
+    default.replication.factor)."""
+
+    name: str
+    partitions: int | None = None
+    replication_factor: int | None = None
+    configs: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CreatedTopic:
+    """What CreateTopics reports (with validate_only, what it would have created)."""
+
+    name: str
+    topic_id: uuid.UUID | None
+    partitions: int  # -1 from brokers older than CreateTopics v5, which do not say
+    replication_factor: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicListing:
+    name: str
+    topic_id: uuid.UUID | None
+    partitions: int
+    internal: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionDescription:
+    """One partition: who leads it, and its log's offsets and size.
+
+    ``log_end_offset`` is what ListOffsets reports as the latest offset, the high watermark
+    (on a single-replica broker the same as the leader's log end offset). ``size_bytes`` is
+    None when the broker does not serve DescribeLogDirs.
+    """
+
+    partition: int
+    leader: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    log_start_offset: int
+    log_end_offset: int
+    size_bytes: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDescription:
+    name: str
+    topic_id: uuid.UUID | None
+    internal: bool
+    partitions: tuple[PartitionDescription, ...]
+
+    @property
+    def size_bytes(self) -> int | None:
+        sizes = [p.size_bytes for p in self.partitions]
+        return None if any(s is None for s in sizes) else sum(s for s in sizes if s is not None)
+
+
+class ResourceType(enum.IntEnum):
+    TOPIC = 2
+    BROKER = 4
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigResource:
+    """What DescribeConfigs / AlterConfigs act on: ``ConfigResource.topic("events")`` or
+    ``ConfigResource.broker(0)`` (``ConfigResource.broker()``: whichever broker answers)."""
+
+    type: ResourceType
+    name: str
+
+    @classmethod
+    def topic(cls, name: str) -> "ConfigResource":
+        return cls(ResourceType.TOPIC, name)
+
+    @classmethod
+    def broker(cls, node_id: int | None = None) -> "ConfigResource":
+        return cls(ResourceType.BROKER, "" if node_id is None else str(node_id))
+
+    def __str__(self) -> str:
+        if self.type is ResourceType.TOPIC:
+            return f"topic {self.name!r}"
+        return f"broker {self.name}" if self.name else "the broker"
+
+
+class ConfigSource(enum.IntEnum):
+    """Where a config value comes from (DescribeConfigs ``config_source``, KIP-226)."""
+
+    UNKNOWN = 0
+    DYNAMIC_TOPIC_CONFIG = 1  # a topic's own override
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4  # server.properties / the command line
+    DEFAULT_CONFIG = 5  # Kafka's default
+    DYNAMIC_BROKER_LOGGER_CONFIG = 6
+    CLIENT_METRICS_CONFIG = 7
+    GROUP_CONFIG = 8
+
+    @classmethod
+    def of(cls, value: int) -> "ConfigSource":
+        try:
+            return cls(value)
+        except ValueError:
+            return cls.UNKNOWN
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    name: str
+    value: str | None
+    source: ConfigSource
+    read_only: bool = False
+    sensitive: bool = False
+
+    @property
+    def is_override(self) -> bool:
+        """Set on this topic (or dynamically on this broker), not inherited."""
+        return self.source in (ConfigSource.DYNAMIC_TOPIC_CONFIG, ConfigSource.DYNAMIC_BROKER_CONFIG)
+
+    @property
+    def is_default(self) -> bool:
+        return self.source is ConfigSource.DEFAULT_CONFIG
+
+
+class AlterConfigOpType(enum.IntEnum):
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
+@dataclass(frozen=True, slots=True)
+class AlterConfigOp:
+    """One IncrementalAlterConfigs change: ``AlterConfigOp.set("retention.ms", "1000")``,
+    ``.delete(name)`` (back to the default), ``.append`` / ``.subtract`` for list configs."""
+
+    name: str
+    op: AlterConfigOpType
+    value: str | None = None
+
+    @classmethod
+    def set(cls, name: str, value: str) -> "AlterConfigOp":
+        return cls(name, AlterConfigOpType.SET, value)
+
+    @classmethod
+    def delete(cls, name: str) -> "AlterConfigOp":
+        return cls(name, AlterConfigOpType.DELETE)
+
+    @classmethod
+    def append(cls, name: str, value: str) -> "AlterConfigOp":
+        return cls(name, AlterConfigOpType.APPEND, value)
+
+    @classmethod
+    def subtract(cls, name: str, value: str) -> "AlterConfigOp":
+        return cls(name, AlterConfigOpType.SUBTRACT, value)
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetSpec:
+    """What ListOffsets looks up: ``OffsetSpec.EARLIEST`` (the log start offset),
+    ``OffsetSpec.LATEST`` (the high watermark), ``OffsetSpec.MAX_TIMESTAMP`` (the record
+    with the largest timestamp), or ``OffsetSpec.for_timestamp(ms)``: the first offset whose
+    timestamp is at or after ``ms``."""
+
+    timestamp: int
+
+    EARLIEST: ClassVar["OffsetSpec"]
+    LATEST: ClassVar["OffsetSpec"]
+    MAX_TIMESTAMP: ClassVar["OffsetSpec"]
+
+    @classmethod
+    def for_timestamp(cls, ms: int) -> "OffsetSpec":
+        if ms < 0:
+            raise ValueError(f"a timestamp must be milliseconds since the epoch (>= 0), not {ms}")
+        return cls(ms)
+
+
+OffsetSpec.LATEST = OffsetSpec(-1)
+OffsetSpec.EARLIEST = OffsetSpec(-2)
+OffsetSpec.MAX_TIMESTAMP = OffsetSpec(-3)
+
+
+@dataclass(frozen=True, slots=True)
+class ListedOffset:
+    offset: int
+    timestamp: int  # -1 for EARLIEST / LATEST
+    leader_epoch: int = -1
+
+
+# ---------------------------------------------------------------------------- the client
+
+
+class Admin:
+    def __init__(
+        self,
+        bootstrap_servers: str | Iterable[str] = DEFAULT_BOOTSTRAP,
+        *,
+        client_id: str = "pulllog-admin",
+        request_timeout_ms: int = 30_000,
+        connect_timeout_ms: int = 10_000,
+    ) -> None:
+        self._cluster = Cluster(bootstrap_servers, client_id=client_id, request_timeout_ms=request_timeout_ms,
+                                connect_timeout_ms=connect_timeout_ms)
+        self.request_timeout_ms = request_timeout_ms
+
+    async def start(self) -> None:
+        """Connect to a bootstrap server (BrokerUnreachableError names the address)."""
+        await self._cluster.any_connection()
+
+    async def close(self) -> None:
+        await self._cluster.close()
+
+    async def __aenter__(self) -> "Admin":
+        try:
+            await self.start()
+        except BaseException:
+            await self.close()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------------ topics
+
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int | None = None,
+        *,
+        replication_factor: int | None = None,
+        configs: Mapping[str, str] | None = None,
+        validate_only: bool = False,
+    ) -> CreatedTopic:
+        new = NewTopic(name, partitions, replication_factor, configs)
+        return (await self.create_topics([new], validate_only=validate_only))[0]
+
+    async def create_topics(self, topics: Iterable[NewTopic | str], *, validate_only: bool = False) -> list[CreatedTopic]:
+        """Create topics (a plain name gets the broker's defaults); with ``validate_only``
+        the broker checks everything and creates nothing."""
+        wanted = [NewTopic(t) if isinstance(t, str) else t for t in topics]
+        data = {
+            "topics": [
+                {
+                    "name": t.name,
+                    "num_partitions": -1 if t.partitions is None else t.partitions,
+                    "replication_factor": -1 if t.replication_factor is None else t.replication_factor,
+                    "assignments": [],
+                    "configs": [{"name": k, "value": str(v)} for k, v in (t.configs or {}).items()],
+                }
+                for t in wanted
+            ],
+            "timeout": self.request_timeout_ms,
+            "validate_only": validate_only,
+        }
+        resp = await self._controller_call("create_topics", 2, 7, data, lambda r: [t.error_code for t in r.topics])
+        created, errors = [], []
+        for t in resp.topics:
+            if t.error_code != ErrorCode.none:
+                errors.append(_topic_error(t.error_code, t.name, getattr(t, "error_message", None), "create"))
+                continue
+            topic_id = getattr(t, "topic_id", None)
+            created.append(CreatedTopic(
+                t.name, None if topic_id in (None, uuid.UUID(int=0)) else topic_id,
+                int(getattr(t, "num_partitions", -1)), int(getattr(t, "replication_factor", -1))))
+        if errors:
+            raise errors[0]
+        return created
+
+    async def delete_topic(self, name: str) -> None:
+        await self.delete_topics([name])
+
+    async def delete_topics(self, names: Iterable[str]) -> None:
+        names = list(names)
+        data = {"topics": [{"name": n, "topic_id": None} for n in names], "topic_names": names,
+                "timeout": self.request_timeout_ms}
+        resp = await self._controller_call("delete_topics", 1, 6, data, lambda r: [t.error_code for t in r.responses])
+        for name in names:
+            self._cluster.invalidate(name)
+        for t in resp.responses:
+            if t.error_code != ErrorCode.none:
+                raise _topic_error(t.error_code, t.name, getattr(t, "error_message", None), "delete")
+
+    async def list_topics(self, *, include_internal: bool = False) -> list[TopicListing]:
+        """Every topic, sorted by name."""
+        await self._cluster.refresh(None)
+        return [
+            TopicListing(info.name, info.topic_id, len(info.partitions), info.internal)
+            for info in sorted(self._cluster.topics.values(), key=lambda i: i.name)
+            if include_internal or not info.internal
+        ]
+
+    async def describe_topic(self, name: str) -> TopicDescription:
+        return (await self.describe_topics([name]))[0]
+
+    async def describe_topics(self, names: Iterable[str]) -> list[TopicDescription]:
+        """Partitions with their leaders, log start / end offsets (ListOffsets) and sizes
+        (DescribeLogDirs), in the order asked."""
+        names = list(dict.fromkeys(names))
+        await self._refresh_topics(names)
+        tps = [TopicPartition(n, p) for n in names for p in sorted(self._cluster.topics[n].partitions)]
+        starts, ends, sizes = await _all(
+            self._list_offsets({tp: OffsetSpec.EARLIEST for tp in tps}, refresh=False),
+            self._list_offsets({tp: OffsetSpec.LATEST for tp in tps}, refresh=False),
+            self._partition_sizes(tps),
+        )
+        out = []
+        for name in names:
+            info = self._cluster.topics[name]
+            parts = []
+            for index in sorted(info.partitions):
+                p, tp = info.partitions[index], TopicPartition(name, index)
+                start, end = starts[tp], ends[tp]
+                parts.append(PartitionDescription(
+                    index, p.leader, p.replicas, p.isr,
+                    start.offset if start else -1, end.offset if end else -1, sizes.get(tp)))
+            out.append(TopicDescription(name, info.topic_id, info.internal, tuple(parts)))
+        return out
+
+    async def create_partitions(self, topic: str, total: int, *, validate_only: bool = False) -> None:
+        """Grow ``topic`` to ``total`` partitions (Kafka never shrinks a topic)."""
+        data = {"topics": [{"name": topic, "count": total, "assignments": None}],
+                "timeout": self.request_timeout_ms, "validate_only": validate_only}
+        resp = await self._controller_call("create_partitions", 0, 3, data, lambda r: [t.error_code for t in r.results])
+        self._cluster.invalidate(topic)
+        for r in resp.results:
+            if r.error_code != ErrorCode.none:
+                raise _topic_error(r.error_code, r.name, r.error_message, "add partitions to")
+
+    async def _refresh_topics(self, names: list[str]) -> None:
+        await self._cluster.refresh(names)
+        for name in names:
+            if name not in self._cluster.topics:
+                raise UnknownTopicError(name)
+
+    # ------------------------------------------------------------------ configs
+
+    async def describe_configs(self, resource: ConfigResource, keys: Iterable[str] | None = None) -> dict[str, ConfigEntry]:
+        """Every config of a topic or broker (or only ``keys``), by name."""
+        conn, name = await self._resource_connection(resource)
+        data = {"resources": [{"resource_type": int(resource.type), "resource_name": name,
+                               "configuration_keys": None if keys is None else list(keys)}],
+                "include_synonyms": False, "include_documentation": False}
+        _version, resp = await self._call(conn, "describe_configs", 1, 4, data)
+        (result,) = resp.results
+        if result.error_code != ErrorCode.none:
+            raise _resource_error(result.error_code, resource, result.error_message, "describe configs of")
+        return {
+            c.name: ConfigEntry(c.name, c.value, ConfigSource.of(int(c.config_source)), bool(c.read_only),
+                                bool(c.is_sensitive))
+            for c in result.configs
+        }
+
+    async def alter_configs(self, resource: ConfigResource, configs: Mapping[str, str], *,
+                            validate_only: bool = False) -> None:
+        """Replace the resource's overrides with ``configs`` (AlterConfigs: any override not
+        named goes back to its default; ``incremental_alter_configs`` changes only some)."""
+        conn, name = await self._resource_connection(resource)
+        data = {"resources": [{"resource_type": int(resource.type), "resource_name": name,
+                               "configs": [{"name": k, "value": str(v)} for k, v in configs.items()]}],
+                "validate_only": validate_only}
+        _version, resp = await self._call(conn, "alter_configs", 0, 2, data)
+        for r in resp.responses:
+            if r.error_code != ErrorCode.none:
+                raise _resource_error(r.error_code, resource, r.error_message, "alter configs of")
+
+    async def incremental_alter_configs(self, resource: ConfigResource, ops: Iterable[AlterConfigOp], *,
+                                        validate_only: bool = False) -> None:
+        conn, name = await self._resource_connection(resource)
+        data = {"resources": [{"resource_type": int(resource.type), "resource_name": name,
+                               "configs": [{"name": o.name, "config_operation": int(o.op), "value": o.value}
+                                           for o in ops]}],
+                "validate_only": validate_only}
+        _version, resp = await self._call(conn, "incremental_alter_configs", 0, 1, data)
+        for r in resp.responses:
+            if r.error_code != ErrorCode.none:
+                raise _resource_error(r.error_code, resource, r.error_message, "alter configs of")
+
+    async def _resource_connection(self, resource: ConfigResource) -> tuple[KafkaConnection, str]:
+        if resource.type is not ResourceType.BROKER:
+            return await self._cluster.any_connection(), resource.name
+        if resource.name:
+            try:
+                node_id = int(resource.name)
+            except ValueError:
+                raise ValueError(f"a broker is named by its node id (an integer), not {resource.name!r}") from None
+        else:
+            await self._cluster.refresh([])
+            node_id = min(self._cluster.brokers)
+        return await self._cluster.connection(node_id), str(node_id)
+
+    # ------------------------------------------------------------------ offsets
+
+    async def list_offsets(self, specs: Mapping[TopicPartition, OffsetSpec | int], *,
+                           read_committed: bool = False) -> dict[TopicPartition, ListedOffset | None]:
+        """The offset each spec names (an int is a timestamp in ms). None where there is
+        none: no record at or after the timestamp, or MAX_TIMESTAMP on an empty partition."""
+        wanted = {tp: s if isinstance(s, OffsetSpec) else OffsetSpec.for_timestamp(s) for tp, s in specs.items()}
+        return await self._list_offsets(wanted, read_committed=read_committed)
+
+    async def _list_offsets(self, wanted: Mapping[TopicPartition, OffsetSpec], *, read_committed: bool = False,
+                            refresh: bool = True) -> dict[TopicPartition, ListedOffset | None]:
+        lo = 7 if any(s.timestamp == OffsetSpec.MAX_TIMESTAMP.timestamp for s in wanted.values()) else 1
+
+        async def ask(conn: KafkaConnection, tps: list[TopicPartition]) -> dict[TopicPartition, ListedOffset | None]:
+            data = {"replica_id": -1, "isolation_level": int(read_committed),
+                    "topics": _by_topic(tps, lambda tp: {"partition_index": tp.partition,
+                                                         "timestamp": wanted[tp].timestamp})}
+            _version, resp = await self._call(conn, "list_offsets", lo, 7, data)
+            out: dict[TopicPartition, ListedOffset | None] = {}
+            for t in resp.topics:
+                for p in t.partitions:
+                    tp = TopicPartition(t.name, int(p.partition_index))
+                    if p.error_code != ErrorCode.none:
+                        raise _partition_error(p.error_code, tp, "list offsets of")
+                    offset = int(p.offset)
+                    out[tp] = None if offset < 0 else ListedOffset(
+                        offset, int(p.timestamp), int(getattr(p, "leader_epoch", -1)))
+            return out
+
+        return await self._per_leader(list(wanted), ask, refresh=refresh)
+
+    async def delete_records(self, before: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """Delete each partition's records below an offset (-1: below the high watermark,
+        i.e. all of them) by moving its log start offset; returns the new log start offsets."""
+
+        async def ask(conn: KafkaConnection, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+            data = {"topics": _by_topic(tps, lambda tp: {"partition_index": tp.partition, "offset": before[tp]}),
+                    "timeout": self.request_timeout_ms}
+            _version, resp = await self._call(conn, "delete_records", 0, 2, data)
+            out = {}
+            for t in resp.topics:
+                for p in t.partitions:
+                    tp = TopicPartition(t.name, int(p.partition_index))
+                    if p.error_code == ErrorCode.offset_out_of_range:
+                        raise error_for(p.error_code, (
+                            f"cannot delete records of {tp.topic}-{tp.partition} before offset {before[tp]}: "
+                            "it is past the high watermark (see the latest offset with list_offsets)"))
+                    if p.error_code != ErrorCode.none:
+                        raise _partition_error(p.error_code, tp, "delete records of")
+                    out[tp] = int(p.low_watermark)
+            return out
+
+        return await self._per_leader(list(before), ask)
+
+    async def _partition_sizes(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """Bytes on disk per partition, from its leader's DescribeLogDirs; {} when no broker
+        serves it."""
+
+        async def ask(conn: KafkaConnection, mine: list[TopicPartition]) -> dict[TopicPartition, int]:
+            data = {"topics": [{"topic": t["name"], "partitions": [p["i"] for p in t["partitions"]]}
+                               for t in _by_topic(mine, lambda tp: {"i": tp.partition})]}
+            try:
+                _version, resp = await self._call(conn, "describe_log_dirs", 1, 5, data)
+            except UnsupportedByBrokerError:
+                return {}
+            wanted = set(mine)
+            out: dict[TopicPartition, int] = {}
+            for result in resp.results:
+                if result.error_code != ErrorCode.none:
+                    continue
+                for t in result.topics:
+                    for p in t.partitions:
+                        tp = TopicPartition(t.name, int(p.partition_index))
+                        if tp in wanted and not p.is_future_key:
+                            out[tp] = out.get(tp, 0) + int(p.partition_size)
+            return out
+
+        return await self._per_leader(tps, ask, refresh=False) if tps else {}
+
+    # ------------------------------------------------------------------ plumbing
+
+    async def _call(self, conn: KafkaConnection, api: str, lo: int, hi: int, data: Mapping[str, Any]) -> tuple[int, Any]:
+        version = conn.version(api, lo, hi)
+        timeout = self.request_timeout_ms / 1000
+        try:
+            return version, await asyncio.wait_for(conn.request(api, version, data), timeout)
+        except asyncio.TimeoutError:
+            raise KafkaError(ErrorCode.request_timed_out,
+                             f"the broker at {conn.address} did not answer {api} within {timeout:g} s") from None
+
+    async def _controller_call(self, api: str, lo: int, hi: int, data: Mapping[str, Any],
+                               codes: Callable[[Any], list[ErrorCode]]) -> Any:
+        """Send to the controller; on NOT_CONTROLLER refresh metadata and try once more."""
+        _version, resp = await self._call(await self._controller(refresh=False), api, lo, hi, data)
+        if ErrorCode.not_controller in codes(resp):
+            _version, resp = await self._call(await self._controller(refresh=True), api, lo, hi, data)
+        return resp
+
+    async def _controller(self, *, refresh: bool) -> KafkaConnection:
+        if refresh or self._cluster.controller_id < 0:
+            await self._cluster.refresh([])
+        if self._cluster.controller_id in self._cluster.brokers:
+            return await self._cluster.connection(self._cluster.controller_id)
+        return await self._cluster.any_connection()
+
+    async def _per_leader(
+        self,
+        tps: list[TopicPartition],
+        ask: Callable[[KafkaConnection, list[TopicPartition]], Awaitable[dict[TopicPartition, T]]],
+        *,
+        refresh: bool = True,
+    ) -> dict[TopicPartition, T]:
+        """Group partitions by leader, ``ask(conn, partitions)`` each leader concurrently,
+        merge the answers. ``refresh=False``: the caller has just fetched their metadata."""
+        if refresh:
+            await self._refresh_topics(list(dict.fromkeys(tp.topic for tp in tps)))
+        by_leader: dict[int, list[TopicPartition]] = defaultdict(list)
+        for tp in tps:
+            info = self._cluster.topics[tp.topic]
+            p = info.partitions.get(tp.partition)
+            if p is None:
+                raise KafkaError(ErrorCode.unknown_topic_or_partition,
+                                 f"topic {tp.topic!r} has no partition {tp.partition} "
+                                 f"(it has {_plural(len(info.partitions), 'partition')})")
+            by_leader[p.leader].append(tp)
+
+        async def one(leader: int, mine: list[TopicPartition]) -> dict[TopicPartition, T]:
+            return await ask(await self._cluster.connection(leader), mine)
+
+        merged: dict[TopicPartition, T] = {}
+        for part in await _all(*(one(leader, mine) for leader, mine in by_leader.items())):
+            merged.update(part)
+        return merged
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+async def _all(*aws: Awaitable[Any]) -> list[Any]:
+    """Run concurrently in a task group; a failure cancels the rest and is raised as itself
+    (not wrapped in an ExceptionGroup), so callers catch KafkaError as usual."""
+    try:
+        async with asyncio.TaskGroup() as tg:
+            tasks = [tg.create_task(_awaited(a)) for a in aws]
+    except BaseExceptionGroup as group:
+        raise group.exceptions[0] from None
+    return [t.result() for t in tasks]
+
+
+async def _awaited(aw: Awaitable[T]) -> T:
+    return await aw
+
+
+def _by_topic(tps: Iterable[TopicPartition], entry: Any) -> list[dict[str, Any]]:
+    grouped: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for tp in tps:
+        grouped[tp.topic].append(entry(tp))
+    return [{"name": name, "partitions": parts} for name, parts in grouped.items()]
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _topic_error(code: ErrorCode, topic: str, message: str | None, doing: str) -> KafkaError:
+    """One line naming the topic, the broker's reason and, where there is one, what to do."""
+    if code in (ErrorCode.unknown_topic_or_partition, ErrorCode.unknown_topic_id):
+        return UnknownTopicError(topic)
+    if code == ErrorCode.topic_already_exists:
+        return error_for(code, f"topic {topic!r} already exists")
+    reason = message or code.name.replace("_", " ")
+    return error_for(code, f"cannot {doing} topic {topic!r}: {reason}")
+
+
+def _resource_error(code: ErrorCode, resource: ConfigResource, message: str | None, doing: str) -> KafkaError:
+    if resource.type is ResourceType.TOPIC and code == ErrorCode.unknown_topic_or_partition:
+        return UnknownTopicError(resource.name)
+    reason = message or code.name.replace("_", " ")
+    return error_for(code, f"cannot {doing} {resource}: {reason}")
+
+
+def _partition_error(code: ErrorCode, tp: TopicPartition, doing: str) -> KafkaError:
+    if code == ErrorCode.unknown_topic_or_partition:
+        return KafkaError(code, f"cannot {doing} {tp.topic}-{tp.partition}: no such topic or partition")
+    return error_for(code, f"cannot {doing} {tp.topic}-{tp.partition}: {code.name.replace('_', ' ')}")
