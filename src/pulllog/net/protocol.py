@@ -81,6 +81,7 @@ SupportedApis = Mapping[int, tuple[int, int]]
 _FIXED_HEADER: Final = struct.Struct(">hhi")
 _INT16: Final = struct.Struct(">h")
 _INT32: Final = struct.Struct(">i")
+_METADATA: Final = 3
 
 R = TypeVar("R", bound=ResponsePayload)
 
@@ -239,6 +240,8 @@ class RequestDecoder:
         if codec is None:
             raise self._refusal(frame, api_key, api_version, correlation_id)
         header, position = parse_request_header(frame, codec.header_version)
+        if api_key == _METADATA and api_version >= 9:
+            frame = _undo_librdkafka_null_topics(frame, position, api_version)
         try:
             rewritten = codec.check_body(frame, position)
             if rewritten is None:
@@ -284,6 +287,20 @@ class RequestDecoder:
             min_version=min_version,
             max_version=max_version,
         )
+
+
+def _undo_librdkafka_null_topics(frame: bytes, position: int, api_version: int) -> bytes:
+    """librdkafka (2.x, at least through 2.16) writes the null topics array of a Metadata
+    v9+ "all topics" request as 4 zero bytes: the int32 slot it reserves for the count is
+    never shrunk to the 1-byte compact varint (confluentinc/librdkafka#5049). Apache Kafka
+    gets away with it because it ignores trailing bytes. A well-formed body starting with 4
+    zero bytes (a null array, false booleans, and from v11 an empty tag buffer) is 4 bytes
+    long in v11+, 5 in v9-v10 (no Metadata request defines tagged fields), so one exactly 3
+    bytes longer is this encoding: drop the padding. librdkafka 2.16 speaks v12 to us."""
+    fixed = 4 if api_version >= 11 else 5
+    if len(frame) - position == fixed + 3 and frame.startswith(b"\x00\x00\x00\x00", position):
+        return frame[: position + 1] + frame[position + 4 :]
+    return frame
 
 
 @cache
