@@ -42,6 +42,9 @@ __all__ = [
     "ConfigResource",
     "ConfigSource",
     "CreatedTopic",
+    "GroupDescription",
+    "GroupListing",
+    "MemberDescription",
     "ListedOffset",
     "NewTopic",
     "OffsetSpec",
@@ -55,6 +58,31 @@ T = TypeVar("T")
 
 
 # ---------------------------------------------------------------------------- values
+
+
+@dataclass(frozen=True, slots=True)
+class GroupListing:
+    group_id: str
+    state: str
+    protocol_type: str
+
+
+@dataclass(frozen=True, slots=True)
+class MemberDescription:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    host: str
+    assignment: tuple[TopicPartition, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    members: tuple[MemberDescription, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -528,6 +556,94 @@ class Admin:
             return out
 
         return await self._per_leader(tps, ask, refresh=False) if tps else {}
+
+    # ------------------------------------------------------------------ consumer groups
+
+    async def _coordinator(self, group_id: str) -> KafkaConnection:
+        """The broker coordinating ``group_id`` (FindCoordinator)."""
+        conn = await self._cluster.any_connection()
+        version, resp = await self._call(conn, "find_coordinator", 0, 4, {
+            "key": group_id, "key_type": 0, "coordinator_keys": [group_id]})
+        entry = resp.coordinators[0] if version >= 4 else resp
+        if entry.error_code != ErrorCode.none:
+            raise error_for(entry.error_code, f"no coordinator for group {group_id!r}: {entry.error_code.name}")
+        node = int(entry.node_id)
+        if node not in self._cluster.brokers:
+            self._cluster.brokers[node] = (entry.host, int(entry.port))
+        return await self._cluster.connection(node)
+
+    async def list_groups(self) -> list[GroupListing]:
+        conn = await self._cluster.any_connection()
+        _v, resp = await self._call(conn, "list_groups", 0, 5, {"states_filter": [], "types_filter": []})
+        if resp.error_code != ErrorCode.none:
+            raise error_for(resp.error_code, f"listing groups failed: {resp.error_code.name}")
+        return sorted((GroupListing(g.group_id, getattr(g, "group_state", "") or "", g.protocol_type)
+                       for g in resp.groups), key=lambda g: g.group_id)
+
+    async def describe_group(self, group_id: str) -> GroupDescription:
+        from ..group.protocol import decode_assignment
+
+        conn = await self._coordinator(group_id)
+        _v, resp = await self._call(conn, "describe_groups", 0, 5, {
+            "groups": [group_id], "include_authorized_operations": False})
+        g = resp.groups[0]
+        if g.error_code != ErrorCode.none:
+            raise error_for(g.error_code, f"describing group {group_id!r} failed: {g.error_code.name}")
+        members = []
+        for m in g.members:
+            try:
+                assigned = tuple(TopicPartition(t, p) for t, p in decode_assignment(bytes(m.member_assignment)).partitions)
+            except ValueError:
+                assigned = ()
+            members.append(MemberDescription(m.member_id, getattr(m, "group_instance_id", None), m.client_id,
+                                             m.client_host.lstrip("/"), assigned))
+        return GroupDescription(group_id, g.group_state, g.protocol_type, g.protocol_data, tuple(members))
+
+    async def list_group_offsets(self, group_id: str) -> dict[TopicPartition, tuple[int, str]]:
+        """Committed (offset, metadata) of every partition the group has committed."""
+        conn = await self._coordinator(group_id)
+        version, resp = await self._call(conn, "offset_fetch", 1, 9, {
+            "group_id": group_id, "topics": None, "require_stable": False,
+            "groups": [{"group_id": group_id, "topics": None}]})
+        topics = resp.groups[0].topics if version >= 8 else resp.topics
+        out = {}
+        for t in topics:
+            for p in t.partitions:
+                if p.error_code != ErrorCode.none:
+                    raise error_for(p.error_code, f"offsets of group {group_id!r}: {p.error_code.name}")
+                if p.committed_offset >= 0:
+                    out[TopicPartition(t.name, p.partition_index)] = (int(p.committed_offset), p.metadata or "")
+        return out
+
+    async def alter_group_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int]) -> None:
+        """Commit offsets for a group with no active members (the paper's rewind)."""
+        conn = await self._coordinator(group_id)
+        data = {"group_id": group_id, "generation_id_or_member_epoch": -1, "generation_id": -1, "member_id": "",
+                "group_instance_id": None, "retention_time_ms": -1,
+                "topics": [{"name": topic, "partitions": [
+                    {"partition_index": tp.partition, "committed_offset": off, "committed_leader_epoch": -1,
+                     "committed_metadata": ""} for tp, off in offsets.items() if tp.topic == topic]}
+                    for topic in sorted({tp.topic for tp in offsets})]}
+        _v, resp = await self._call(conn, "offset_commit", 2, 9, data)
+        for t in resp.topics:
+            for p in t.partitions:
+                if p.error_code == ErrorCode.unknown_member_id:
+                    raise error_for(p.error_code, f"group {group_id!r} has active members; stop them first, "
+                                    "then reset its offsets")
+                if p.error_code != ErrorCode.none:
+                    raise error_for(p.error_code, f"committing offsets for {group_id!r} failed: {p.error_code.name}")
+
+    async def delete_groups(self, group_ids: Iterable[str]) -> None:
+        for group_id in group_ids:
+            conn = await self._coordinator(group_id)
+            _v, resp = await self._call(conn, "delete_groups", 0, 2, {"groups_names": [group_id]})
+            code = resp.results[0].error_code
+            if code == ErrorCode.non_empty_group:
+                raise error_for(code, f"group {group_id!r} still has members; stop them first")
+            if code == ErrorCode.group_id_not_found:
+                raise error_for(code, f"group {group_id!r} does not exist")
+            if code != ErrorCode.none:
+                raise error_for(code, f"deleting group {group_id!r} failed: {code.name}")
 
     # ------------------------------------------------------------------ plumbing
 
