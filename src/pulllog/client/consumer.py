@@ -1,0 +1,467 @@
+"""pulllog's asyncio Consumer: the paper's stream of messages that never ends.
+
+    async with Consumer("127.0.0.1:9092", auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition("events", 0)])
+        async for record in consumer:      # waits for new records instead of ending
+            handle(record.offset, record.key, record.value)
+
+The application chooses partitions with :meth:`Consumer.assign` (consumer groups and
+``subscribe()`` are a later issue) and moves through them with :meth:`~Consumer.seek`,
+:meth:`~Consumer.seek_to_beginning`, :meth:`~Consumer.seek_to_end` and
+:meth:`~Consumer.offsets_for_times`. Records come from ``async for``, :meth:`~Consumer.getone`
+or :meth:`~Consumer.getmany`.
+
+Behind them a fetcher task (:mod:`pulllog.client.fetcher`), owned by the consumer (created
+by ``start()``, cancelled and joined by ``close()``), keeps the next Fetch in flight while the
+application handles the records of the previous one, and records are decoded a batch at a
+time as the application reaches them (:mod:`pulllog.client.completed_fetch`).
+
+Errors come to the application when it reads the partition they belong to:
+:class:`OffsetOutOfRangeError` / :class:`NoOffsetForPartitionError` with
+``auto_offset_reset="none"`` (both name the valid range), :class:`CorruptRecordError` when
+``check_crcs`` finds a damaged batch. They stay until the application seeks the partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Mapping
+from types import TracebackType
+from typing import Any, NamedTuple
+
+from kio.schema.errors import ErrorCode
+
+from ..net.client import BrokerUnreachableError
+from .cluster import DEFAULT_BOOTSTRAP, Cluster
+from .completed_fetch import CorruptRecordError
+from .errors import KafkaError, UnknownTopicError
+from .fetcher import (
+    EARLIEST,
+    LATEST,
+    FetchConfig,
+    Fetcher,
+    InvalidOffsetError,
+    NoOffsetForPartitionError,
+    OffsetOutOfRangeError,
+    PartitionState,
+)
+from .types import ConsumerRecord, TopicPartition
+
+__all__ = [
+    "BrokerUnreachableError",
+    "Consumer",
+    "ConsumerClosedError",
+    "CorruptRecordError",
+    "InvalidOffsetError",
+    "KafkaError",
+    "NoOffsetForPartitionError",
+    "OffsetAndTimestamp",
+    "OffsetOutOfRangeError",
+    "UnknownTopicError",
+]
+
+_RESETS = ("earliest", "latest", "none")
+_ISOLATION = ("read_uncommitted", "read_committed")
+
+
+class ConsumerClosedError(RuntimeError):
+    """The consumer was closed (or never started) and cannot read."""
+
+
+class OffsetAndTimestamp(NamedTuple):
+    """The first offset whose record's timestamp is at or after the one asked for."""
+
+    offset: int
+    timestamp: int
+
+
+class Consumer:
+    """An asyncio consumer of assigned partitions; see the module docstring.
+
+    The fetch settings go to the broker with every Fetch: ``fetch_min_bytes`` and
+    ``fetch_max_wait_ms`` make it a long poll (answer once this many bytes are there, or
+    after this long), ``fetch_max_bytes`` caps a response and ``max_partition_fetch_bytes``
+    each partition's share (the first partition with data always gets a whole batch, so
+    a batch larger than the caps is still read). ``auto_offset_reset`` decides where a
+    partition without a valid position starts: "earliest", "latest", or "none" (raise).
+    ``max_poll_records`` caps what one ``getmany()`` returns unless it is given
+    ``max_records``: handing out a few hundred records at a time, while they are still in
+    the CPU cache, is markedly faster than a whole response's thousands at once.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str | Iterable[str] = DEFAULT_BOOTSTRAP,
+        *,
+        client_id: str = "pulllog-consumer",
+        group_id: str | None = None,
+        fetch_min_bytes: int = 1,
+        fetch_max_wait_ms: int = 500,
+        fetch_max_bytes: int = 52_428_800,
+        max_partition_fetch_bytes: int = 1_048_576,
+        auto_offset_reset: str = "latest",
+        isolation_level: str = "read_uncommitted",
+        check_crcs: bool = True,
+        request_timeout_ms: int = 30_000,
+        metadata_max_age_ms: int = 300_000,
+        retry_backoff_ms: int = 100,
+        max_poll_records: int = 500,
+    ) -> None:
+        if auto_offset_reset not in _RESETS:
+            raise ValueError(f"auto_offset_reset={auto_offset_reset!r}: use one of {', '.join(_RESETS)}")
+        if isolation_level not in _ISOLATION:
+            raise ValueError(f"isolation_level={isolation_level!r}: use one of {', '.join(_ISOLATION)}")
+        for name, value in (("fetch_min_bytes", fetch_min_bytes), ("fetch_max_bytes", fetch_max_bytes),
+                            ("max_partition_fetch_bytes", max_partition_fetch_bytes)):
+            if value < 1:
+                raise ValueError(f"{name}={value}: must be at least 1")
+        if max_poll_records < 1:
+            raise ValueError(f"max_poll_records={max_poll_records}: must be at least 1")
+        if fetch_max_wait_ms < 0:
+            raise ValueError(f"fetch_max_wait_ms={fetch_max_wait_ms}: must not be negative")
+        self._bootstrap_servers = bootstrap_servers
+        self.client_id = client_id
+        self.group_id = group_id
+        self._request_timeout_ms = request_timeout_ms
+        self._max_poll_records = max_poll_records
+        self._metadata_max_age_ms = metadata_max_age_ms
+        self._config = FetchConfig(
+            min_bytes=fetch_min_bytes, max_wait_ms=fetch_max_wait_ms, max_bytes=fetch_max_bytes,
+            max_partition_bytes=max_partition_fetch_bytes, auto_offset_reset=auto_offset_reset,
+            read_committed=isolation_level == "read_committed", check_crcs=check_crcs,
+            request_timeout_ms=request_timeout_ms, retry_backoff_ms=retry_backoff_ms)
+        self._states: dict[TopicPartition, PartitionState] = {}
+        self._cluster: Cluster | None = None
+        self._fetcher: Fetcher | None = None
+        self._fetch_task: asyncio.Task[None] | None = None
+        self._reading: PartitionState | None = None  # the partition getone() reads until its chunk ends
+        self._closed = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Connect to a bootstrap server and start the fetcher task."""
+        if self._closed:
+            raise ConsumerClosedError("this consumer was closed; create a new one")
+        if self._fetch_task is not None:
+            return
+        cluster = Cluster(self._bootstrap_servers, client_id=self.client_id,
+                          request_timeout_ms=self._request_timeout_ms,
+                          metadata_max_age_ms=self._metadata_max_age_ms)
+        try:
+            await cluster.refresh([])  # brokers only: fail now, with the address, if none answers
+        except BaseException:
+            await cluster.close()
+            raise
+        self._cluster = cluster
+        self._fetcher = Fetcher(cluster, self._config, self._states)
+        self._fetch_task = asyncio.get_running_loop().create_task(self._fetcher.run(), name="pulllog-consumer-fetcher")
+
+    async def close(self) -> None:
+        """Stop fetching, cancel and join the fetcher task, close the connections. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        task, self._fetch_task = self._fetch_task, None
+        if self._fetcher is not None:
+            self._fetcher.data_ready.set()  # readers waiting in getone() / async for see the close
+            self._fetcher.positions_changed.set()
+        try:
+            if task is not None:
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    current = asyncio.current_task()
+                    if current is not None and current.cancelling():
+                        raise  # close() itself was cancelled, not just the fetcher
+        finally:
+            if self._cluster is not None:
+                await self._cluster.close()
+
+    async def __aenter__(self) -> Consumer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close()
+
+    def _running(self) -> Fetcher:
+        if self._closed:
+            raise ConsumerClosedError("the consumer is closed")
+        if self._fetcher is None:
+            raise ConsumerClosedError(
+                "the consumer is not started: `await consumer.start()` or `async with Consumer(...)`")
+        return self._fetcher
+
+    # ------------------------------------------------------------------ assignment
+
+    def subscribe(self, *topics: str, **_: Any) -> None:
+        """Not yet: consumer groups (and so subscriptions) come with a later issue."""
+        raise NotImplementedError(
+            "subscribe() needs consumer groups, which pulllog does not implement yet; "
+            "use assign([TopicPartition(topic, partition), ...]) instead")
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Read exactly these partitions. Ones already assigned keep their position; new ones
+        start per ``auto_offset_reset`` (no offsets are committed before consumer groups)."""
+        wanted = list(dict.fromkeys(partitions))
+        for tp in wanted:
+            if not isinstance(tp, TopicPartition):
+                raise TypeError(f"assign() takes TopicPartition objects, not {tp!r}")
+        old = self._states
+        new = {tp: old.get(tp) or PartitionState(tp) for tp in wanted}
+        old.clear()
+        old.update(new)  # the fetcher holds the same dict
+        if self._reading is not None and self._reading.tp not in new:
+            self._reading = None
+        if self._fetcher is not None:
+            for state in list(self._fetcher.failed):
+                if state.tp not in new:
+                    self._fetcher.failed.discard(state)
+            self._fetcher.wake()
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._states)
+
+    def _state(self, tp: TopicPartition) -> PartitionState:
+        state = self._states.get(tp)
+        if state is None:
+            raise ValueError(f"{tp.topic}-{tp.partition} is not assigned to this consumer; assign() it first")
+        return state
+
+    # ------------------------------------------------------------------ positions
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        """Read ``tp`` from ``offset`` on (records buffered for it are dropped)."""
+        if not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"offset must be a non-negative int, not {offset!r}")
+        self._move(self._state(tp), offset)
+
+    def _move(self, state: PartitionState, offset: int | None) -> None:
+        state.move_to(offset)
+        if self._fetcher is not None:
+            self._fetcher.clear_error(state)
+            self._fetcher.wake()
+
+    async def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        """Move to the log start offset of these partitions (all assigned ones if none are given)."""
+        await self._seek_to(EARLIEST, partitions)
+
+    async def seek_to_end(self, *partitions: TopicPartition) -> None:
+        """Move to the end (the high watermark) as it is now: only records produced later are read."""
+        await self._seek_to(LATEST, partitions)
+
+    async def _seek_to(self, which: int, partitions: tuple[TopicPartition, ...]) -> None:
+        states = [self._state(tp) for tp in partitions] if partitions else list(self._states.values())
+        found = await self._running().list_offsets({s.tp: which for s in states})
+        for state in states:
+            if self._states.get(state.tp) is state:
+                self._move(state, found[state.tp][0])
+
+    async def position(self, tp: TopicPartition) -> int:
+        """The offset of the next record ``tp`` yields; found per ``auto_offset_reset`` if unknown
+        (with "none", raises NoOffsetForPartitionError)."""
+        state = self._state(tp)
+        fetcher = self._running()
+        deadline = time.monotonic() + self._request_timeout_ms / 1000
+        while state.position is None:
+            if state.error is not None:
+                raise state.error
+            if fetcher.fatal is not None:
+                raise fetcher.fatal
+            if self._closed:
+                raise ConsumerClosedError("the consumer is closed")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise KafkaError(ErrorCode.request_timed_out, f"no position found for {tp.topic}-{tp.partition} within "
+                                    f"request_timeout_ms={self._request_timeout_ms}; does the topic exist?")
+            fetcher.positions_changed.clear()
+            fetcher.wake()
+            try:
+                async with asyncio.timeout(remaining):
+                    await fetcher.positions_changed.wait()
+            except TimeoutError:
+                pass
+            state = self._state(tp)
+        return state.position
+
+    def highwater(self, tp: TopicPartition) -> int | None:
+        """The partition's high watermark as of the last Fetch response (None before one)."""
+        return self._state(tp).highwater
+
+    def last_stable_offset(self, tp: TopicPartition) -> int | None:
+        return self._state(tp).last_stable_offset
+
+    async def committed(self, tp: TopicPartition) -> int | None:
+        """The group's committed offset for ``tp``. Always None for now: consumer groups, and
+        with them committed offsets, are a later issue."""
+        return None
+
+    async def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The log start offset of each partition (assigned or not)."""
+        found = await self._running().list_offsets({tp: EARLIEST for tp in partitions})
+        return {tp: offset for tp, (offset, _ts) in found.items()}
+
+    async def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The end (high watermark: the offset the next record will get) of each partition."""
+        found = await self._running().list_offsets({tp: LATEST for tp in partitions})
+        return {tp: offset for tp, (offset, _ts) in found.items()}
+
+    async def offsets_for_times(self, timestamps: Mapping[TopicPartition, int]
+                                ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """For each partition, the first offset whose timestamp (ms) is at or after the given
+        one, with that record's timestamp; None if every record is older."""
+        for tp, ts in timestamps.items():
+            if not isinstance(ts, int) or ts < 0:
+                raise ValueError(f"timestamp for {tp.topic}-{tp.partition} must be ms since the epoch, not {ts!r}")
+        found = await self._running().list_offsets(dict(timestamps))
+        return {tp: (OffsetAndTimestamp(offset, ts) if offset >= 0 else None) for tp, (offset, ts) in found.items()}
+
+    async def partitions_for_topic(self, topic: str) -> set[int]:
+        """The partition ids of ``topic`` (raises UnknownTopicError if it does not exist)."""
+        self._running()
+        assert self._cluster is not None
+        return set(await self._cluster.partitions_for(topic))
+
+    # ------------------------------------------------------------------ reading
+
+    def __aiter__(self) -> Consumer:
+        return self
+
+    async def __anext__(self) -> ConsumerRecord:
+        """The next record, waiting for one as long as it takes; ends only when the consumer closes."""
+        while True:
+            if self._closed:
+                raise StopAsyncIteration
+            record = self._next_record(None)
+            if record is not None:
+                return record
+            fetcher = self._running()
+            fetcher.data_ready.clear()
+            await fetcher.data_ready.wait()
+
+    async def getone(self, *partitions: TopicPartition) -> ConsumerRecord:
+        """The next record (of these partitions, if given), waiting as long as it takes."""
+        only = frozenset(partitions) or None
+        while True:
+            record = self._next_record(only)
+            if record is not None:
+                return record
+            fetcher = self._running()
+            fetcher.data_ready.clear()
+            await fetcher.data_ready.wait()
+
+    async def getmany(self, *partitions: TopicPartition, timeout_ms: int = 0,
+                      max_records: int | None = None) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """Records already fetched, by partition, at most ``max_records`` in all (default: the
+        consumer's ``max_poll_records``). If none are buffered, waits up to ``timeout_ms`` for
+        some; returns ``{}`` if none came."""
+        if max_records is not None and max_records < 1:
+            raise ValueError(f"max_records={max_records}: must be at least 1 (or None for max_poll_records)")
+        only = frozenset(partitions) or None
+        limit = max_records if max_records is not None else self._max_poll_records
+        deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+        while True:
+            out = self._drain(only, limit)
+            if out:
+                return out
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return out
+            fetcher = self._running()
+            fetcher.data_ready.clear()
+            try:
+                async with asyncio.timeout(remaining):
+                    await fetcher.data_ready.wait()
+            except TimeoutError:
+                return self._drain(only, limit)
+
+    def _raise_errors(self, fetcher: Fetcher, only: frozenset[TopicPartition] | None) -> None:
+        if fetcher.fatal is not None:
+            raise fetcher.fatal
+        for state in fetcher.failed:
+            if state.error is not None and (only is None or state.tp in only):
+                raise state.error
+
+    def _next_record(self, only: frozenset[TopicPartition] | None) -> ConsumerRecord | None:
+        """One buffered record, or None; the iterator's hot path (one record per call)."""
+        fetcher = self._fetcher
+        if fetcher is None or self._closed:
+            fetcher = self._running()  # raises the right error
+        if fetcher.failed or fetcher.fatal is not None:
+            self._raise_errors(fetcher, only)
+        state = self._reading
+        while True:
+            if state is None or not state.chunks or (only is not None and state.tp not in only):
+                state = self._next_readable(only)
+                if state is None:
+                    return None
+            record = state.chunks[0].next_record()
+            if record is not None:
+                state.position = record.offset + 1
+                return record
+            self._chunk_done(state, fetcher)
+            state = None  # take turns: the next partition with data goes first
+
+    def _drain(self, only: frozenset[TopicPartition] | None, limit: int) -> dict[TopicPartition, list[ConsumerRecord]]:
+        fetcher = self._running()
+        if fetcher.failed or fetcher.fatal is not None:
+            self._raise_errors(fetcher, only)
+        out: dict[TopicPartition, list[ConsumerRecord]] = {}
+        while limit > 0:
+            state = self._next_readable(only, exclude=out)
+            if state is None:
+                break
+            while limit > 0 and state.chunks:
+                chunk = state.chunks[0]
+                try:
+                    records = chunk.take(limit)
+                except CorruptRecordError:
+                    if out:
+                        return out
+                    raise
+                if records:
+                    got = out.get(state.tp)
+                    if got is None:
+                        out[state.tp] = records
+                    else:
+                        got.extend(records)
+                    limit -= len(records)
+                    state.position = records[-1].offset + 1
+                if chunk.drained:
+                    self._chunk_done(state, fetcher)
+                elif not records:
+                    break
+        return out
+
+    def _next_readable(self, only: frozenset[TopicPartition] | None,
+                       exclude: Mapping[TopicPartition, Any] = {}) -> PartitionState | None:
+        """A partition with buffered data, taking turns: the one after the last one read."""
+        states = list(self._states.values())
+        if not states:
+            return None
+        start = 0
+        if self._reading is not None:
+            try:
+                start = states.index(self._reading) + 1
+            except ValueError:
+                pass
+        for i in range(len(states)):
+            state = states[(start + i) % len(states)]
+            if state.chunks and state.tp not in exclude and (only is None or state.tp in only):
+                self._reading = state
+                return state
+        return None
+
+    def _chunk_done(self, state: PartitionState, fetcher: Fetcher) -> None:
+        chunk = state.chunks.popleft()
+        if chunk.next_offset is not None and (state.position is None or state.position < chunk.next_offset):
+            state.position = chunk.next_offset  # past trailing control batches and compacted gaps
+        fetcher.wake()  # room for another prefetch
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "running" if self._fetch_task is not None else "not started"
+        return f"Consumer({state}, {len(self._states)} partitions assigned)"
