@@ -65,6 +65,9 @@ def append_partition(broker: "Broker", topic_name: str, index: int, records: byt
     partition_log = partition.log
     try:
         batches = partition_log.validate(records)
+        if any(header.is_control for _pos, header in batches):
+            # Only the broker writes transaction markers (Kafka: INVALID_RECORD).
+            return _partition_error(index, ErrorCode.invalid_record, "clients may not produce control batches")
         info = partition_log.append(records, validated=batches)
     except RecordErrors as exc:
         errors = [{"batch_index": rec, "batch_index_error_message": why} for _b, rec, why in exc.errors]
