@@ -14,8 +14,9 @@ _corr = itertools.count(1)
 
 
 class WireClient:
-    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 10.0) -> None:
+    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 10.0, client_id: str = "wire-test") -> None:
         self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.client_id = client_id
 
     def close(self) -> None:
         self.sock.close()
@@ -54,7 +55,7 @@ class WireClient:
     def call(self, api: str, version: int, data: dict[str, Any]) -> Any:
         body = build(request_class(api, version), data)
         correlation_id = next(_corr)
-        self.send_raw(encode_request(body, correlation_id=correlation_id, client_id="wire-test"))
+        self.send_raw(encode_request(body, correlation_id=correlation_id, client_id=self.client_id))
         got_id, response = decode_response(self.read_frame(), response_class(api, version))
         assert got_id == correlation_id
         return response

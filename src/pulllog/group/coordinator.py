@@ -4,18 +4,21 @@ This broker coordinates every group (FindCoordinator says so). The protocol, as 
 classic consumer groups run it:
 
 1. Members send JoinGroup. A new dynamic member first gets MEMBER_ID_REQUIRED with an id
-   to use (KIP-394), then joins with it. A join that changes membership starts a rebalance
-   (state PreparingRebalance): the others learn of it from their heartbeats
-   (REBALANCE_IN_PROGRESS) and rejoin.
+   to use (KIP-394), then joins with it (or is forgotten after its session timeout). A join
+   that changes membership starts a rebalance (state PreparingRebalance): the others learn
+   of it from their heartbeats (REBALANCE_IN_PROGRESS) and rejoin.
 2. The join phase ends when every member has rejoined, or at the largest rebalance timeout
-   (stragglers are dropped). The generation goes up, a protocol every member supports is
-   chosen, and every JoinGroup is answered; the leader's answer lists the members and their
-   subscriptions (state CompletingRebalance).
+   (stragglers are dropped); the first one of an Empty group waits
+   ``group.initial.rebalance.delay.ms`` for more members. The generation goes up, a protocol
+   every member supports is chosen, and every JoinGroup is answered; the leader's answer
+   lists the members and their subscriptions (state CompletingRebalance).
 3. The leader computes the assignment (client-side assignors) and sends it in SyncGroup;
    every member's SyncGroup is answered with its own part (state Stable).
 4. Members heartbeat within ``session.timeout.ms``; one that stops is removed and the group
-   rebalances. A static member (``group.instance.id``) that restarts within its session
-   timeout takes its old place and assignment without a rebalance (KIP-345).
+   rebalances. Members commit offsets in Stable and while a rebalance is being prepared
+   (commit on revoke), not between the join and their new assignment. A static member
+   (``group.instance.id``) that restarts within its session timeout takes its old place and
+   assignment without a rebalance (KIP-345); the incarnation it replaced is fenced.
 
 Timeouts (the join deadline, each member's session) are delayed operations in the
 purgatory's timing wheel. Offsets are appended to ``__consumer_offsets`` (compacted,
@@ -118,6 +121,7 @@ class Group:
     pending_members: set[str] = field(default_factory=set)
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
     join_op: "DelayedJoin | None" = None
+    new_member_added: bool = False  # during the initial rebalance delay
     state_timestamp: int = 0
 
     def transition(self, event: Event) -> None:
@@ -160,17 +164,53 @@ def _consumer_subscription_topics(data: bytes) -> list[str]:
 
 
 class DelayedJoin(DelayedOperation):
-    def __init__(self, coordinator: "GroupCoordinator", group: Group, delay_ms: int) -> None:
+    """The join phase: complete once every known member has rejoined, or at the deadline.
+
+    The first rebalance of an Empty group is an *initial* join (``initial_remaining_ms`` set):
+    it waits the whole ``group.initial.rebalance.delay.ms`` so that members starting together
+    share the first generation, and waits another delay while new members keep arriving, never
+    beyond the rebalance timeout (Kafka's InitialDelayedJoin)."""
+
+    def __init__(self, coordinator: "GroupCoordinator", group: Group, delay_ms: int,
+                 initial_remaining_ms: int | None = None) -> None:
         super().__init__(delay_ms)
         self.coordinator, self.group = coordinator, group
+        self.initial_remaining_ms = initial_remaining_ms
 
     def try_complete(self) -> bool:
+        if self.initial_remaining_ms is not None:
+            return False
         if all(m.awaiting_join for m in self.group.members.values()) and not self.group.pending_members:
             return self.force_complete()
         return False
 
     def on_complete(self) -> None:
-        self.coordinator._complete_join(self.group)
+        group, remaining = self.group, self.initial_remaining_ms
+        if remaining and group.new_member_added and group.state is GroupState.PREPARING_REBALANCE:
+            group.new_member_added = False
+            delay = min(self.coordinator.initial_rebalance_delay_ms, remaining)
+            group.join_op = DelayedJoin(self.coordinator, group, delay, max(remaining - delay, 0))
+            self.coordinator.purgatory.try_complete_else_watch(group.join_op, [("join", group.group_id)])
+            return
+        self.coordinator._complete_join(group)
+
+
+class DelayedPendingMember(DelayedOperation):
+    """A member told its id (MEMBER_ID_REQUIRED) has its session timeout to join with it;
+    after that it is forgotten, so that the join phase stops waiting for it."""
+
+    def __init__(self, coordinator: "GroupCoordinator", group: Group, member_id: str, session_ms: int) -> None:
+        super().__init__(session_ms)
+        self.coordinator, self.group, self.member_id = coordinator, group, member_id
+
+    def try_complete(self) -> bool:
+        return False
+
+    def on_complete(self) -> None:
+        pass
+
+    def on_expiration(self) -> None:
+        self.coordinator._forget_pending_member(self.group, self.member_id)
 
 
 class DelayedHeartbeat(DelayedOperation):
@@ -274,6 +314,18 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         return None if group is None or group.state is GroupState.DEAD else group
 
+    @staticmethod
+    def _validate_member(group: Group, member_id: str, group_instance_id: str | None) -> ErrorCode:
+        """Kafka's rule for every request of a member: with an instance id, the member id must
+        be the one that instance holds now; an older incarnation (replaced by a restart) is
+        FENCED_INSTANCE_ID, which tells it to stop rather than rejoin and take the place back."""
+        if group_instance_id is not None:
+            current = group.static_members.get(group_instance_id)
+            if current is None:
+                return ErrorCode.unknown_member_id
+            return ErrorCode.none if current == member_id else ErrorCode.fenced_instance_id
+        return ErrorCode.none if member_id in group.members else ErrorCode.unknown_member_id
+
     def _schedule_heartbeat(self, group: Group, member: Member) -> None:
         if member.heartbeat is not None:
             member.heartbeat.cancel()
@@ -307,6 +359,7 @@ class GroupCoordinator:
         protocol_type: str,
         protocols: list[tuple[str, bytes]],
         require_known_member_id: bool,
+        supports_skip_assignment: bool = True,
     ) -> JoinResult:
         if not group_id:
             return JoinResult(ErrorCode.invalid_group_id, member_id=member_id)
@@ -329,13 +382,18 @@ class GroupCoordinator:
         if not member_id:
             if group_instance_id is not None and group_instance_id in group.static_members:
                 return await self._static_rejoin(group, group_instance_id, client_id, client_host,
-                                                 session_timeout_ms, rebalance_timeout_ms, protocol_type, protocols)
+                                                 session_timeout_ms, rebalance_timeout_ms, protocol_type, protocols,
+                                                 supports_skip_assignment)
             new_id = f"{client_id or 'member'}-{uuid.uuid4()}"
             if group_instance_id is None and require_known_member_id:
                 group.pending_members.add(new_id)
+                self.purgatory.try_complete_else_watch(
+                    DelayedPendingMember(self, group, new_id, session_timeout_ms), [("pending", group_id, new_id)])
                 return JoinResult(ErrorCode.member_id_required, member_id=new_id)
             member_id = new_id
-        group.pending_members.discard(member_id)
+        if member_id in group.pending_members:
+            group.pending_members.discard(member_id)
+            self.purgatory.cancel_for_key(("pending", group_id, member_id))
         member = group.members.get(member_id)
         loop = asyncio.get_running_loop()
         if member is None:
@@ -346,6 +404,8 @@ class GroupCoordinator:
                 group.static_members[group_instance_id] = member_id
             if group.protocol_type is None or len(group.members) == 1:
                 group.protocol_type = protocol_type
+            if group.state is GroupState.PREPARING_REBALANCE:
+                group.new_member_added = True
             self._schedule_heartbeat(group, member)
             member.join_future = loop.create_future()
             self._prepare_rebalance(group)
@@ -372,9 +432,13 @@ class GroupCoordinator:
 
     async def _static_rejoin(self, group: Group, instance_id: str, client_id: str, client_host: str,
                              session_ms: int, rebalance_ms: int, protocol_type: str,
-                             protocols: list[tuple[str, bytes]]) -> JoinResult:
+                             protocols: list[tuple[str, bytes]], supports_skip_assignment: bool) -> JoinResult:
         """A static member came back (restart): new member id, same place, no rebalance
-        when the group is stable and its protocols are unchanged."""
+        when the group is stable and its protocols are unchanged.
+
+        A returning leader must not compute a new assignment: a stable group would never hand
+        it out. JoinGroup v9+ says so with skip_assignment (KIP-814); older versions answer
+        with the leader id it had before, so the new member id does not see itself as leader."""
         old_id = group.static_members[instance_id]
         old = group.members.pop(old_id)
         if old.heartbeat is not None:
@@ -391,7 +455,11 @@ class GroupCoordinator:
         self._schedule_heartbeat(group, member)
         if group.state is GroupState.STABLE and old.protocols == list(protocols):
             result = self._join_result(group, member)
-            result.skip_assignment = member.member_id == group.leader_id
+            if member.member_id == group.leader_id:
+                if supports_skip_assignment:
+                    result.skip_assignment = True
+                else:
+                    result.leader, result.members = old_id, []
             return result
         member.join_future = asyncio.get_running_loop().create_future()
         self._prepare_rebalance(group)
@@ -415,13 +483,16 @@ class GroupCoordinator:
         if group.state is not GroupState.PREPARING_REBALANCE:
             was_empty = group.state is GroupState.EMPTY
             group.transition(Event.REBALANCE)
-            timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
-            if was_empty and self.initial_rebalance_delay_ms > 0:
-                timeout = min(timeout, self.initial_rebalance_delay_ms)
-            group.join_op = DelayedJoin(self, group, max(timeout, 1))
-            self.purgatory.try_complete_else_watch(group.join_op, [("join", group.group_id)])
             log.info("group %s: rebalancing (generation %d, %d member(s))",
                      group.group_id, group.generation, len(group.members))
+            timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
+            if was_empty and self.initial_rebalance_delay_ms > 0:
+                delay = min(timeout, self.initial_rebalance_delay_ms)
+                group.new_member_added = False
+                group.join_op = DelayedJoin(self, group, max(delay, 1), max(timeout - delay, 0))
+            else:
+                group.join_op = DelayedJoin(self, group, max(timeout, 1))
+            self.purgatory.try_complete_else_watch(group.join_op, [("join", group.group_id)])
 
     def _complete_join(self, group: Group) -> None:
         if group.state is not GroupState.PREPARING_REBALANCE:
@@ -455,11 +526,12 @@ class GroupCoordinator:
     async def sync(self, group_id: str, generation: int, member_id: str, group_instance_id: str | None,
                    assignments: dict[str, bytes]) -> tuple[ErrorCode, bytes]:
         group = self._group(group_id)
-        if group is None or member_id not in group.members:
+        if group is None:
             return ErrorCode.unknown_member_id, b""
+        error = self._validate_member(group, member_id, group_instance_id)
+        if error is not ErrorCode.none:
+            return error, b""
         member = group.members[member_id]
-        if group_instance_id is not None and member.group_instance_id != group_instance_id:
-            return ErrorCode.fenced_instance_id, b""
         if generation != group.generation:
             return ErrorCode.illegal_generation, b""
         if group.state is GroupState.PREPARING_REBALANCE:
@@ -484,11 +556,12 @@ class GroupCoordinator:
 
     def heartbeat(self, group_id: str, generation: int, member_id: str, group_instance_id: str | None) -> ErrorCode:
         group = self._group(group_id)
-        if group is None or member_id not in group.members:
+        if group is None:
             return ErrorCode.unknown_member_id
+        error = self._validate_member(group, member_id, group_instance_id)
+        if error is not ErrorCode.none:
+            return error
         member = group.members[member_id]
-        if group_instance_id is not None and member.group_instance_id != group_instance_id:
-            return ErrorCode.fenced_instance_id
         self._schedule_heartbeat(group, member)
         if group.state is GroupState.PREPARING_REBALANCE:
             return ErrorCode.rebalance_in_progress
@@ -502,19 +575,30 @@ class GroupCoordinator:
             return ErrorCode.unknown_member_id, [ErrorCode.unknown_member_id] * len(members)
         results = []
         for member_id, instance_id in members:
-            if not member_id and instance_id is not None:
+            if not member_id and instance_id is not None:  # removed by instance id (an admin)
                 member_id = group.static_members.get(instance_id, "")
-            member = group.members.get(member_id)
-            if member is None:
-                results.append(ErrorCode.unknown_member_id)
+            if instance_id is None and member_id in group.pending_members:
+                self.purgatory.cancel_for_key(("pending", group_id, member_id))
+                self._forget_pending_member(group, member_id)
+                results.append(ErrorCode.none)
                 continue
-            if instance_id is not None and member.group_instance_id != instance_id:
-                results.append(ErrorCode.fenced_instance_id)
+            error = self._validate_member(group, member_id, instance_id)
+            if error is not ErrorCode.none:
+                results.append(error)
                 continue
+            member = group.members[member_id]
             log.info("group %s: member %s left", group_id, member_id)
             self._remove_member(group, member, rebalance=True)
             results.append(ErrorCode.none)
         return ErrorCode.none, results
+
+    def _forget_pending_member(self, group: Group, member_id: str) -> None:
+        if member_id not in group.pending_members:
+            return
+        group.pending_members.discard(member_id)
+        log.info("group %s: member %s never joined with its member id; forgetting it", group.group_id, member_id)
+        if group.state is GroupState.PREPARING_REBALANCE:
+            self.purgatory.check_and_complete(("join", group.group_id))
 
     def _session_expired(self, group: Group, member: Member) -> None:
         if group.members.get(member.member_id) is not member:
@@ -559,20 +643,7 @@ class GroupCoordinator:
                        offsets: list[tuple[str, int, int, int, str | None]]) -> dict[tuple[str, int], ErrorCode]:
         """offsets: (topic, partition, offset, leader_epoch, metadata). Durable when this returns."""
         group = self.groups.get(group_id)
-        error = ErrorCode.none
-        if not group_id:
-            error = ErrorCode.invalid_group_id
-        elif generation < 0 and not member_id:
-            if group is not None and group.members:
-                error = ErrorCode.unknown_member_id  # a simple commit into an active group
-        elif group is None or member_id not in group.members:
-            error = ErrorCode.unknown_member_id
-        elif generation != group.generation:
-            error = ErrorCode.illegal_generation
-        elif group.state is GroupState.PREPARING_REBALANCE:
-            error = ErrorCode.rebalance_in_progress
-        elif group_instance_id is not None and group.members[member_id].group_instance_id != group_instance_id:
-            error = ErrorCode.fenced_instance_id
+        error = self._commit_error(group, group_id, generation, member_id, group_instance_id)
         if error is not ErrorCode.none:
             return {(t, p): error for t, p, *_ in offsets}
         if group is None or group.state is GroupState.DEAD:
@@ -602,6 +673,28 @@ class GroupCoordinator:
             group.offsets[tp] = committed
             results[tp] = ErrorCode.none
         return results
+
+    def _commit_error(self, group: Group | None, group_id: str, generation: int, member_id: str,
+                      group_instance_id: str | None) -> ErrorCode:
+        """Kafka's checks of an OffsetCommit, in Kafka's order."""
+        if not group_id:
+            return ErrorCode.invalid_group_id
+        if generation < 0 and not member_id and group_instance_id is None:
+            # A consumer without group management: only into a group that has no members.
+            return ErrorCode.unknown_member_id if group is not None and group.members else ErrorCode.none
+        if group is None:
+            return ErrorCode.unknown_member_id
+        error = self._validate_member(group, member_id, group_instance_id)
+        if error is not ErrorCode.none:
+            return error
+        if generation != group.generation:
+            return ErrorCode.illegal_generation
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            # The member has its new generation but not its assignment yet: it owns nothing.
+            # While the group only prepares a rebalance, members still own their partitions
+            # and commit what they processed before giving them up (commit on revoke).
+            return ErrorCode.rebalance_in_progress
+        return ErrorCode.none
 
     def fetch_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]] | None) -> dict[tuple[str, int], CommittedOffset | None]:
         group = self.groups.get(group_id)

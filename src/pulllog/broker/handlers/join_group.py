@@ -23,7 +23,7 @@ async def handle(broker: "Broker", ctx: RequestContext) -> Any:
         b.group_id, b.member_id, getattr(b, "group_instance_id", None), ctx.request.client_id or "",
         ctx.client_host, session_ms, rebalance_ms, b.protocol_type,
         [(p.name, bytes(p.metadata)) for p in b.protocols],
-        require_known_member_id=ctx.version >= 4,
+        require_known_member_id=ctx.version >= 4, supports_skip_assignment=ctx.version >= 9,
     )
     data = {
         "throttle_time": 0, "error_code": result.error, "generation_id": result.generation,
