@@ -1,0 +1,512 @@
+"""Records waiting to be sent: one queue of batches per partition, and ``buffer_memory``.
+
+A batch lives through these states; ``send()`` closes a full batch, and the producer's
+sender task does the rest::
+
+    open ──(full, or drained by the sender)──> ready ──(sent)──> in flight ──> done
+                                                 ^                   │
+                                                 └───(retriable error: back to the
+                                                      head of the queue after backoff)
+
+* **open**: the partition's one batch that accepts records. ``send()`` encodes each record
+  straight into its records section (RecordBatch v2 record format, see
+  ``pulllog.log.records``), so nothing is encoded twice and the memory it holds is known.
+  A record that would push the batch past ``batch_size`` closes it and opens the next one;
+  a record larger than ``batch_size`` gets a batch of its own.
+* **ready**: closed batches in partition order. On its first send a batch is *sealed*:
+  compressed as one block, the 61-byte header written, and one CRC-32C computed over
+  attributes .. end. A retry resends the same bytes (same producer id, epoch and
+  sequence), so a retried batch is never re-encoded.
+* **in flight**: at most one batch per partition is in flight (``PartitionQueue.in_flight``).
+  This is the ordering rule: a batch that fails retriably goes back to the head of its
+  queue, and nothing behind it can overtake it because nothing behind it was sent.
+* **done**: acknowledged or failed; every record's future resolves and the batch's bytes
+  go back to ``buffer_memory``.
+
+``buffer_memory`` is the sum of the records' sizes (plus a fixed per-record allowance for
+the bookkeeping around them) over all batches not yet done. ``send()`` reserves before it
+appends; when the buffer is full it waits, first come first served, until the sender's
+acknowledgements release enough (``BufferPool``).
+
+Encoding cost is the hot path. Varints of small non-negative values (lengths, offset and
+timestamp deltas) come from a precomputed table of their zigzag encodings, and each record
+becomes one ``bytes.join`` of ready-made pieces appended to the batch's bytearray.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from crc32c import crc32c
+
+from ..log.compression import Compression, compress
+from ..log.records import BATCH_HEADER_SIZE, LOG_OVERHEAD, encode_varint
+
+__all__ = [
+    "APPENDED",
+    "NEW_BATCH",
+    "RECORD_OVERHEAD",
+    "REROUTE",
+    "BufferPool",
+    "PartitionQueue",
+    "ProducerBatch",
+    "RecordAccumulator",
+    "encode_headers",
+    "estimate_set_size",
+]
+
+# Bytes buffer_memory counts per record on top of key, value and headers: the record's own
+# framing (length, attributes, deltas, lengths: 9-19 bytes) rounded up for the bookkeeping.
+RECORD_OVERHEAD = 24
+_OVERESTIMATE = RECORD_OVERHEAD - 10  # a typical record's framing is ~10 bytes: fill batches by that
+
+# The batch header of pulllog.log.records, packed once per batch: baseOffset, batchLength,
+# partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta, baseTimestamp,
+# maxTimestamp, producerId, producerEpoch, baseSequence, recordsCount.
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_CRC_START = 21
+_MAGIC = 2
+
+_TABLE_SIZE = 1 << 14
+
+
+def _varint_table() -> tuple[bytes, ...]:
+    out = []
+    for value in range(_TABLE_SIZE):
+        z = value << 1  # zigzag of a non-negative value
+        if z < 0x80:
+            out.append(bytes((z,)))
+        elif z < 0x4000:
+            out.append(bytes(((z & 0x7F) | 0x80, z >> 7)))
+        else:
+            out.append(bytes(((z & 0x7F) | 0x80, ((z >> 7) & 0x7F) | 0x80, z >> 14)))
+    return tuple(out)
+
+
+VARINT: tuple[bytes, ...] = _varint_table()
+"""VARINT[n] is the zigzag varint of n, for 0 <= n < 16384."""
+
+# what RecordAccumulator.append did with a record
+APPENDED, NEW_BATCH, REROUTE = 0, 1, -1
+
+_NULL = b"\x01"  # varint(-1): a null key, value or header value
+_NO_HEADERS = b"\x00"
+
+
+def encode_headers(headers: Iterable[tuple[str | bytes, bytes | None]] | Mapping[str, bytes | None] | None) -> bytes:
+    """The headers part of a record: count, then key and value per header."""
+    if not headers:
+        return _NO_HEADERS
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    parts: list[bytes] = []
+    count = 0
+    for hkey, hvalue in items:
+        kb = hkey.encode("utf-8") if isinstance(hkey, str) else bytes(hkey)
+        parts.append(_varint(len(kb)))
+        parts.append(kb)
+        if hvalue is None:
+            parts.append(_NULL)
+        else:
+            if isinstance(hvalue, str):
+                raise TypeError(f"header {hkey!r}: values must be bytes or None, not str (encode it first)")
+            parts.append(_varint(len(hvalue)))
+            parts.append(hvalue)
+        count += 1
+    return _varint(count) + b"".join(parts)
+
+
+def _varint(value: int) -> bytes:
+    return VARINT[value] if 0 <= value < _TABLE_SIZE else encode_varint(value)
+
+
+def _headers_estimate(headers: Any) -> int:
+    if not headers:
+        return 1
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    return 1 + sum(len(k) + (len(v) if v is not None else 0) + 6 for k, v in items)
+
+
+def estimate_set_size(items: Sequence[Any]) -> int:
+    """buffer_memory for a message set (see ``ProducerBatch.extend`` for the item forms)."""
+    total = 0
+    for item in items:
+        if type(item) is bytes:
+            total += len(item)
+        elif item is None:
+            pass
+        elif isinstance(item, tuple):
+            key, value = item[0], item[1]
+            if key is not None:
+                total += len(key)
+            if value is not None:
+                total += len(value)
+            if len(item) > 2:
+                total += _headers_estimate(item[2])
+        else:
+            total += len(item)  # bytearray / memoryview values
+    return total + RECORD_OVERHEAD * len(items)
+
+
+class ProducerBatch:
+    """One RecordBatch being built for one partition, and who waits for its outcome."""
+
+    __slots__ = (
+        "topic", "partition", "records", "count", "base_timestamp", "max_timestamp",
+        "record_futures", "record_deltas", "record_timestamps", "set_futures",
+        "reserved", "created", "attempts", "retry_at", "wire", "base_sequence", "last_error", "done",
+    )
+
+    def __init__(self, topic: str, partition: int, base_timestamp: int, created: float,
+                 loop: asyncio.AbstractEventLoop) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.records: bytearray | None = bytearray()
+        self.count = 0
+        self.base_timestamp = base_timestamp
+        self.max_timestamp = base_timestamp
+        # per record sent with send(): its future, offset delta and timestamp (parallel
+        # lists of plain ints: fewer objects for the garbage collector to track than tuples)
+        self.record_futures: list[asyncio.Future[Any]] = []
+        self.record_deltas: list[int] = []
+        self.record_timestamps: list[int] = []
+        # (first offset delta, count, first timestamp, future) per message set (send_batch)
+        self.set_futures: list[tuple[int, int, int, asyncio.Future[Any]]] = []
+        self.reserved = 0  # buffer_memory bytes to give back when done
+        self.created = created  # monotonic seconds: delivery_timeout_ms counts from here
+        self.attempts = 0  # retries so far
+        self.retry_at = 0.0
+        self.wire: bytes | None = None  # the sealed batch, reused by retries
+        self.base_sequence = -1
+        self.last_error: BaseException | None = None
+        self.done: asyncio.Future[None] = loop.create_future()
+
+    @property
+    def size(self) -> int:
+        """Bytes of the (uncompressed) records section, or of the sealed batch."""
+        return len(self.records) if self.records is not None else len(self.wire or b"")
+
+    def append(self, key: bytes | None, value: bytes | None, headers: bytes, timestamp: int,
+               future: asyncio.Future[Any] | None) -> None:
+        """Encode one record at the end of the records section (``headers`` pre-encoded)."""
+        vt = VARINT
+        od = self.count
+        td = timestamp - self.base_timestamp
+        tdb = vt[td] if 0 <= td < _TABLE_SIZE else encode_varint(td)
+        odb = vt[od] if od < _TABLE_SIZE else encode_varint(od)
+        if value is None:
+            vl, value, lv = _NULL, b"", 0
+        else:
+            lv = len(value)
+            vl = vt[lv] if lv < _TABLE_SIZE else encode_varint(lv)
+        # join() checks every piece is bytes-like before the batch is touched
+        if key is None:
+            n = 2 + len(tdb) + len(odb) + len(vl) + lv + len(headers)
+            self.records += b"".join((vt[n] if n < _TABLE_SIZE else encode_varint(n), b"\x00",  # type: ignore[operator]
+                                      tdb, odb, _NULL, vl, value, headers))
+        else:
+            lk = len(key)
+            kl = vt[lk] if lk < _TABLE_SIZE else encode_varint(lk)
+            n = 1 + len(tdb) + len(odb) + len(kl) + lk + len(vl) + lv + len(headers)
+            self.records += b"".join((vt[n] if n < _TABLE_SIZE else encode_varint(n), b"\x00",  # type: ignore[operator]
+                                      tdb, odb, kl, key, vl, value, headers))
+        self.count = od + 1
+        if timestamp > self.max_timestamp:
+            self.max_timestamp = timestamp
+        if future is not None:
+            self.record_futures.append(future)
+            self.record_deltas.append(od)
+            self.record_timestamps.append(timestamp)
+
+    def extend(self, items: Sequence[Any], timestamp: int, future: asyncio.Future[Any] | None) -> None:
+        """Encode a message set. Items: ``value`` (bytes or None), or a tuple ``(key, value)``,
+        ``(key, value, headers)`` or ``(key, value, headers, timestamp_ms)``.
+
+        All pieces are collected first and appended in one step, so a bad item leaves the
+        batch as it was.
+        """
+        vt = VARINT
+        size = _TABLE_SIZE
+        first = self.count
+        od = first
+        td0 = timestamp - self.base_timestamp
+        tdb0 = vt[td0] if 0 <= td0 < size else encode_varint(td0)
+        max_ts = self.max_timestamp
+        default_used = False  # did any record take ``timestamp``?
+        parts: list[bytes] = []
+        add = parts.extend
+        for item in items:
+            odb = vt[od] if od < size else encode_varint(od)
+            if type(item) is bytes:  # the fast path: a value, no key, no headers
+                n = len(item)
+                vl = vt[n] if n < size else encode_varint(n)
+                n += 3 + len(tdb0) + len(odb) + len(vl)
+                add((vt[n] if n < size else encode_varint(n), b"\x00", tdb0, odb, _NULL, vl, item, _NO_HEADERS))
+                od += 1
+                default_used = True
+                continue
+            if item is None or not isinstance(item, tuple):
+                key, value, hdrs, tdb = None, item, _NO_HEADERS, tdb0
+                default_used = True
+            else:
+                key, value = item[0], item[1]
+                hdrs = encode_headers(item[2]) if len(item) > 2 else _NO_HEADERS
+                if len(item) > 3 and item[3] is not None:
+                    ts = item[3]
+                    if ts > max_ts:
+                        max_ts = ts
+                    td = ts - self.base_timestamp
+                    tdb = vt[td] if 0 <= td < size else encode_varint(td)
+                else:
+                    tdb = tdb0
+                    default_used = True
+            if key is None:
+                kl, key = _NULL, b""
+            else:
+                n = len(key)
+                kl = vt[n] if n < size else encode_varint(n)
+            if value is None:
+                vl, value = _NULL, b""
+            else:
+                n = len(value)
+                vl = vt[n] if n < size else encode_varint(n)
+            n = 1 + len(tdb) + len(odb) + len(kl) + len(key) + len(vl) + len(value) + len(hdrs)
+            add((vt[n] if n < size else encode_varint(n), b"\x00", tdb, odb, kl, key, vl, value, hdrs))
+            od += 1
+        self.records += b"".join(parts)  # type: ignore[operator]
+        self.count = od
+        self.max_timestamp = max(max_ts, timestamp) if default_used else max_ts
+        if future is not None:
+            self.set_futures.append((first, od - first, timestamp, future))
+
+    def seal(self, compression: Compression, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
+        """Compress, write the header, CRC once: the bytes a Produce request carries."""
+        assert self.records is not None and self.count > 0
+        body = bytes(self.records)
+        payload = compress(compression, body) if compression is not Compression.NONE else body
+        header = bytearray(BATCH_HEADER_SIZE)
+        _HEADER.pack_into(
+            header, 0,
+            0,  # baseOffset: the broker assigns it
+            BATCH_HEADER_SIZE - LOG_OVERHEAD + len(payload),
+            -1,  # partitionLeaderEpoch: the broker's to set
+            _MAGIC,
+            0,  # crc, below
+            int(compression),  # attributes: codec; CreateTime; not transactional, not control
+            self.count - 1,
+            self.base_timestamp,
+            self.max_timestamp,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            self.count,
+        )
+        crc = crc32c(payload, crc32c(memoryview(header)[_CRC_START:]))
+        struct.pack_into(">I", header, 17, crc)
+        self.base_sequence = base_sequence
+        self.wire = bytes(header) + payload
+        self.records = None  # the sealed bytes are all a retry needs
+        return self.wire
+
+    def __repr__(self) -> str:
+        return f"ProducerBatch({self.topic}-{self.partition}, records={self.count}, bytes={self.size})"
+
+
+class PartitionQueue:
+    """The batches of one partition, oldest first, and whether one of them is in flight."""
+
+    __slots__ = ("topic", "partition", "open", "ready", "in_flight", "next_sequence")
+
+    def __init__(self, topic: str, partition: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.open: ProducerBatch | None = None
+        self.ready: deque[ProducerBatch] = deque()
+        self.in_flight = False
+        self.next_sequence = 0  # idempotence: the sequence number of the next record
+
+
+class BufferPool:
+    """``buffer_memory`` with first-come-first-served waiting when it runs out."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.available = total
+        self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
+
+    @property
+    def used(self) -> int:
+        return self.total - self.available
+
+    @property
+    def waiting(self) -> bool:
+        """Someone waits for space: newcomers queue behind them."""
+        return bool(self._waiters)
+
+    def try_reserve(self, size: int) -> bool:
+        if size <= self.available and not self._waiters:
+            self.available -= size
+            return True
+        return False
+
+    async def reserve(self, size: int, timeout_s: float) -> None:
+        """Wait until ``size`` bytes are free; TimeoutError after ``timeout_s``."""
+        if self.try_reserve(size):
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (size, future)
+        self._waiters.append(entry)
+        try:
+            async with asyncio.timeout(timeout_s):
+                await future
+        except BaseException:
+            if future.done() and not future.cancelled():
+                self.release(size)  # granted just as the wait ended: give it back
+            else:
+                future.cancel()
+                try:
+                    self._waiters.remove(entry)
+                except ValueError:
+                    pass
+                self._grant()  # waiters behind this one may fit now
+            raise
+
+    def release(self, size: int) -> None:
+        self.available += size
+        if self._waiters:
+            self._grant()
+
+    def _grant(self) -> None:
+        while self._waiters and self._waiters[0][0] <= self.available:
+            size, future = self._waiters.popleft()
+            if future.done():
+                continue
+            self.available -= size
+            future.set_result(None)
+
+
+class RecordAccumulator:
+    """Per-partition queues of batches; see the module docstring for the states."""
+
+    def __init__(self, *, batch_size: int, buffer_memory: int, loop: asyncio.AbstractEventLoop,
+                 on_batch_closed: Callable[[str, int], None], wake: Callable[[], None]) -> None:
+        self.batch_size = batch_size
+        self.pool = BufferPool(buffer_memory)
+        self.queues: dict[tuple[str, int], PartitionQueue] = {}
+        self.incomplete: set[ProducerBatch] = set()
+        self.flushing = 0  # > 0 while someone waits in flush(): open batches are sendable now
+        self._loop = loop
+        self._on_batch_closed = on_batch_closed
+        self._wake = wake
+
+    def queue(self, topic: str, partition: int) -> PartitionQueue:
+        q = self.queues.get((topic, partition))
+        if q is None:
+            q = self.queues[(topic, partition)] = PartitionQueue(topic, partition)
+        return q
+
+    def _batch_for(self, q: PartitionQueue, size: int, timestamp: int) -> tuple[ProducerBatch, bool]:
+        """The open batch if ``size`` more bytes fit, else a new one (the old one closes)."""
+        batch = q.open
+        if batch is not None:
+            if batch.count == 0 or len(batch.records) + size <= self.batch_size:  # type: ignore[arg-type]
+                return batch, False
+            self.close(q)
+        batch = q.open = ProducerBatch(q.topic, q.partition, timestamp, time.monotonic(), self._loop)
+        self.incomplete.add(batch)
+        self._wake()
+        return batch, True
+
+    def append(self, topic: str, partition: int, key: bytes | None, value: bytes | None, headers: bytes,
+               timestamp: int, future: asyncio.Future[Any] | None, reserved: int, reroute: bool = False) -> int:
+        """Add one record: APPENDED, or NEW_BATCH when it opened a batch.
+
+        With ``reroute`` (the sticky partitioner chose this partition), a record that does
+        not fit the open batch is not appended: the batch closes, which moves the sticky
+        partitioner on, and REROUTE asks the caller to choose again. The record then starts
+        the next batch where the partitioner now points instead of stranding alone in a new
+        batch here (Kafka's ``abortOnNewBatch``).
+        """
+        q = self.queues.get((topic, partition))
+        if q is not None:
+            batch = q.open
+            if batch is not None:
+                # the common case, kept short: room in the open batch
+                if len(batch.records) + reserved - _OVERESTIMATE <= self.batch_size:  # type: ignore[arg-type]
+                    batch.append(key, value, headers, timestamp, future)
+                    batch.reserved += reserved
+                    if len(batch.records) >= self.batch_size:  # type: ignore[arg-type]
+                        self.close(q)
+                    return APPENDED
+                if reroute:
+                    self.close(q)
+                    return REROUTE
+        else:
+            q = self.queue(topic, partition)
+        batch, new = self._batch_for(q, reserved - _OVERESTIMATE, timestamp)
+        try:
+            batch.append(key, value, headers, timestamp, future)
+        except BaseException:
+            self._drop_if_empty(q, batch)
+            raise
+        batch.reserved += reserved
+        if len(batch.records) >= self.batch_size:  # type: ignore[arg-type]
+            self.close(q)
+        return NEW_BATCH if new else APPENDED
+
+    def append_set(self, topic: str, partition: int, items: Sequence[Any], timestamp: int,
+                   future: asyncio.Future[Any] | None, reserved: int, reroute: bool = False) -> int:
+        """Add a message set, contiguous within one batch; as ``append`` otherwise."""
+        q = self.queue(topic, partition)
+        size = reserved - _OVERESTIMATE * len(items)
+        if reroute and q.open is not None and len(q.open.records) + size > self.batch_size:  # type: ignore[arg-type]
+            self.close(q)
+            return REROUTE
+        batch, new = self._batch_for(q, size, timestamp)
+        try:
+            batch.extend(items, timestamp, future)
+        except BaseException:
+            self._drop_if_empty(q, batch)
+            raise
+        batch.reserved += reserved
+        if len(batch.records) >= self.batch_size:  # type: ignore[arg-type]
+            self.close(q)
+        return NEW_BATCH if new else APPENDED
+
+    def _drop_if_empty(self, q: PartitionQueue, batch: ProducerBatch) -> None:
+        if batch.count == 0 and q.open is batch:
+            q.open = None
+            self.incomplete.discard(batch)
+            batch.done.set_result(None)
+
+    def close(self, q: PartitionQueue) -> None:
+        """The open batch takes no more records: queue it for sending."""
+        batch = q.open
+        if batch is None:
+            return
+        q.open = None
+        q.ready.append(batch)
+        self._on_batch_closed(q.topic, q.partition)
+        self._wake()
+
+    def retry_later(self, batch: ProducerBatch, retry_at: float) -> None:
+        q = self.queue(batch.topic, batch.partition)
+        batch.retry_at = retry_at
+        batch.attempts += 1
+        q.ready.appendleft(batch)
+        q.in_flight = False
+
+    def finish(self, batch: ProducerBatch) -> PartitionQueue:
+        """The batch is done (its futures are the caller's to resolve): free its memory."""
+        q = self.queue(batch.topic, batch.partition)
+        q.in_flight = False
+        self.incomplete.discard(batch)
+        self.pool.release(batch.reserved)
+        batch.reserved = 0
+        if not batch.done.done():
+            batch.done.set_result(None)
+        return q
