@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import click
 
+from .export import export
 from .group import group
 from .inspect import inspect
 from .serve import serve
@@ -23,6 +24,7 @@ def main() -> None:
     """pulllog: a log broker that speaks the Kafka wire protocol."""
 
 
+main.add_command(export)
 main.add_command(group)
 main.add_command(inspect)
 main.add_command(serve)
