@@ -186,11 +186,23 @@ class Connection(asyncio.Protocol):
                         raise ConnectionError("segment shorter than promised")
                     await self._write(data)
                     continue
-                sent = await loop.sendfile(self.transport, chunk.file, chunk.position, chunk.length)
+                try:
+                    sent = await loop.sendfile(self.transport, chunk.file, chunk.position, chunk.length,
+                                               fallback=False)
+                except asyncio.SendfileNotAvailableError as exc:
+                    # asyncio's own fallback reads from the file's current position when the
+                    # offset is 0, which is wrong for a shared segment file: read it ourselves.
+                    log.debug("sendfile unavailable (%s); copying %d bytes", exc, chunk.length)
+                    data = os.pread(chunk.file.fileno(), chunk.length, chunk.position)
+                    if len(data) != chunk.length:
+                        raise ConnectionError("segment shorter than promised") from None
+                    await self._write(data)
+                    continue
                 if sent != chunk.length:
                     # The size prefix promised more: the frame is broken, so the connection must go.
-                    log.error("sendfile sent %d of %d bytes to %s:%d; closing the connection",
-                              sent, chunk.length, *self.peer)
+                    log.error("sendfile sent %d of %d bytes (%s at %d, file size %d) to %s:%d; closing the connection",
+                              sent, chunk.length, getattr(chunk.file, "name", chunk.file), chunk.position,
+                              os.fstat(chunk.file.fileno()).st_size, *self.peer)
                     raise ConnectionError("short sendfile")
             else:
                 await self._write(chunk)

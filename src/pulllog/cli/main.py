@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import click
 
+from .consume import consume, tail
 from .export import export
 from .group import group
 from .inspect import inspect
+from .produce import produce
 from .serve import serve
 from .topic import topic
 
@@ -24,10 +26,13 @@ def main() -> None:
     """pulllog: a log broker that speaks the Kafka wire protocol."""
 
 
+main.add_command(consume)
 main.add_command(export)
 main.add_command(group)
 main.add_command(inspect)
+main.add_command(produce)
 main.add_command(serve)
+main.add_command(tail)
 main.add_command(topic)
 
 

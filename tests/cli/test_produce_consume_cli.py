@@ -1,0 +1,124 @@
+"""`pulllog produce`, `consume` and `tail`: through click's runner and as real processes with pipes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from pulllog.cli.main import main
+
+PULLLOG = [sys.executable, "-m", "pulllog.cli.main"]
+
+
+def run(*args: str, stdin: bytes | None = None) -> tuple[int, bytes, str]:
+    result = CliRunner().invoke(main, list(args), input=stdin)
+    return result.exit_code, result.stdout_bytes, result.stderr
+
+
+@pytest.fixture
+def bs(pulllog_broker) -> str:
+    return pulllog_broker.bootstrap_servers
+
+
+def test_produce_lines_with_keys_and_headers_then_consume_them_as_json(bs) -> None:
+    code, out, err = run("produce", "lines", "--key-separator", ":", "--header", "src=test", "--bootstrap-server", bs,
+                         stdin=b"k1:v1\nk2:v2\nno-key-here\n")
+    assert code == 0 and out == b"" and "sent 3 record(s)" in err
+    code, out, err = run("consume", "lines", "--format", "json", "--bootstrap-server", bs)
+    assert code == 0 and "consumed 3 record(s)" in err
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert [(r["offset"], r["key"], r["value"]) for r in rows] == [(0, "k1", "v1"), (1, "k2", "v2"), (2, None, "no-key-here")]
+    assert rows[0]["headers"] == [["src", "test"]]
+
+
+def test_from_offset_variants(bs) -> None:
+    run("produce", "offsets", "--bootstrap-server", bs, stdin=b"".join(b"%d\n" % i for i in range(10)))
+
+    def values(*extra: str) -> list[str]:
+        code, out, _err = run("consume", "offsets", *extra, "--bootstrap-server", bs)
+        assert code == 0
+        return out.decode().split()
+
+    assert values() == [str(i) for i in range(10)]
+    assert values("--from-offset", "earliest", "--max-messages", "3") == ["0", "1", "2"]
+    assert values("--from-offset", "7") == ["7", "8", "9"]
+    assert values("--from-offset", "-2") == ["8", "9"]
+    assert values("--from-offset", "latest") == []
+    assert values("--from-offset", "2000-01-01T00:00:00+00:00") == [str(i) for i in range(10)]
+    assert values("--from-offset", "2999-01-01T00:00:00+00:00") == []
+
+
+def test_binary_values_come_out_as_base64_in_json(bs, pulllog_broker) -> None:
+    import confluent_kafka
+
+    p = confluent_kafka.Producer({"bootstrap.servers": bs})
+    p.produce("binary", b"\xff\x00\xfe", key=b"\x80")
+    p.flush(10)
+    code, out, _ = run("consume", "binary", "--format", "json", "--bootstrap-server", bs)
+    row = json.loads(out)
+    assert row["value"] == {"base64": "/wD+"} and row["key"] == {"base64": "gA=="}
+
+
+def test_offset_out_of_range_names_the_valid_range(bs) -> None:
+    run("produce", "small", "--bootstrap-server", bs, stdin=b"a\nb\n")
+    code, out, err = run("consume", "small", "--from-offset", "5", "--bootstrap-server", bs)
+    assert code == 1 and "valid offsets are 0..2" in err and "Traceback" not in err
+
+
+def test_unknown_topic_and_bad_arguments_are_one_line_errors(bs) -> None:
+    code, _out, err = run("consume", "missing-topic", "--bootstrap-server", bs)
+    assert code == 1 and "does not exist" in err and len(err.strip().splitlines()) == 1
+    code, _out, err = run("consume", "x", "--from-offset", "yesterday-ish", "--bootstrap-server", bs)
+    assert code == 2 and "--from-offset" in err
+    code, _out, err = run("produce", "x", "--header", "nokeyvalue", "--bootstrap-server", bs, stdin=b"a\n")
+    assert code == 2 and "--header" in err
+
+
+def test_unreachable_broker_is_one_line_with_a_hint() -> None:
+    code, _out, err = run("consume", "t", "--bootstrap-server", "127.0.0.1:1")
+    assert code == 1 and "pulllog serve" in err and len(err.strip().splitlines()) == 1
+
+
+def test_pipes_between_real_processes(bs) -> None:
+    produced = subprocess.run([*PULLLOG, "produce", "piped", "--bootstrap-server", bs],
+                              input=b"".join(b"line %d\n" % i for i in range(500)), capture_output=True, timeout=60)
+    assert produced.returncode == 0, produced.stderr
+    consumed = subprocess.run([*PULLLOG, "consume", "piped", "--bootstrap-server", bs], capture_output=True, timeout=60)
+    assert consumed.returncode == 0
+    assert consumed.stdout.splitlines() == [b"line %d" % i for i in range(500)]
+
+
+def test_tail_sees_a_later_produce(bs) -> None:
+    run("produce", "tailed", "--bootstrap-server", bs, stdin=b"old\n")
+    proc = subprocess.Popen([*PULLLOG, "tail", "tailed", "--bootstrap-server", bs], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        time.sleep(1.5)  # let tail reach the end before the new record exists
+        run("produce", "tailed", "--bootstrap-server", bs, stdin=b"new\n")
+        line = proc.stdout.readline()
+        assert line == b"new\n"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_follow_blocks_until_a_record_arrives(bs) -> None:
+    run("produce", "followed", "--bootstrap-server", bs, stdin=b"first\n")
+    proc = subprocess.Popen([*PULLLOG, "consume", "followed", "--follow", "--max-messages", "2",
+                             "--bootstrap-server", bs], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline() == b"first\n"
+        time.sleep(0.5)
+        assert proc.poll() is None  # still waiting: the iterator does not end
+        run("produce", "followed", "--bootstrap-server", bs, stdin=b"second\n")
+        assert proc.stdout.readline() == b"second\n"
+        assert proc.wait(20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
