@@ -289,12 +289,12 @@ async def test_beginning_and_end_offsets_span_the_log(pulllog_broker) -> None:
         assert await consumer.end_offsets([tp]) == {tp: 8}
 
 
-async def test_committed_is_none_until_consumer_groups_exist(pulllog_broker) -> None:
+async def test_committed_is_none_for_a_partition_the_group_never_committed(pulllog_broker) -> None:
     async with consumer_for(pulllog_broker, group_id="later") as consumer:
         consumer.assign([TopicPartition("groupless", 0)])
         assert await consumer.committed(TopicPartition("groupless", 0)) is None
-        with pytest.raises(NotImplementedError, match="use assign"):
-            consumer.subscribe("groupless")
+        with pytest.raises(ValueError, match="assign"):
+            consumer.subscribe("groupless")  # assign() and subscribe() do not mix
 
 
 # ---------------------------------------------------------------------------- auto_offset_reset

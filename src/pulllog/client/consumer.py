@@ -1,15 +1,23 @@
 """pulllog's asyncio Consumer: the paper's stream of messages that never ends.
 
-    async with Consumer("127.0.0.1:9092", auto_offset_reset="earliest") as consumer:
-        consumer.assign([TopicPartition("events", 0)])
+    async with Consumer("127.0.0.1:9092", group_id="billing", auto_offset_reset="earliest") as consumer:
+        consumer.subscribe(["events"])     # or a pattern: "^events-.*", re.compile(...)
         async for record in consumer:      # waits for new records instead of ending
             handle(record.offset, record.key, record.value)
 
-The application chooses partitions with :meth:`Consumer.assign` (consumer groups and
-``subscribe()`` are a later issue) and moves through them with :meth:`~Consumer.seek`,
-:meth:`~Consumer.seek_to_beginning`, :meth:`~Consumer.seek_to_end` and
-:meth:`~Consumer.offsets_for_times`. Records come from ``async for``, :meth:`~Consumer.getone`
-or :meth:`~Consumer.getmany`.
+With :meth:`~Consumer.subscribe` the consumer is a member of the consumer group
+``group_id``: the group splits the topics' partitions among its members, moves them when
+members come and go, and keeps each partition's committed offset, where its next owner
+starts. Delivery is at least once: duplicates are possible after a crash, a gap never
+(:mod:`pulllog.client.membership` explains both, with the rebalance protocol). Offsets are
+committed every ``auto_commit_interval_ms`` and on every revoke, or by :meth:`~Consumer.commit`
+/ :meth:`~Consumer.commit_nowait`; :meth:`~Consumer.committed` reads them back.
+
+Or the application chooses partitions itself with :meth:`Consumer.assign`; with a
+``group_id`` they start at the group's committed offsets and commits go to that group. Either
+way it moves through them with :meth:`~Consumer.seek`, :meth:`~Consumer.seek_to_beginning`,
+:meth:`~Consumer.seek_to_end` and :meth:`~Consumer.offsets_for_times`. Records come from
+``async for``, :meth:`~Consumer.getone` or :meth:`~Consumer.getmany`.
 
 Behind them a fetcher task (:mod:`pulllog.client.fetcher`), owned by the consumer (created
 by ``start()``, cancelled and joined by ``close()``), keeps the next Fetch in flight while the
@@ -25,8 +33,9 @@ Errors come to the application when it reads the partition they belong to:
 from __future__ import annotations
 
 import asyncio
+import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, NamedTuple
 
@@ -46,16 +55,29 @@ from .fetcher import (
     OffsetOutOfRangeError,
     PartitionState,
 )
+from .membership import (
+    CommitFailedError,
+    FencedInstanceIdError,
+    GroupConfig,
+    GroupMembership,
+    OffsetAndMetadata,
+    RebalanceCallback,
+    SubscriptionSpec,
+    resolve_assignors,
+)
 from .types import ConsumerRecord, TopicPartition
 
 __all__ = [
     "BrokerUnreachableError",
+    "CommitFailedError",
     "Consumer",
     "ConsumerClosedError",
     "CorruptRecordError",
+    "FencedInstanceIdError",
     "InvalidOffsetError",
     "KafkaError",
     "NoOffsetForPartitionError",
+    "OffsetAndMetadata",
     "OffsetAndTimestamp",
     "OffsetOutOfRangeError",
     "UnknownTopicError",
@@ -88,6 +110,18 @@ class Consumer:
     ``max_poll_records`` caps what one ``getmany()`` returns unless it is given
     ``max_records``: handing out a few hundred records at a time, while they are still in
     the CPU cache, is markedly faster than a whole response's thousands at once.
+
+    The group settings keep Kafka's names and defaults. ``session_timeout_ms``: a member
+    that sends no heartbeat for this long is removed and its partitions move (the broker
+    allows 6000 and up); ``heartbeat_interval_ms``: how often the background heartbeat
+    goes; ``rebalance_timeout_ms`` (Kafka's max.poll.interval.ms): how long the group waits
+    for members to rejoin, and how long a revoke waits for the application to finish the
+    batch in its hands. ``partition_assignment_strategy``: names ("range", "roundrobin",
+    "cooperative-sticky") or assignor functions (see
+    :func:`~pulllog.client.membership.resolve_assignors`), in order of preference.
+    ``group_instance_id`` makes the consumer a static member. The rebalance callbacks get
+    a set of TopicPartitions and may be plain functions or coroutine functions; they run
+    before (revoked, lost) or after (assigned) the assignment changes.
     """
 
     def __init__(
@@ -107,6 +141,16 @@ class Consumer:
         metadata_max_age_ms: int = 300_000,
         retry_backoff_ms: int = 100,
         max_poll_records: int = 500,
+        group_instance_id: str | None = None,
+        session_timeout_ms: int = 45_000,
+        heartbeat_interval_ms: int = 3_000,
+        rebalance_timeout_ms: int = 300_000,
+        partition_assignment_strategy: str | Callable[..., Any] | Iterable[str | Callable[..., Any]] = ("range",),
+        enable_auto_commit: bool = True,
+        auto_commit_interval_ms: int = 5_000,
+        on_partitions_revoked: RebalanceCallback | None = None,
+        on_partitions_assigned: RebalanceCallback | None = None,
+        on_partitions_lost: RebalanceCallback | None = None,
     ) -> None:
         if auto_offset_reset not in _RESETS:
             raise ValueError(f"auto_offset_reset={auto_offset_reset!r}: use one of {', '.join(_RESETS)}")
@@ -120,6 +164,15 @@ class Consumer:
             raise ValueError(f"max_poll_records={max_poll_records}: must be at least 1")
         if fetch_max_wait_ms < 0:
             raise ValueError(f"fetch_max_wait_ms={fetch_max_wait_ms}: must not be negative")
+        if group_id is not None and not group_id:
+            raise ValueError("group_id must not be empty (or None: no consumer group)")
+        if heartbeat_interval_ms < 1 or heartbeat_interval_ms >= session_timeout_ms:
+            raise ValueError(f"heartbeat_interval_ms={heartbeat_interval_ms} must be positive and below "
+                             f"session_timeout_ms={session_timeout_ms} (a third of it is usual)")
+        if rebalance_timeout_ms < 1 or auto_commit_interval_ms < 1:
+            raise ValueError("rebalance_timeout_ms and auto_commit_interval_ms must be positive")
+        if group_instance_id is not None and not group_instance_id:
+            raise ValueError("group_instance_id must not be empty (or None: a dynamic member)")
         self._bootstrap_servers = bootstrap_servers
         self.client_id = client_id
         self.group_id = group_id
@@ -136,7 +189,21 @@ class Consumer:
         self._fetcher: Fetcher | None = None
         self._fetch_task: asyncio.Task[None] | None = None
         self._reading: PartitionState | None = None  # the partition getone() reads until its chunk ends
+        self._held: set[PartitionState] = set()  # records handed out since the application last came back
+        self._returned = asyncio.Event()  # the application came back for more records
         self._closed = False
+        self._group_config = None if group_id is None else GroupConfig(
+            group_id=group_id, group_instance_id=group_instance_id, session_timeout_ms=session_timeout_ms,
+            heartbeat_interval_ms=heartbeat_interval_ms, rebalance_timeout_ms=rebalance_timeout_ms,
+            assignors=resolve_assignors(partition_assignment_strategy), enable_auto_commit=enable_auto_commit,
+            auto_commit_interval_ms=auto_commit_interval_ms, request_timeout_ms=request_timeout_ms,
+            retry_backoff_ms=retry_backoff_ms, metadata_max_age_ms=metadata_max_age_ms)
+        self._callbacks = {"on_partitions_revoked": on_partitions_revoked,
+                           "on_partitions_assigned": on_partitions_assigned,
+                           "on_partitions_lost": on_partitions_lost}
+        self._subscription: SubscriptionSpec | None = None
+        self._membership: GroupMembership | None = None
+        self._group_task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -155,11 +222,20 @@ class Consumer:
             await cluster.close()
             raise
         self._cluster = cluster
-        self._fetcher = Fetcher(cluster, self._config, self._states)
-        self._fetch_task = asyncio.get_running_loop().create_task(self._fetcher.run(), name="pulllog-consumer-fetcher")
+        if self._group_config is not None:
+            self._membership = GroupMembership(cluster, self._group_config, _GroupPartitions(self), **self._callbacks)
+            if self._subscription is not None:
+                self._membership.subscribe(self._subscription)
+        committed = self._membership.fetch_committed if self._membership is not None else None
+        self._fetcher = Fetcher(cluster, self._config, self._states, committed)
+        loop = asyncio.get_running_loop()
+        self._fetch_task = loop.create_task(self._fetcher.run(), name="pulllog-consumer-fetcher")
+        if self._membership is not None:
+            self._group_task = loop.create_task(self._membership.run(), name="pulllog-consumer-group")
 
     async def close(self) -> None:
-        """Stop fetching, cancel and join the fetcher task, close the connections. Idempotent."""
+        """Leave the group (commit what was processed, revoke, LeaveGroup unless static), stop
+        fetching, cancel and join the consumer's tasks, close the connections. Idempotent."""
         if self._closed:
             return
         self._closed = True
@@ -168,14 +244,15 @@ class Consumer:
             self._fetcher.data_ready.set()  # readers waiting in getone() / async for see the close
             self._fetcher.positions_changed.set()
         try:
-            if task is not None:
-                task.cancel()
+            if self._membership is not None:
+                self._ack(None)  # closing: the application is done with what it read
                 try:
-                    await task
-                except asyncio.CancelledError:
-                    current = asyncio.current_task()
-                    if current is not None and current.cancelling():
-                        raise  # close() itself was cancelled, not just the fetcher
+                    await _cancel_and_join(self._group_task)
+                    self._group_task = None
+                    await self._membership.leave("the consumer is closing")
+                finally:
+                    await self._membership.close()
+            await _cancel_and_join(task)
         finally:
             if self._cluster is not None:
                 await self._cluster.close()
@@ -196,17 +273,121 @@ class Consumer:
                 "the consumer is not started: `await consumer.start()` or `async with Consumer(...)`")
         return self._fetcher
 
-    # ------------------------------------------------------------------ assignment
+    # ------------------------------------------------------------------ the group
 
-    def subscribe(self, *topics: str, **_: Any) -> None:
-        """Not yet: consumer groups (and so subscriptions) come with a later issue."""
-        raise NotImplementedError(
-            "subscribe() needs consumer groups, which pulllog does not implement yet; "
-            "use assign([TopicPartition(topic, partition), ...]) instead")
+    def subscribe(self, topics: str | re.Pattern[str] | Iterable[str | re.Pattern[str]]) -> None:
+        """Join the consumer group ``group_id`` and consume these topics: names, and regex
+        patterns (``re.Pattern`` objects, or strings starting with ``^``) that every topic is
+        matched against, now and whenever metadata is refreshed (``re.search``; internal
+        topics never match). Replaces an earlier subscription. Returns at once: the group
+        assigns partitions in the background (``on_partitions_assigned`` says when)."""
+        if self._group_config is None:
+            raise ValueError("subscribe() needs a group_id: Consumer(..., group_id='my-group'); "
+                             "without one, assign() partitions yourself")
+        if self._closed:
+            raise ConsumerClosedError("the consumer is closed")
+        if self._subscription is None and self._states:
+            raise ValueError("this consumer has assign()ed partitions; assign([]) first, then subscribe()")
+        self._subscription = SubscriptionSpec.parse(topics)
+        if self._membership is not None:
+            self._membership.subscribe(self._subscription)
+
+    async def unsubscribe(self) -> None:
+        """Leave the group: commit what was processed (with auto-commit), revoke every
+        partition, send LeaveGroup (unless a static member). Then assign() may be used."""
+        if self._subscription is None:
+            return
+        self._subscription = None
+        membership = self._membership
+        if membership is None or self._closed:
+            return
+        self._ack(None)
+        await _cancel_and_join(self._group_task)
+        self._group_task = None
+        try:
+            await membership.leave("the consumer unsubscribed")
+        finally:
+            membership.subscription = None
+            membership.topics = frozenset()
+            self._group_task = asyncio.get_running_loop().create_task(membership.run(), name="pulllog-consumer-group")
+
+    def subscription(self) -> set[str]:
+        """The topics subscribed to now: the names given, and the topics matching the patterns."""
+        if self._subscription is None:
+            return set()
+        if self._membership is not None:
+            return set(self._membership.topics)
+        return set(self._subscription.topics)
+
+    @property
+    def member_id(self) -> str:
+        """This consumer's member id in its group ("" until it has joined)."""
+        return self._membership.member_id if self._membership is not None else ""
+
+    @property
+    def generation(self) -> int:
+        """The group generation this consumer's assignment belongs to (-1 when not in one)."""
+        return self._membership.generation if self._membership is not None else -1
+
+    async def commit(self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None) -> None:
+        """Commit offsets for the group, and return once they are durable.
+
+        ``offsets`` maps partitions to the offset of the *next* record to read (the record
+        after the last one processed), optionally with metadata:
+        ``{tp: OffsetAndMetadata(offset, "note")}``. Without it, the position of every
+        assigned partition is committed: everything handed out counts as processed.
+        Retriable errors are retried until ``request_timeout_ms``. Raises
+        :class:`CommitFailedError` if the group rebalanced since (the partitions may belong
+        to another member now, which re-reads from the last successful commit)."""
+        membership = self._group_member("commit()")
+        await membership.commit(self._offsets_to_commit(offsets))
+
+    def commit_nowait(self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None
+                      ) -> asyncio.Task[None]:
+        """Like :meth:`commit`, but in the background (fire and forget). Commits go out in the
+        order they were asked for; a failure is logged, and raised by awaiting the returned
+        task. ``close()`` waits for pending commits."""
+        membership = self._group_member("commit_nowait()")
+        return membership.commit_nowait(self._offsets_to_commit(offsets))
+
+    async def committed(self, tp: TopicPartition) -> int | None:
+        """The group's committed offset for ``tp`` (the next record to read), or None if the
+        group has committed none."""
+        membership = self._group_member("committed()")
+        return (await membership.fetch_committed([tp])).get(tp)
+
+    def _group_member(self, what: str) -> GroupMembership:
+        if self._group_config is None:
+            raise ValueError(f"{what} needs a group_id: offsets are committed per consumer group")
+        if self._membership is None:
+            raise ConsumerClosedError(
+                "the consumer is not started: `await consumer.start()` or `async with Consumer(...)`")
+        return self._membership
+
+    def _offsets_to_commit(self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None
+                           ) -> dict[TopicPartition, OffsetAndMetadata]:
+        if offsets is None:
+            self._ack(None)
+            return {tp: OffsetAndMetadata(s.position) for tp, s in self._states.items() if s.position is not None}
+        out = {}
+        for tp, value in offsets.items():
+            if not isinstance(tp, TopicPartition):
+                raise TypeError(f"commit() takes {{TopicPartition: offset}}, not {tp!r}")
+            entry = value if isinstance(value, OffsetAndMetadata) else OffsetAndMetadata(value)
+            if not isinstance(entry.offset, int) or entry.offset < 0:
+                raise ValueError(f"offset for {tp.topic}-{tp.partition} must be a non-negative int, not {entry.offset!r}")
+            out[tp] = entry
+        return out
+
+    # ------------------------------------------------------------------ assignment
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Read exactly these partitions. Ones already assigned keep their position; new ones
-        start per ``auto_offset_reset`` (no offsets are committed before consumer groups)."""
+        start at the group's committed offset (with a ``group_id``), else per
+        ``auto_offset_reset``."""
+        if self._subscription is not None:
+            raise ValueError("this consumer subscribe()d: its group assigns its partitions; "
+                             "await unsubscribe() first to assign() them yourself")
         wanted = list(dict.fromkeys(partitions))
         for tp in wanted:
             if not isinstance(tp, TopicPartition):
@@ -217,6 +398,7 @@ class Consumer:
         old.update(new)  # the fetcher holds the same dict
         if self._reading is not None and self._reading.tp not in new:
             self._reading = None
+        self._held.intersection_update(new.values())
         if self._fetcher is not None:
             for state in list(self._fetcher.failed):
                 if state.tp not in new:
@@ -295,11 +477,6 @@ class Consumer:
     def last_stable_offset(self, tp: TopicPartition) -> int | None:
         return self._state(tp).last_stable_offset
 
-    async def committed(self, tp: TopicPartition) -> int | None:
-        """The group's committed offset for ``tp``. Always None for now: consumer groups, and
-        with them committed offsets, are a later issue."""
-        return None
-
     async def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """The log start offset of each partition (assigned or not)."""
         found = await self._running().list_offsets({tp: EARLIEST for tp in partitions})
@@ -333,6 +510,8 @@ class Consumer:
 
     async def __anext__(self) -> ConsumerRecord:
         """The next record, waiting for one as long as it takes; ends only when the consumer closes."""
+        if self._held:
+            self._ack(None)
         while True:
             if self._closed:
                 raise StopAsyncIteration
@@ -346,6 +525,8 @@ class Consumer:
     async def getone(self, *partitions: TopicPartition) -> ConsumerRecord:
         """The next record (of these partitions, if given), waiting as long as it takes."""
         only = frozenset(partitions) or None
+        if self._held:
+            self._ack(only)
         while True:
             record = self._next_record(only)
             if record is not None:
@@ -362,6 +543,8 @@ class Consumer:
         if max_records is not None and max_records < 1:
             raise ValueError(f"max_records={max_records}: must be at least 1 (or None for max_poll_records)")
         only = frozenset(partitions) or None
+        if self._held:
+            self._ack(only)
         limit = max_records if max_records is not None else self._max_poll_records
         deadline = time.monotonic() + max(timeout_ms, 0) / 1000
         while True:
@@ -395,13 +578,14 @@ class Consumer:
             self._raise_errors(fetcher, only)
         state = self._reading
         while True:
-            if state is None or not state.chunks or (only is not None and state.tp not in only):
+            if state is None or not state.chunks or state.paused or (only is not None and state.tp not in only):
                 state = self._next_readable(only)
                 if state is None:
                     return None
             record = state.chunks[0].next_record()
             if record is not None:
                 state.position = record.offset + 1
+                self._held.add(state)
                 return record
             self._chunk_done(state, fetcher)
             state = None  # take turns: the next partition with data goes first
@@ -431,6 +615,7 @@ class Consumer:
                         got.extend(records)
                     limit -= len(records)
                     state.position = records[-1].offset + 1
+                    self._held.add(state)
                 if chunk.drained:
                     self._chunk_done(state, fetcher)
                 elif not records:
@@ -451,7 +636,7 @@ class Consumer:
                 pass
         for i in range(len(states)):
             state = states[(start + i) % len(states)]
-            if state.chunks and state.tp not in exclude and (only is None or state.tp in only):
+            if state.chunks and not state.paused and state.tp not in exclude and (only is None or state.tp in only):
                 self._reading = state
                 return state
         return None
@@ -459,9 +644,107 @@ class Consumer:
     def _chunk_done(self, state: PartitionState, fetcher: Fetcher) -> None:
         chunk = state.chunks.popleft()
         if chunk.next_offset is not None and (state.position is None or state.position < chunk.next_offset):
+            if state not in self._held:
+                state.processed = chunk.next_offset  # nothing handed out: nothing left to process
             state.position = chunk.next_offset  # past trailing control batches and compacted gaps
         fetcher.wake()  # room for another prefetch
 
+    def _ack(self, only: frozenset[TopicPartition] | None) -> None:
+        """The application came back for more records (of ``only``, or all partitions): what
+        it was handed before is processed."""
+        if only is None:
+            for state in self._held:
+                state.processed = state.position
+            self._held.clear()
+        else:
+            for state in [s for s in self._held if s.tp in only]:
+                state.processed = state.position
+                self._held.discard(state)
+        self._returned.set()
+
     def __repr__(self) -> str:
         state = "closed" if self._closed else "running" if self._fetch_task is not None else "not started"
-        return f"Consumer({state}, {len(self._states)} partitions assigned)"
+        group = f", group {self._group_config.group_id!r}" if self._group_config is not None else ""
+        return f"Consumer({state}{group}, {len(self._states)} partitions assigned)"
+
+
+class _GroupPartitions:
+    """The consumer's side of :class:`~pulllog.client.membership.PartitionHost`: what the
+    group membership may do with the consumer's partitions."""
+
+    def __init__(self, consumer: Consumer) -> None:
+        self._consumer = consumer
+
+    def owned(self) -> set[TopicPartition]:
+        return set(self._consumer._states)
+
+    def add(self, partitions: set[TopicPartition]) -> None:
+        c = self._consumer
+        for tp in partitions:
+            state = c._states.get(tp)
+            if state is None:
+                c._states[tp] = PartitionState(tp)  # the fetcher finds its committed offset
+            else:
+                state.paused = False
+        if c._fetcher is not None:
+            c._fetcher.wake()
+
+    def remove(self, partitions: set[TopicPartition]) -> None:
+        c = self._consumer
+        for tp in partitions:
+            state = c._states.pop(tp, None)
+            if state is None:
+                continue
+            c._held.discard(state)
+            if c._reading is state:
+                c._reading = None
+            if c._fetcher is not None:
+                c._fetcher.failed.discard(state)
+        if c._fetcher is not None:
+            c._fetcher.wake()
+
+    def pause(self, partitions: set[TopicPartition]) -> None:
+        for tp in partitions:
+            state = self._consumer._states.get(tp)
+            if state is not None:
+                state.paused = True
+
+    async def wait_processed(self, partitions: set[TopicPartition], timeout_s: float) -> bool:
+        c = self._consumer
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if not any(s.tp in partitions for s in c._held):
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or c._closed:
+                return False
+            c._returned.clear()
+            try:
+                async with asyncio.timeout(remaining):
+                    await c._returned.wait()
+            except TimeoutError:
+                return False
+
+    def processed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        states = self._consumer._states
+        return {tp: s.processed for tp in partitions
+                if (s := states.get(tp)) is not None and s.processed is not None}
+
+    def fail(self, error: BaseException) -> None:
+        fetcher = self._consumer._fetcher
+        if fetcher is not None:
+            fetcher.fail_all(error)
+
+
+async def _cancel_and_join(task: asyncio.Task[Any] | None) -> None:
+    """Cancel a task the consumer owns and wait for it to end; re-raise only if the caller
+    itself is being cancelled."""
+    if task is None:
+        return
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise

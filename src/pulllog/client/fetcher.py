@@ -4,12 +4,15 @@ State (one :class:`PartitionState` per assigned partition, owned by the Consumer
 only on the event loop):
 
     position       the offset of the next record the application gets
+    processed      the position when the application last came back for more records:
+                   everything before it is processed (what auto-commit commits)
     fetch_offset   where the next Fetch starts: position plus what is buffered
     chunks         CompletedFetch objects not yet read to the end, oldest first
     epoch          bumped whenever the application moves the position (seek, assign):
                    a response to a Fetch sent before is dropped on arrival
     leader         the broker leading it, as last seen in the metadata; forgotten on
                    NOT_LEADER_OR_FOLLOWER and the like, and re-read when metadata is stale
+    paused         being revoked from this consumer: neither fetched nor handed out
 
 Rules:
 
@@ -25,9 +28,11 @@ Rules:
 - Partition order rotates from request to request, because the broker gives only the first
   partition with data the right to exceed ``max_partition_fetch_bytes`` (KIP-74) and fills
   ``fetch_max_bytes`` in order; a partition cut short by either gets its turn first later.
-- A partition without a position is reset by ListOffsets per ``auto_offset_reset``
-  (earliest, latest); with "none" it gets a :class:`NoOffsetForPartitionError` naming the
-  valid range instead. OFFSET_OUT_OF_RANGE from a Fetch does the same.
+- A partition without a position starts at the consumer group's committed offset (when
+  the consumer has a ``group_id``); without one it is reset by ListOffsets per
+  ``auto_offset_reset`` (earliest, latest); with "none" it gets a
+  :class:`NoOffsetForPartitionError` naming the valid range instead. OFFSET_OUT_OF_RANGE
+  from a Fetch resets per ``auto_offset_reset`` the same way.
 - Retriable errors (NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, a lost connection,
   a timeout) mark the metadata stale and back the partition off for ``retry_backoff_ms``;
   other errors are parked on the partition and raised to the application when it reads.
@@ -42,7 +47,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,12 +123,15 @@ class FetchConfig:
 class PartitionState:
     tp: TopicPartition
     position: int | None = None
+    processed: int | None = None
     fetch_offset: int | None = None
     chunks: deque[CompletedFetch] = field(default_factory=deque)
     epoch: int = 0
     error: KafkaError | None = None
     halted: bool = False  # the buffered data ends in a batch we cannot walk past
     busy: bool = False  # a Fetch or ListOffsets for it is in flight
+    paused: bool = False  # being revoked: not fetched, not handed out
+    use_committed: bool = True  # a reset starts at the committed offset (not after OFFSET_OUT_OF_RANGE)
     leader: int | None = None  # the broker that leads it, as last seen in the metadata
     retry_at: float = 0.0  # time.monotonic() before which not to fetch it
     highwater: int | None = None
@@ -132,7 +140,7 @@ class PartitionState:
 
     def move_to(self, offset: int | None) -> None:
         """Set the position from outside (seek, reset): buffered data and fetches in flight are void."""
-        self.position = self.fetch_offset = offset
+        self.position = self.processed = self.fetch_offset = offset
         self.chunks.clear()
         self.epoch += 1
         self.error = None
@@ -140,11 +148,16 @@ class PartitionState:
         self.retry_at = 0.0
 
 
+CommittedOffsets = Callable[[Sequence[TopicPartition]], Awaitable[dict[TopicPartition, int]]]
+
+
 class Fetcher:
-    def __init__(self, cluster: Cluster, config: FetchConfig, states: dict[TopicPartition, PartitionState]) -> None:
+    def __init__(self, cluster: Cluster, config: FetchConfig, states: dict[TopicPartition, PartitionState],
+                 committed: CommittedOffsets | None = None) -> None:
         self.cluster = cluster
         self.config = config
         self.states = states
+        self.committed = committed  # the group's committed offsets, asked before a reset
         self.data_ready = asyncio.Event()  # set when a chunk or an error is added
         self.positions_changed = asyncio.Event()  # set when a reset found (or failed to find) positions
         self.failed: set[PartitionState] = set()  # states with an error for the application
@@ -185,13 +198,17 @@ class Fetcher:
 
     def _fatal(self, exc: BaseException) -> None:
         log.error("the consumer's fetcher failed", exc_info=exc)
+        self.fail_all(exc)
+
+    def fail_all(self, exc: BaseException) -> None:
+        """Raise ``exc`` to every reader from now on (a bug here, or a fatal group error)."""
         self.fatal = exc
         self.data_ready.set()
         self.positions_changed.set()
 
     def _fetchable(self, state: PartitionState, now: float) -> bool:
         return (not state.busy and state.error is None and not state.halted and state.retry_at <= now
-                and state.position is not None and len(state.chunks) < PREFETCH_CHUNKS)
+                and state.position is not None and len(state.chunks) < PREFETCH_CHUNKS and not state.paused)
 
     async def _launch(self, tg: asyncio.TaskGroup) -> float | None:
         """Start resets, and a fetch loop for every broker that leads a fetchable partition
@@ -200,7 +217,7 @@ class Fetcher:
         to_reset: list[PartitionState] = []
         nodes: set[int] = set()
         for state in list(self.states.values()):
-            if state.busy or state.error is not None or state.halted or state.retry_at > now:
+            if state.busy or state.error is not None or state.halted or state.retry_at > now or state.paused:
                 continue
             if state.position is None:
                 to_reset.append(state)
@@ -218,7 +235,7 @@ class Fetcher:
                 self._node_tasks[node] = tg.create_task(self._fetch_loop(node), name=f"pulllog-fetch-{node}")
         # Backed-off partitions (including any that just failed to find their leader) wake the loop.
         retry_at = [s.retry_at for s in self.states.values() if not s.busy and s.error is None and not s.halted
-                    and s.retry_at > now]
+                    and not s.paused and s.retry_at > now]
         if not retry_at:
             return None
         return max(min(retry_at) - time.monotonic(), 0.001)
@@ -389,13 +406,36 @@ class Fetcher:
         log.info("offset %d is out of range for %s-%d; resetting to the %s offset", offset, tp.topic, tp.partition,
                  self.config.auto_offset_reset)
         state.move_to(None)
+        state.use_committed = False  # the committed offset may be the one out of range
 
     # ------------------------------------------------------------------ positions
 
     async def _reset(self, states: list[PartitionState]) -> None:
-        """Give partitions without a position one, per ``auto_offset_reset``."""
+        """Give partitions without a position one: the committed offset, else per ``auto_offset_reset``."""
         policy = self.config.auto_offset_reset
         epochs = {id(s): s.epoch for s in states}
+        if self.committed is not None and any(s.use_committed for s in states):
+            try:
+                committed = await self.committed([s.tp for s in states if s.use_committed])
+            except (KafkaError, ConnectionError, TimeoutError) as exc:
+                if isinstance(exc, KafkaError) and not exc.retriable:
+                    for state in states:
+                        self.fail(state, exc)
+                else:
+                    self._back_off(states, f"committed offsets: {exc}")
+                self.positions_changed.set()
+                return
+            left = []
+            for state in states:
+                offset = committed.get(state.tp)
+                if offset is None:
+                    left.append(state)
+                elif self.states.get(state.tp) is state and state.epoch == epochs[id(state)] and state.position is None:
+                    state.move_to(offset)
+            states = left
+            if not states:
+                self.positions_changed.set()
+                return
         try:
             if policy == "none":
                 starts = await self.list_offsets({s.tp: EARLIEST for s in states})
@@ -418,8 +458,8 @@ class Fetcher:
             if policy == "none":
                 start, end = starts[tp][0], ends[tp][0]
                 self.fail(state, NoOffsetForPartitionError(tp, (
-                    f"{tp.topic}-{tp.partition} has no position (nothing seeked, and committed offsets come with "
-                    f"consumer groups) and auto_offset_reset='none': {_valid_range(start, end)}; seek() to one of "
+                    f"{tp.topic}-{tp.partition} has no position (nothing seeked, nothing committed) and "
+                    f"auto_offset_reset='none': {_valid_range(start, end)}; seek() to one of "
                     "them, or use auto_offset_reset='earliest' or 'latest'"), start, end))
                 continue
             state.move_to(found[tp][0])

@@ -1,0 +1,829 @@
+"""Consumer group membership, the client side: join, sync, heartbeat, rebalance, commit.
+
+Delivery guarantee
+------------------
+As in the paper, pulllog's consumer groups deliver **at least once**. Every record is
+processed at least once, and none is ever skipped (never a gap). After a crash, the
+partition's next owner processes again the records processed since the last commit, so
+duplicates are possible. An application that cares about duplicates removes them itself,
+with the offsets it is handed or a unique key in the message.
+
+Why there is no gap: a committed offset covers only records the application is done with,
+and a partition's next owner starts from the committed offset. The consumer commits:
+
+* what the application passes to ``commit(offsets)``, or, with no argument, the position of
+  every assigned partition (calling ``commit()`` says "I am done with what I read");
+* with ``enable_auto_commit``, every ``auto_commit_interval_ms`` and whenever partitions are
+  revoked, the *processed* offsets. A record handed out by ``getmany()``, ``getone()`` or
+  ``async for`` counts as processed once the application asks the consumer for more records
+  (as Kafka's ``poll()``): the batch in the application's hands is not committed yet.
+
+An application that passes records to other tasks and asks for more before they are done
+turns auto-commit off and commits what those tasks finished.
+
+Rebalances
+----------
+The member's states::
+
+    UNJOINED --JoinGroup sent--> JOINING --joined--> SYNCING --assignment--> STABLE
+       ^                                                                        |
+       +---- rejoin: heartbeat says REBALANCE_IN_PROGRESS, the subscription or --+
+             the partition counts changed, a cooperative revoke, a failed join
+
+* Eager protocols (``range``, ``roundrobin``, custom assignors) revoke every partition
+  before rejoining. Cooperative ones (``cooperative-sticky``, when every configured assignor
+  is cooperative) keep consuming during the rebalance. After the assignment they revoke only
+  the partitions that move, and then rejoin, so that the next rebalance hands those to their
+  new owners.
+* Revoking a partition: it is paused (no more records handed out, no more fetches); the
+  consumer waits (up to ``rebalance_timeout_ms``) until the application has asked for more
+  records, so that the batch in its hands counts as processed; the processed offset is
+  committed (with auto-commit); then ``on_partitions_revoked`` runs, and the partition is
+  dropped.
+* Losing partitions (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION: the group went on without this
+  member, and another member may own them already): no commit. ``on_partitions_lost`` runs
+  (``on_partitions_revoked`` if it is not set), and the member joins again.
+* New partitions start at the group's committed offset, else per ``auto_offset_reset``.
+* The leader runs the assignor of the group's protocol over every member's subscription,
+  with the partition counts from fresh metadata. It watches those counts (every
+  ``metadata_max_age_ms``) and rejoins when they change. Every member re-evaluates its
+  pattern subscriptions as often and rejoins when the matching topics change.
+* A static member (``group_instance_id``) does not send LeaveGroup on close. Restarted
+  within its session timeout, it gets its old assignment back without a rebalance.
+  FENCED_INSTANCE_ID (another consumer took that instance id) is fatal: the error goes to
+  the application.
+
+Tasks: :meth:`GroupMembership.run` (one task, owned by the Consumer) runs the join loop in
+an ``asyncio.TaskGroup``. The heartbeat task (started on the first join) and the auto-commit
+task are its children, so cancelling ``run`` cancels and joins them all. Rebalance
+callbacks, sync or async, run in the join loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import inspect
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol
+
+from kio.schema.errors import ErrorCode
+
+from ..group.assignors import ASSIGNORS, Assignor
+from ..group.protocol import (
+    Assignment,
+    Subscription,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+)
+from .cluster import Cluster
+from .errors import KafkaError, error_for
+from .group_client import COORDINATOR_MOVED, CoordinatorUnavailableError, GroupClient
+from .types import TopicPartition
+
+__all__ = [
+    "AssignorSpec",
+    "CommitFailedError",
+    "FencedInstanceIdError",
+    "GroupConfig",
+    "GroupMembership",
+    "MemberState",
+    "OffsetAndMetadata",
+    "PartitionHost",
+    "RebalanceCallback",
+    "SubscriptionSpec",
+    "resolve_assignors",
+]
+
+log = logging.getLogger("pulllog.client")
+
+RebalanceCallback = Callable[[set[TopicPartition]], Awaitable[None] | None]
+
+
+class CommitFailedError(KafkaError):
+    """The commit cannot succeed. The group rebalanced, or this member was removed from it,
+    after the records were read, and their partitions may belong to another member now."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(code, message)
+        self.retriable = False
+
+
+class FencedInstanceIdError(KafkaError):
+    """Another consumer joined with this consumer's ``group_instance_id``."""
+
+
+class OffsetAndMetadata(NamedTuple):
+    """An offset to commit, with a metadata string the group keeps with it."""
+
+    offset: int
+    metadata: str = ""
+
+
+class MemberState(enum.Enum):
+    UNJOINED = "unjoined"
+    JOINING = "joining"  # JoinGroup in flight
+    SYNCING = "syncing"  # SyncGroup in flight
+    STABLE = "stable"
+
+
+@dataclass(frozen=True, slots=True)
+class AssignorSpec:
+    """A partition assignment strategy: its protocol name, the function, and whether it is
+    cooperative (incremental rebalances)."""
+
+    name: str
+    assign: Assignor
+    cooperative: bool = False
+
+
+def resolve_assignors(strategy: str | Callable[..., Any] | Iterable[str | Callable[..., Any]]
+                      ) -> tuple[AssignorSpec, ...]:
+    """Names ("range", "roundrobin", "cooperative-sticky"; a string may list several,
+    comma-separated) or assignor callables. A callable is
+    ``fn(members: {member_id: Subscription}, partitions: {topic: count}) -> {member_id: [(topic, p)]}``
+    with optional attributes ``name`` (its protocol name, default ``__name__``) and
+    ``cooperative`` (default False)."""
+    items: list[Any]
+    if isinstance(strategy, str):
+        items = [s.strip() for s in strategy.split(",") if s.strip()]
+    elif callable(strategy):
+        items = [strategy]
+    else:
+        items = list(strategy)
+    specs: list[AssignorSpec] = []
+    for item in items:
+        if isinstance(item, str):
+            fn = ASSIGNORS.get(item)
+            if fn is None:
+                raise ValueError(f"unknown partition_assignment_strategy {item!r}: use one of "
+                                 f"{', '.join(ASSIGNORS)}, or an assignor function")
+            specs.append(AssignorSpec(item, fn, cooperative=item == "cooperative-sticky"))
+        elif callable(item):
+            name = getattr(item, "name", None) or getattr(item, "__name__", None)
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"assignor {item!r} needs a name: give it a `name` attribute")
+            specs.append(AssignorSpec(name, item, cooperative=bool(getattr(item, "cooperative", False))))
+        else:
+            raise TypeError(f"partition_assignment_strategy takes names or assignor functions, not {item!r}")
+    if not specs:
+        raise ValueError("partition_assignment_strategy is empty: give at least one, e.g. ('range',)")
+    if len({s.name for s in specs}) != len(specs):
+        raise ValueError(f"partition_assignment_strategy names a protocol twice: {[s.name for s in specs]}")
+    return tuple(specs)
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionSpec:
+    """What ``subscribe()`` was given: topic names, and patterns matched against every topic
+    (``re.search``, as librdkafka does; internal topics never match)."""
+
+    topics: frozenset[str]
+    patterns: tuple[re.Pattern[str], ...] = ()
+
+    @classmethod
+    def parse(cls, topics: str | re.Pattern[str] | Iterable[str | re.Pattern[str]]) -> SubscriptionSpec:
+        items = [topics] if isinstance(topics, (str, re.Pattern)) else list(topics)
+        names: set[str] = set()
+        patterns: list[re.Pattern[str]] = []
+        for item in items:
+            if isinstance(item, re.Pattern):
+                patterns.append(item)
+            elif isinstance(item, str) and item.startswith("^"):
+                try:
+                    patterns.append(re.compile(item))
+                except re.error as exc:
+                    raise ValueError(f"subscribe(): {item!r} is not a valid regular expression: {exc}") from None
+            elif isinstance(item, str) and item:
+                names.add(item)
+            else:
+                raise TypeError(f"subscribe() takes topic names and regex patterns, not {item!r}")
+        if not names and not patterns:
+            raise ValueError("subscribe() needs at least one topic or pattern; to stop, call unsubscribe()")
+        return cls(frozenset(names), tuple(patterns))
+
+    def matches(self, topic: str) -> bool:
+        return topic in self.topics or any(p.search(topic) for p in self.patterns)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupConfig:
+    group_id: str
+    group_instance_id: str | None = None
+    session_timeout_ms: int = 45_000
+    heartbeat_interval_ms: int = 3_000
+    rebalance_timeout_ms: int = 300_000
+    assignors: tuple[AssignorSpec, ...] = ()
+    enable_auto_commit: bool = True
+    auto_commit_interval_ms: int = 5_000
+    request_timeout_ms: int = 30_000
+    retry_backoff_ms: int = 100
+    metadata_max_age_ms: int = 300_000
+
+    @property
+    def cooperative(self) -> bool:
+        """Kafka's rule: the cooperative protocol only if every assignor supports it."""
+        return bool(self.assignors) and all(s.cooperative for s in self.assignors)
+
+
+class PartitionHost(Protocol):
+    """What the membership may do with the consumer's partitions (the Consumer implements it)."""
+
+    def owned(self) -> set[TopicPartition]: ...
+
+    def add(self, partitions: set[TopicPartition]) -> None:
+        """Start reading these: from the committed offset, else per auto_offset_reset."""
+
+    def remove(self, partitions: set[TopicPartition]) -> None: ...
+
+    def pause(self, partitions: set[TopicPartition]) -> None:
+        """Hand out no more records of these, and fetch no more."""
+
+    async def wait_processed(self, partitions: set[TopicPartition], timeout_s: float) -> bool:
+        """Wait until the application has no unprocessed records of these; False on timeout."""
+
+    def processed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]: ...
+
+    def fail(self, error: BaseException) -> None:
+        """A fatal group error: raise it to the application's next read."""
+
+
+# ---------------------------------------------------------------------------- errors
+
+
+class _Action(enum.Enum):
+    REJOIN = "join again, keeping the member id and generation"
+    RESET_GENERATION = "the generation is over: partitions lost, join again with the member id"
+    RESET_MEMBER = "the group forgot this member: partitions lost, join again as a new member"
+    COORDINATOR = "find the coordinator again"
+    RETRY = "retry after the backoff"
+    FATAL = "stop, and raise to the application"
+
+
+# What an error in JoinGroup, SyncGroup, Heartbeat or OffsetCommit means for the member
+# (Kafka's AbstractCoordinator); anything missing is fatal.
+_ACTIONS: dict[ErrorCode, _Action] = {
+    ErrorCode.rebalance_in_progress: _Action.REJOIN,
+    ErrorCode.illegal_generation: _Action.RESET_GENERATION,
+    ErrorCode.unknown_member_id: _Action.RESET_MEMBER,
+    ErrorCode.not_coordinator: _Action.COORDINATOR,
+    ErrorCode.coordinator_not_available: _Action.COORDINATOR,
+    ErrorCode.coordinator_load_in_progress: _Action.RETRY,
+    ErrorCode.request_timed_out: _Action.RETRY,
+    ErrorCode.unknown_server_error: _Action.RETRY,
+}
+
+
+def _name(code: ErrorCode) -> str:
+    return f"{code.name.upper()} ({int(code.value)})"
+
+
+# ---------------------------------------------------------------------------- membership
+
+
+class GroupMembership:
+    def __init__(self, cluster: Cluster, config: GroupConfig, host: PartitionHost, *,
+                 on_partitions_revoked: RebalanceCallback | None = None,
+                 on_partitions_assigned: RebalanceCallback | None = None,
+                 on_partitions_lost: RebalanceCallback | None = None) -> None:
+        self.cluster = cluster
+        self.config = config
+        self.host = host
+        self.client = GroupClient(cluster, config.group_id, request_timeout_ms=config.request_timeout_ms,
+                                  retry_backoff_ms=config.retry_backoff_ms)
+        self.on_partitions_revoked = on_partitions_revoked
+        self.on_partitions_assigned = on_partitions_assigned
+        self.on_partitions_lost = on_partitions_lost
+        self.member_id = ""
+        self.generation = -1
+        self.protocol: str | None = None
+        self.leader_id = ""
+        self.state = MemberState.UNJOINED
+        self.subscription: SubscriptionSpec | None = None
+        self.topics: frozenset[str] = frozenset()  # the subscription evaluated: names + pattern matches
+        self.fatal: BaseException | None = None
+        self._rejoin_reason: str | None = None
+        self._wakeup = asyncio.Event()
+        self._next_metadata_check = 0.0
+        self._group_topics: frozenset[str] = frozenset()  # leader: every member's topics
+        self._snapshot: dict[str, int] | None = None  # leader: the partition counts it assigned from
+        self._commit_lock = asyncio.Lock()
+        self._last_committed: dict[TopicPartition, int] = {}
+        self._tg: asyncio.TaskGroup | None = None
+        self._heartbeat_task: asyncio.Task[None] | None = None
+        self._pending_commits: set[asyncio.Task[None]] = set()
+
+    @property
+    def is_leader(self) -> bool:
+        return bool(self.member_id) and self.member_id == self.leader_id
+
+    @property
+    def in_group(self) -> bool:
+        """Subscribed: partitions come from the group (else the application assigns them)."""
+        return self.subscription is not None
+
+    # ------------------------------------------------------------------ subscription
+
+    def subscribe(self, spec: SubscriptionSpec) -> None:
+        self.subscription = spec
+        self.topics = frozenset(spec.topics) if not spec.patterns else frozenset(
+            t for t, info in self.cluster.topics.items() if not info.internal and spec.matches(t))
+        self._next_metadata_check = 0.0  # evaluate patterns now
+        self.request_rejoin("the subscription changed")
+
+    def request_rejoin(self, reason: str) -> None:
+        if self._rejoin_reason is None:
+            self._rejoin_reason = reason
+        self._wakeup.set()
+
+    # ------------------------------------------------------------------ the task
+
+    async def run(self) -> None:
+        """The join loop, with the heartbeat and auto-commit tasks as children."""
+        try:
+            async with asyncio.TaskGroup() as tg:
+                self._tg = tg
+                if self.config.enable_auto_commit:
+                    tg.create_task(self._auto_commit_loop(), name=f"pulllog-autocommit-{self.config.group_id}")
+                if self.state is not MemberState.UNJOINED:
+                    self._start_heartbeat()
+                await self._join_loop()
+        except* _Fatal:
+            pass  # already handed to the application
+        except* Exception as group:
+            for exc in group.exceptions:
+                log.error("group %s: the consumer's membership task failed", self.config.group_id, exc_info=exc)
+            self._fail(group.exceptions[0])
+        finally:
+            self._tg = None
+            self._heartbeat_task = None
+
+    def _start_heartbeat(self) -> None:
+        if self._heartbeat_task is None and self._tg is not None:
+            self._heartbeat_task = self._tg.create_task(
+                self._heartbeat_loop(), name=f"pulllog-heartbeat-{self.config.group_id}")
+
+    def _fail(self, error: BaseException) -> None:
+        if self.fatal is None:
+            self.fatal = error
+            self.host.fail(error)
+
+    def _fatal(self, code: ErrorCode, where: str) -> _Fatal:
+        cfg = self.config
+        group = f"group {cfg.group_id!r}"
+        if code == ErrorCode.fenced_instance_id:
+            error: KafkaError = FencedInstanceIdError(code, (
+                f"another consumer joined {group} with group_instance_id={cfg.group_instance_id!r} and fenced "
+                "this one: give every consumer its own group_instance_id, and close this one"))
+        elif code == ErrorCode.inconsistent_group_protocol:
+            error = KafkaError(code, (
+                f"{group} uses partition assignment strategies this consumer does not offer (it offers "
+                f"{', '.join(s.name for s in cfg.assignors)}); give all members a common partition_assignment_strategy"))
+        elif code == ErrorCode.invalid_session_timeout:
+            error = KafkaError(code, (
+                f"session_timeout_ms={cfg.session_timeout_ms} is outside what the broker allows "
+                "(group.min.session.timeout.ms..group.max.session.timeout.ms, 6000..1800000 by default)"))
+        elif code == ErrorCode.group_max_size_reached:
+            error = KafkaError(code, f"{group} is full (the broker's group.max.size); add no more members")
+        else:
+            error = error_for(code, f"{where} for {group} failed: {_name(code)}")
+        log.error("group %s: %s", cfg.group_id, error)
+        self._fail(error)
+        return _Fatal(error)
+
+    async def _join_loop(self) -> None:
+        while True:
+            if isinstance(self.fatal, KafkaError):
+                raise _Fatal(self.fatal)  # e.g. fenced while committing
+            self._wakeup.clear()
+            timeout: float | None = None
+            if self.subscription is not None:
+                now = time.monotonic()
+                if now >= self._next_metadata_check:
+                    self._next_metadata_check = now + self.config.metadata_max_age_ms / 1000
+                    await self._check_metadata()
+                if self._rejoin_reason is not None or self.state is not MemberState.STABLE:
+                    await self._rebalance()
+                    continue
+                timeout = max(self._next_metadata_check - time.monotonic(), 0.0)
+            try:
+                async with asyncio.timeout(timeout):
+                    await self._wakeup.wait()
+            except TimeoutError:
+                pass
+
+    # ------------------------------------------------------------------ metadata
+
+    async def _check_metadata(self) -> None:
+        """Re-evaluate patterns; as leader, rejoin when a group topic's partition count changed."""
+        spec = self.subscription
+        try:
+            if spec is not None and spec.patterns:
+                await self.cluster.refresh(None)
+                topics = frozenset(t for t, info in self.cluster.topics.items()
+                                   if not info.internal and spec.matches(t))
+                if topics != self.topics:
+                    added, removed = sorted(topics - self.topics), sorted(self.topics - topics)
+                    self.topics = topics
+                    self.request_rejoin(f"the topics matching the subscription changed (+{added} -{removed})")
+            if self.is_leader and self._snapshot is not None and self.state is MemberState.STABLE:
+                counts = await self._partition_counts(self._group_topics)
+                if counts != self._snapshot:
+                    self.request_rejoin(f"partition counts changed: {self._snapshot} -> {counts}")
+        except (KafkaError, ConnectionError, TimeoutError) as exc:
+            log.debug("group %s: metadata check failed (%s); retried later", self.config.group_id, exc)
+            self._next_metadata_check = time.monotonic() + self.config.retry_backoff_ms / 1000
+
+    async def _partition_counts(self, topics: Iterable[str]) -> dict[str, int]:
+        wanted = sorted(topics)
+        if wanted:
+            await self.cluster.refresh(wanted)
+        return {t: len(self.cluster.topics[t].partitions) for t in wanted if t in self.cluster.topics}
+
+    # ------------------------------------------------------------------ rebalance
+
+    async def _rebalance(self) -> None:
+        """One attempt to join and sync; on failure the loop comes back here (after a backoff)."""
+        cfg = self.config
+        reason = self._rejoin_reason or "joining"
+        backoff = cfg.retry_backoff_ms / 1000
+        try:
+            await self._prepare_join()
+            self._rejoin_reason = None  # a reason raised from now on means another join
+            self.state = MemberState.JOINING
+            resp = await self.client.join(self.member_id, cfg.group_instance_id, cfg.session_timeout_ms,
+                                          cfg.rebalance_timeout_ms, self._protocols(), reason)
+            code = resp.error_code
+            if code == ErrorCode.member_id_required:  # KIP-394: join again at once with this id
+                self.member_id = resp.member_id
+                self.request_rejoin(reason)
+                self.state = MemberState.UNJOINED
+                return
+            if code != ErrorCode.none:
+                self.state = MemberState.UNJOINED
+                self._on_error(code, "JoinGroup", rejoin=True)
+                if code != ErrorCode.rebalance_in_progress:
+                    await asyncio.sleep(backoff)
+                return
+            self.member_id, self.generation = resp.member_id, int(resp.generation_id)
+            self.protocol, self.leader_id = resp.protocol_name, resp.leader
+            self.state = MemberState.SYNCING
+            self._start_heartbeat()  # keeps the session alive while the leader assigns
+            assignments: dict[str, bytes] = {}
+            if self.is_leader and not getattr(resp, "skip_assignment", False):
+                assignments = await self._assign(resp.protocol_name or "", resp.members)
+            generation = self.generation
+            sync = await self.client.sync(self.generation, self.member_id, cfg.group_instance_id,
+                                          resp.protocol_name or "", assignments, cfg.rebalance_timeout_ms)
+            if sync.error_code == ErrorCode.none and self.generation != generation:
+                return  # a heartbeat learned meanwhile that this member is out of the group: join again
+            if sync.error_code != ErrorCode.none:
+                self.state = MemberState.UNJOINED
+                self._on_error(sync.error_code, "SyncGroup", rejoin=True)
+                if sync.error_code != ErrorCode.rebalance_in_progress:
+                    await asyncio.sleep(backoff)
+                return
+            try:
+                assignment = decode_assignment(bytes(sync.assignment))
+            except ValueError as exc:
+                log.error("group %s: the leader sent an assignment this consumer cannot read (%s); "
+                          "consuming nothing until the next rebalance", cfg.group_id, exc)
+                assignment = Assignment()
+            self.state = MemberState.STABLE
+            await self._on_assignment(assignment)
+        except (KafkaError, ConnectionError, TimeoutError) as exc:
+            # The coordinator went away (CoordinatorUnavailableError), or metadata failed.
+            if isinstance(exc, KafkaError) and not exc.retriable:
+                raise
+            self.state = MemberState.UNJOINED
+            self.request_rejoin(reason)
+            log.info("group %s: %s; retrying", cfg.group_id, exc)
+            await asyncio.sleep(backoff)
+
+    def _protocols(self) -> list[tuple[str, bytes]]:
+        """One subscription per assignor. Owned partitions and the generation go only to
+        cooperative assignors: eager members own nothing when they join, and keeping the
+        bytes the same from join to join lets a restarted static member rejoin unnoticed."""
+        topics = tuple(sorted(self.topics))
+        owned = tuple(sorted((tp.topic, tp.partition) for tp in self.host.owned()))
+        out = []
+        for spec in self.config.assignors:
+            if spec.cooperative:
+                sub = Subscription(topics, owned, self.generation if owned else -1)
+            else:
+                sub = Subscription(topics)
+            out.append((spec.name, encode_subscription(sub)))
+        return out
+
+    async def _assign(self, protocol: str, members: Sequence[Any]) -> dict[str, bytes]:
+        """The leader's part: run the group's assignor over every member's subscription."""
+        spec = next((s for s in self.config.assignors if s.name == protocol), None)
+        if spec is None:  # the coordinator chose a protocol we did not offer: a broker bug
+            raise KafkaError(ErrorCode.inconsistent_group_protocol,
+                             f"the coordinator chose protocol {protocol!r}, which this consumer did not offer")
+        subscriptions: dict[str, Subscription] = {}
+        for m in members:
+            try:
+                subscriptions[m.member_id] = decode_subscription(bytes(m.metadata))
+            except ValueError as exc:
+                log.warning("group %s: member %s sent a subscription this leader cannot read (%s); "
+                            "it gets no partitions", self.config.group_id, m.member_id, exc)
+                subscriptions[m.member_id] = Subscription(())
+        group_topics = frozenset(t for s in subscriptions.values() for t in s.topics)
+        counts = await self._partition_counts(group_topics)
+        result = spec.assign(subscriptions, counts)
+        self._group_topics, self._snapshot = group_topics, counts
+        log.info("group %s: leader of generation %d assigns %d partitions of %s to %d members (%s)",
+                 self.config.group_id, self.generation, sum(counts.values()), sorted(counts), len(subscriptions),
+                 protocol)
+        return {member: encode_assignment(Assignment(tuple(result.get(member, ()))))
+                for member in subscriptions}
+
+    async def _prepare_join(self) -> None:
+        owned = self.host.owned()
+        if not owned:
+            return
+        if self.generation < 0 or not self.member_id:
+            await self._lose(owned)
+        elif not self.config.cooperative:
+            await self._revoke(owned)
+        else:
+            gone = {tp for tp in owned if tp.topic not in self.topics}
+            if gone:
+                await self._revoke(gone)
+
+    async def _on_assignment(self, assignment: Assignment) -> None:
+        new = {TopicPartition(t, p) for t, p in assignment.partitions}
+        owned = self.host.owned()
+        if self.config.cooperative:
+            revoked, added = owned - new, new - owned
+            if revoked:
+                await self._revoke(revoked)
+                self.request_rejoin(f"revoked {len(revoked)} partitions for their new owners")
+        else:
+            if owned - new:  # eager members revoked everything before joining; this is a safety net
+                await self._revoke(owned - new)
+            added = new - owned
+        log.info("group %s: generation %d, member %s owns %d partitions%s", self.config.group_id,
+                 self.generation, self.member_id, len(new), " (leader)" if self.is_leader else "")
+        self.host.add(added)
+        await self._callback(self.on_partitions_assigned, added if self.config.cooperative else new)
+
+    async def _revoke(self, partitions: set[TopicPartition]) -> None:
+        """Give partitions up in order: pause, let the application finish its batch, commit
+        what it processed, tell it, drop them."""
+        self.host.pause(partitions)
+        # Also without auto-commit: an application committing in on_partitions_revoked commits
+        # its positions, which must not cover a batch it is still working on.
+        if not await self.host.wait_processed(partitions, self.config.rebalance_timeout_ms / 1000):
+            log.warning("group %s: the application did not come back for more records within "
+                        "rebalance_timeout_ms=%d; revoking while it still holds a batch (its records are "
+                        "not committed, and will be read again by the next owner)",
+                        self.config.group_id, self.config.rebalance_timeout_ms)
+        if self.config.enable_auto_commit:
+            try:
+                await self.commit(self._changed(self.host.processed(partitions)))
+            except (KafkaError, ConnectionError, TimeoutError) as exc:
+                log.warning("group %s: commit on revoke failed (%s); the next owner starts from the last commit "
+                            "(duplicates, no gap)", self.config.group_id, exc)
+        await self._callback(self.on_partitions_revoked, partitions)
+        self.host.remove(partitions)
+        for tp in partitions:
+            self._last_committed.pop(tp, None)
+
+    async def _lose(self, partitions: set[TopicPartition]) -> None:
+        log.warning("group %s: lost %d partitions (this member's generation ended); they are not committed",
+                    self.config.group_id, len(partitions))
+        self.host.pause(partitions)
+        await self._callback(self.on_partitions_lost or self.on_partitions_revoked, partitions)
+        self.host.remove(partitions)
+        for tp in partitions:
+            self._last_committed.pop(tp, None)
+
+    async def _callback(self, callback: RebalanceCallback | None, partitions: set[TopicPartition]) -> None:
+        if callback is None:
+            return
+        try:
+            result = callback(set(partitions))
+            if inspect.isawaitable(result):
+                await result
+        except Exception:
+            log.exception("group %s: rebalance callback %s failed", self.config.group_id,
+                          getattr(callback, "__qualname__", callback))
+
+    def _on_error(self, code: ErrorCode, where: str, *, rejoin: bool) -> None:
+        """Apply what an error answer means (the _ACTIONS table); ``rejoin`` for join errors."""
+        action = _ACTIONS.get(code, _Action.FATAL)
+        if action is _Action.FATAL:
+            raise self._fatal(code, where)
+        log.info("group %s: %s answered %s: %s", self.config.group_id, where, _name(code), action.value)
+        if action is _Action.RESET_MEMBER:
+            self.member_id = ""
+        if action in (_Action.RESET_MEMBER, _Action.RESET_GENERATION):
+            self.generation = -1
+            self.state = MemberState.UNJOINED
+            self.host.pause(self.host.owned())  # lost: hand out no more of them
+        if rejoin or action in (_Action.REJOIN, _Action.RESET_MEMBER, _Action.RESET_GENERATION):
+            self.request_rejoin(f"{where}: {_name(code)}")
+
+    # ------------------------------------------------------------------ heartbeat
+
+    async def _heartbeat_loop(self) -> None:
+        interval = self.config.heartbeat_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            # While JoinGroup is held the coordinator counts the member as alive.
+            if self.state not in (MemberState.STABLE, MemberState.SYNCING) or self.generation < 0:
+                continue
+            generation, member_id = self.generation, self.member_id
+            try:
+                code = await self.client.heartbeat(generation, member_id, self.config.group_instance_id)
+            except (KafkaError, ConnectionError) as exc:
+                log.info("group %s: %s", self.config.group_id, exc)
+                continue
+            if code == ErrorCode.none or code in COORDINATOR_MOVED:
+                continue
+            if generation != self.generation or member_id != self.member_id or self.state is MemberState.JOINING:
+                continue  # the answer is about a generation this member has left behind
+            self._on_error(code, "Heartbeat", rejoin=False)
+
+    # ------------------------------------------------------------------ offsets
+
+    def _changed(self, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, OffsetAndMetadata]:
+        return {tp: OffsetAndMetadata(o) for tp, o in offsets.items() if self._last_committed.get(tp) != o}
+
+    async def _auto_commit_loop(self) -> None:
+        interval = self.config.auto_commit_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            if self.in_group and (self.state is not MemberState.STABLE or self.generation < 0):
+                continue  # a revoke commits by itself
+            offsets = self._changed(self.host.processed(self.host.owned()))
+            if not offsets:
+                continue
+            try:
+                await self.commit(offsets)
+            except (KafkaError, ConnectionError, TimeoutError) as exc:
+                log.warning("group %s: auto-commit failed: %s", self.config.group_id, exc)
+
+    async def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
+        """OffsetCommit, retried on retriable errors until request_timeout_ms; commits are
+        sent one at a time, in the order they were asked for."""
+        if not offsets:
+            return
+        if self.fatal is not None:
+            raise self.fatal
+        cfg = self.config
+        async with self._commit_lock:
+            deadline = time.monotonic() + cfg.request_timeout_ms / 1000
+            pending = dict(offsets)
+            while pending:
+                if self.in_group:
+                    if self.state is not MemberState.STABLE or self.generation < 0:
+                        raise CommitFailedError(ErrorCode.rebalance_in_progress, (
+                            f"cannot commit for group {cfg.group_id!r}: this consumer is rebalancing (it is not in "
+                            "a stable generation), so its partitions may move; the next owner re-reads from the last "
+                            "commit. Commit in on_partitions_revoked to keep duplicates down"))
+                    generation, member_id = self.generation, self.member_id
+                else:
+                    generation, member_id = -1, ""
+                last: str
+                try:
+                    answers = await self.client.commit_offsets(
+                        generation, member_id, cfg.group_instance_id if self.in_group else None,
+                        {tp: (o.offset, o.metadata) for tp, o in pending.items()})
+                except CoordinatorUnavailableError as exc:
+                    answers, last = {}, str(exc)
+                else:
+                    last = ""
+                    for tp, code in answers.items():
+                        if code == ErrorCode.none:
+                            self._last_committed[tp] = pending.pop(tp).offset
+                    failed = {code for code in answers.values() if code != ErrorCode.none}
+                    for code in failed:
+                        self._commit_error(code, generation, pending)
+                    if failed:
+                        last = ", ".join(_name(c) for c in failed)
+                if pending:
+                    if time.monotonic() + cfg.retry_backoff_ms / 1000 > deadline:
+                        raise KafkaError(ErrorCode.request_timed_out, (
+                            f"committing offsets for group {cfg.group_id!r} did not succeed within "
+                            f"request_timeout_ms={cfg.request_timeout_ms} (last error: {last})"))
+                    await asyncio.sleep(cfg.retry_backoff_ms / 1000)
+
+    def _commit_error(self, code: ErrorCode, generation: int, pending: Mapping[TopicPartition, Any]) -> None:
+        """Raise for an OffsetCommit error that retrying cannot fix."""
+        cfg = self.config
+        what = ", ".join(f"{tp.topic}-{tp.partition}" for tp in sorted(pending))
+        if code in (ErrorCode.rebalance_in_progress, ErrorCode.illegal_generation, ErrorCode.unknown_member_id) \
+                and self.in_group:
+            if generation == self.generation:
+                self._on_error(code, "OffsetCommit", rejoin=False)
+            raise CommitFailedError(code, (
+                f"cannot commit {what} for group {cfg.group_id!r}: {_name(code)}: the group rebalanced since these "
+                "records were read and the partitions may belong to another member now, which re-reads them from "
+                "the last commit. Commit in on_partitions_revoked, or more often, to keep duplicates down"))
+        if code == ErrorCode.unknown_member_id:
+            raise CommitFailedError(code, (
+                f"cannot commit for group {cfg.group_id!r}: the group has active members, and a consumer that "
+                "assign()s its own partitions may only commit into a group without members; use another group_id"))
+        if code == ErrorCode.fenced_instance_id:
+            raise self._fatal(code, "OffsetCommit").error
+        if code == ErrorCode.offset_metadata_too_large:
+            raise KafkaError(code, f"the metadata committed with {what} is too long (the broker's limit is 4096 bytes)")
+        if code in COORDINATOR_MOVED or code in (ErrorCode.coordinator_load_in_progress, ErrorCode.request_timed_out):
+            return  # retried
+        raise error_for(code, f"committing {what} for group {cfg.group_id!r} failed: {_name(code)}")
+
+    def commit_nowait(self, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> asyncio.Task[None]:
+        """Commit in the background; the task is awaited (or cancelled) by ``close()``. A failure
+        is logged; awaiting the returned task raises it."""
+        task = asyncio.get_running_loop().create_task(self.commit(offsets), name=f"pulllog-commit-{self.config.group_id}")
+        self._pending_commits.add(task)
+        task.add_done_callback(self._commit_done)
+        return task
+
+    def _commit_done(self, task: asyncio.Task[None]) -> None:
+        self._pending_commits.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("group %s: commit failed: %s", self.config.group_id, task.exception())
+
+    async def fetch_committed(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        """The group's committed offsets of these partitions (absent: nothing committed).
+        Retriable errors are retried until request_timeout_ms."""
+        cfg = self.config
+        deadline = time.monotonic() + cfg.request_timeout_ms / 1000
+        while True:
+            try:
+                answers = await self.client.fetch_offsets(partitions)
+            except CoordinatorUnavailableError as exc:
+                last = str(exc)
+            else:
+                errors = {code for code, _o, _m in answers.values() if code != ErrorCode.none}
+                if not errors:
+                    return {tp: offset for tp, (_c, offset, _m) in answers.items() if offset >= 0}
+                retriable = COORDINATOR_MOVED | {ErrorCode.coordinator_load_in_progress, ErrorCode.unstable_offset_commit,
+                                                 ErrorCode.request_timed_out}
+                fatal = errors - retriable
+                if fatal:
+                    code = next(iter(fatal))
+                    raise error_for(code, f"fetching committed offsets of group {cfg.group_id!r} failed: {_name(code)}")
+                last = ", ".join(_name(c) for c in errors)
+            if time.monotonic() + cfg.retry_backoff_ms / 1000 > deadline:
+                raise KafkaError(ErrorCode.request_timed_out, (
+                    f"fetching committed offsets of group {cfg.group_id!r} did not succeed within "
+                    f"request_timeout_ms={cfg.request_timeout_ms} (last error: {last})"))
+            await asyncio.sleep(cfg.retry_backoff_ms / 1000)
+
+    # ------------------------------------------------------------------ leaving
+
+    async def leave(self, reason: str) -> None:
+        """After ``run`` was cancelled: commit what was processed, revoke (or lose) every
+        partition, and send LeaveGroup unless this is a static member. Errors are logged."""
+        cfg = self.config
+        if self._pending_commits:
+            await asyncio.wait(list(self._pending_commits), timeout=cfg.request_timeout_ms / 1000)
+        owned = self.host.owned()
+        if self.fatal is None:
+            if not self.in_group:
+                if cfg.enable_auto_commit and owned:
+                    try:
+                        await self.commit(self._changed(self.host.processed(owned)))
+                    except (KafkaError, ConnectionError, TimeoutError) as exc:
+                        log.warning("group %s: commit on close failed: %s", cfg.group_id, exc)
+            elif owned:
+                if self.generation >= 0 and self.member_id and self.state is MemberState.STABLE:
+                    await self._revoke(owned)
+                else:
+                    await self._lose(owned)
+        if self.in_group and self.member_id and cfg.group_instance_id is None and self.fatal is None:
+            try:
+                code = await self.client.leave(self.member_id, reason)
+                if code != ErrorCode.none:
+                    log.info("group %s: LeaveGroup answered %s", cfg.group_id, _name(code))
+            except (KafkaError, ConnectionError, TimeoutError) as exc:
+                log.info("group %s: LeaveGroup failed (%s); the group notices after the session timeout",
+                         cfg.group_id, exc)
+        self.member_id = "" if cfg.group_instance_id is None else self.member_id
+        self.generation = -1
+        self.state = MemberState.UNJOINED
+        self._snapshot = None
+
+    async def close(self) -> None:
+        for task in list(self._pending_commits):
+            task.cancel()
+        await self.client.close()
+
+
+class _Fatal(Exception):
+    """Ends the membership task after a fatal error was handed to the application."""
+
+    def __init__(self, error: KafkaError) -> None:
+        super().__init__(str(error))
+        self.error = error
