@@ -122,3 +122,16 @@ def test_follow_blocks_until_a_record_arrives(bs) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_consume_as_a_group_member_commits_what_it_read(bs) -> None:
+    run("produce", "grouped", "--bootstrap-server", bs, stdin=b"a\nb\nc\nd\n")
+    code, out, _err = run("consume", "grouped", "--group", "cli-readers", "--from-offset", "earliest",
+                          "--max-messages", "3", "--bootstrap-server", bs)
+    assert code == 0 and out.split() == [b"a", b"b", b"c"]
+    code, out, _err = run("group", "describe", "cli-readers", "--json", "--bootstrap-server", bs)
+    assert code == 0
+    assert [r["committed_offset"] for r in json.loads(out)["partitions"]] == [3]
+    code, out, _err = run("consume", "grouped", "--group", "cli-readers", "--max-messages", "1",
+                          "--bootstrap-server", bs)
+    assert out.split() == [b"d"]  # the group resumes where it committed

@@ -94,7 +94,8 @@ async def _consume(topic: str, from_offset: str, partitions: tuple[int, ...], ma
     out = sys.stdout.buffer
     count = 0
     reset = "earliest" if how == "earliest" else "latest"
-    async with Consumer(bootstrap_server, client_id="pulllog-cli", group_id=group,
+    done: dict[TopicPartition, int] = {}  # next offset after each printed record: what a group commits
+    async with Consumer(bootstrap_server, client_id="pulllog-cli", group_id=group, enable_auto_commit=False,
                         auto_offset_reset=reset) as consumer:
         available = sorted(await consumer.partitions_for_topic(topic))
         chosen = list(partitions) if partitions else available
@@ -123,13 +124,16 @@ async def _consume(topic: str, from_offset: str, partitions: tuple[int, ...], ma
                     if stop_at is not None and record.offset >= stop_at[tp]:
                         continue
                     _write(record, fmt, out)
+                    done[tp] = record.offset + 1
                     count += 1
                     if max_messages is not None and count >= max_messages:
                         out.flush()
                         if group is not None:
-                            await consumer.commit()
+                            await consumer.commit(dict(done))  # only what was printed
                         return count
             out.flush()
+            if group is not None and batches:
+                await consumer.commit(dict(done))
             if pending is not None and stop_at is not None:
                 for tp in list(pending):
                     if await consumer.position(tp) >= stop_at[tp]:
