@@ -22,6 +22,8 @@ _EXPORTS = {
     "ConsumerRecord": "pulllog.client.types",
     "RecordMetadata": "pulllog.client.types",
     "KafkaError": "pulllog.client.errors",
+    "CommitFailedError": "pulllog.client.membership",
+    "OffsetAndMetadata": "pulllog.client.membership",
 }
 
 __all__ = ["__version__", *_EXPORTS]
