@@ -9,9 +9,9 @@ the row says otherwise:
 * one record per request: ``batch_size=1`` makes every record its own batch, and a
   partition has one batch in flight, so each record is one Produce round trip;
   with acks=0 nothing waits for an answer, as the paper's producer did not;
-* natural batching: the defaults (``linger_ms=0``, ``batch_size=16384``): records pile up
-  in the partition's open batch while the previous batch is in flight; and the same with
-  256 KiB batches, since one batch per partition per round trip is the ceiling;
+* natural batching (``linger_ms=0``): records pile up in the partition's open batch while
+  the previous batch is in flight, up to 16 KiB (Kafka's default) and up to 256 KiB
+  (pulllog's default, since one batch per partition per round trip is the ceiling);
 * ``send_and_wait()``: one record at a time, each waiting for its acknowledgement;
 * ``send_batch()``: message sets of 50 records, one future per set;
 * aiokafka's ``send()`` (per-message futures, its defaults, the same batching idea) and
@@ -278,8 +278,8 @@ def main() -> None:
          lambda b, n, v: pulllog_send(b, n, v, batch_size=1, acks=0), args.messages),
         ("pulllog", "send_and_wait(), one record per request", "1", pulllog_send_and_wait, args.single_messages),
         ("pulllog", "send(), natural batching (linger 0, 16 KiB)", "1",
-         lambda b, n, v: pulllog_send(b, n, v), args.messages),
-        ("pulllog", "send(), natural batching (linger 0, 256 KiB)", "1",
+         lambda b, n, v: pulllog_send(b, n, v, batch_size=16384), args.messages),
+        ("pulllog", "send(), natural batching (linger 0, 256 KiB: the default)", "1",
          lambda b, n, v: pulllog_send(b, n, v, batch_size=256 * 1024), args.messages),
         ("pulllog", f"send_batch(), {SET_SIZE} per set", "1", pulllog_send_batch, args.messages),
         ("aiokafka", "send_and_wait(), one record per request", "1", aiokafka_send_and_wait, args.single_messages),

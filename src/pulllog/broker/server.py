@@ -12,7 +12,13 @@ Rules kept here:
 * A handler that fails closes only its connection, with the traceback in the log. The
   broker keeps serving every other client.
 * Fetch responses carry ``FileSlice`` chunks, sent with sendfile (zero copy) after the
-  bytes before them have been flushed.
+  bytes before them have been flushed. A handler may also return its frame already
+  encoded (``bytes``), as Produce does; otherwise kio encodes the response it returns.
+* Pipelined Produce requests are answered with one write: while more requests are
+  already queued, a Produce answer is held back (at most ``_HOLD_MAX``) and goes out
+  with the next one. Any other request, and waiting for more bytes, sends what is held
+  first, so an answer never waits behind a long poll. A write is a syscall, the largest
+  single cost of a small request.
 """
 
 from __future__ import annotations
@@ -39,6 +45,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("pulllog.broker")
 
 _ids = itertools.count(1)
+_PRODUCE = 0
+_HOLD_MAX = 64
 
 
 class Connection(asyncio.Protocol):
@@ -55,13 +63,13 @@ class Connection(asyncio.Protocol):
         self._closed = False
         self._closing = False
         self._reading_paused = False
+        self._held: list[bytes] = []  # answers waiting to go out with the next write
         self.task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ protocol callbacks
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = transport  # type: ignore[assignment]  # uvloop's are no asyncio.Transport subclass
         peer = transport.get_extra_info("peername") or ("?", 0)
         self.peer = (str(peer[0]), int(peer[1]))
         if not self.broker.accepting or len(self.broker.connections) >= self.broker.config.max_connections:
@@ -104,6 +112,8 @@ class Connection(asyncio.Protocol):
 
     async def _next_frame(self) -> bytes | None:
         while not self.frames:
+            if self._held:
+                await self._write(b"")
             if self._closed or self._closing:
                 return None
             self._wakeup.clear()
@@ -130,6 +140,8 @@ class Connection(asyncio.Protocol):
         finally:
             self.broker.connections.discard(self)
             if self.transport is not None and not self._closed:
+                if self._held:
+                    self.transport.write(b"".join(self._held))
                 self.transport.close()
 
     async def _handle(self, frame: bytes) -> bool:
@@ -146,6 +158,8 @@ class Connection(asyncio.Protocol):
         except RequestError as exc:
             log.warning("closing connection from %s:%d: %s", *self.peer, exc)
             return False
+        if self._held and request.api_key != _PRODUCE:
+            await self._write(b"")
         handler = broker.handlers[request.api_key]
         ctx = RequestContext(request, self.peer[0], self.peer[1], self.id)
         try:
@@ -159,7 +173,12 @@ class Connection(asyncio.Protocol):
             return False
         if response is None:
             return True
-        if isinstance(response, list):
+        if type(response) is bytes:  # a frame the handler encoded itself (Produce)
+            if self.frames and len(self._held) < _HOLD_MAX:
+                self._held.append(response)  # more requests are queued: answer them in one write
+            else:
+                await self._write(response)
+        elif isinstance(response, list):
             await self._write_chunks(response)
         else:
             await self._write(encode_response(request.correlation_id, response))
@@ -170,6 +189,10 @@ class Connection(asyncio.Protocol):
     async def _write(self, data: bytes) -> None:
         if self._closed or self.transport is None:
             raise ConnectionError("connection closed")
+        if self._held:
+            self._held.append(data)
+            data = b"".join(self._held)
+            self._held.clear()
         self.transport.write(data)
         if not self._writable.is_set():
             await self._writable.wait()
@@ -189,7 +212,7 @@ class Connection(asyncio.Protocol):
                 try:
                     sent = await loop.sendfile(self.transport, chunk.file, chunk.position, chunk.length,
                                                fallback=False)
-                except asyncio.SendfileNotAvailableError as exc:
+                except (asyncio.SendfileNotAvailableError, NotImplementedError) as exc:  # uvloop: no sendfile
                     # asyncio's own fallback reads from the file's current position when the
                     # offset is 0, which is wrong for a shared segment file: read it ourselves.
                     log.debug("sendfile unavailable (%s); copying %d bytes", exc, chunk.length)

@@ -13,6 +13,7 @@ from .consume import consume, tail
 from .export import export
 from .group import group
 from .inspect import inspect
+from .perf import perf
 from .produce import produce
 from .serve import serve
 from .topic import topic
@@ -30,6 +31,7 @@ main.add_command(consume)
 main.add_command(export)
 main.add_command(group)
 main.add_command(inspect)
+main.add_command(perf)
 main.add_command(produce)
 main.add_command(serve)
 main.add_command(tail)

@@ -40,8 +40,11 @@ def _setup_logging(level: str) -> None:
               help="A broker config, e.g. --override num.partitions=3 (repeatable).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
               show_default=True)
+@click.option("--loop", type=click.Choice(["asyncio", "uvloop"]), default="asyncio", show_default=True,
+              help="Event loop. uvloop (pip install 'pulllog[uvloop]') has no sendfile: Fetch copies segment "
+                   "bytes instead; scripts/bench_paper.py --broker-loop measures both.")
 def serve(data_dir: Path | None, listen: str | None, advertised_listener: str | None,
-          config_file: Path | None, overrides: tuple[str, ...], log_level: str) -> None:
+          config_file: Path | None, overrides: tuple[str, ...], log_level: str, loop: str) -> None:
     """Run a broker that Kafka clients (kcat, librdkafka, aiokafka, kafka-python) can use."""
     props = {}
     for item in overrides:
@@ -61,10 +64,17 @@ def serve(data_dir: Path | None, listen: str | None, advertised_listener: str | 
         config = BrokerConfig.load(props, config_file=config_file, **changes) if changes else config
     except ConfigError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
+    backend_options = {}
+    if loop == "uvloop":
+        try:
+            import uvloop  # noqa: F401
+        except ImportError:
+            raise CliError("--loop uvloop needs uvloop: pip install 'pulllog[uvloop]'", EXIT_USAGE) from None
+        backend_options["use_uvloop"] = True
     _setup_logging(log_level)
     broker = Broker(config=config)
     try:
-        anyio.run(_run, broker)
+        anyio.run(_run, broker, backend_options=backend_options)
     except KeyboardInterrupt:
         pass
     except BaseException as exc:

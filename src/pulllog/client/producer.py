@@ -40,8 +40,12 @@ How records move (see ``pulllog.client.accumulator`` for the batch states):
   behind it was sent meanwhile. We chose this over Kafka's idempotent window of five
   batches per partition because that window depends on the broker rejecting
   out-of-sequence batches, and pulllog's broker does not check sequences yet. The cost:
-  a partition moves at most one batch per round trip, so on few partitions a larger
-  ``batch_size`` buys throughput (scripts/bench_client.py shows how much). Errors that say
+  a partition moves at most one batch per round trip. That is why ``batch_size`` defaults
+  to 256 KiB rather than the Java client's 16 KiB (which keeps five batches in flight): it
+  only caps how big a batch may grow while the previous one is in flight, so it costs no
+  latency, and on one partition it more than doubles what ``send()`` and ``send_batch()``
+  move (per-request costs are shared by ~1,200 200-byte records instead of ~78;
+  scripts/bench_paper.py and bench_client.py show it). Errors that say
   metadata is stale also refresh it. A batch fails for good after ``retries`` retries, on
   a non-retriable error (its future gets a ``KafkaError`` naming the code, e.g.
   MESSAGE_TOO_LARGE, with the broker's message), or ``delivery_timeout_ms`` after it was
@@ -175,7 +179,7 @@ class Producer:
         client_id: str = "pulllog-producer",
         acks: int | str | None = None,
         compression: str | Compression | None = None,
-        batch_size: int = 16384,
+        batch_size: int = 262_144,
         linger_ms: float = 0,
         buffer_memory: int = 32 * 1024 * 1024,
         max_block_ms: int = 60_000,

@@ -33,7 +33,8 @@ Hot path: a batch-1 producer sends one small Produce per record, so everything t
 depends only on (api_key, api_version) -- the kio class, its reader, the structural
 check (:mod:`pulllog.net.guard`) and the header version -- is resolved once when the
 :class:`RequestDecoder` is built; decoding a request is one dict lookup, a hand-written
-header parse, the structural check, and kio's native reader.
+header parse, the structural check, and kio's native reader. On the client side, Produce
+requests are encoded by hand (:mod:`pulllog.net.produce`), byte for byte what kio writes.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from .errors import (
     api_name,
 )
 from .guard import MalformedError, body_skipper, read_uvarint
+from .produce import PRODUCE_MAX_VERSION, PRODUCE_MIN_VERSION, encode_produce_request
 
 __all__ = [
     "API_VERSIONS",
@@ -334,8 +336,19 @@ def _request_encoding(request_type: type) -> tuple[int, Callable[[Any, Any], Non
     return header_version, entity_writer(request_type)
 
 
+def _produce_encoders() -> dict[type, int]:
+    return {load_request_schema(0, v): v for v in range(PRODUCE_MIN_VERSION, PRODUCE_MAX_VERSION + 1)}
+
+
+_BY_HAND: Final = _produce_encoders()
+"""Request classes encoded by hand (-> version): Produce, a producer's most frequent request."""
+
+
 def encode_request(body: RequestPayload, *, correlation_id: int, client_id: str | None) -> bytes:
     """Client side: size prefix + request header + body."""
+    version = _BY_HAND.get(type(body))
+    if version is not None:
+        return encode_produce_request(body, version, correlation_id, client_id)
     header_version, write = _request_encoding(type(body))
     buffer = io.BytesIO()
     buffer.write(b"\x00\x00\x00\x00")
