@@ -41,7 +41,7 @@ from crc32c import crc32c
 from kio.schema.errors import ErrorCode
 
 from ..log.compression import CompressionError, decompress
-from ..log.records import BATCH_HEADER_SIZE, LOG_OVERHEAD, ControlType
+from ..log.records import BATCH_HEADER_SIZE, LOG_OVERHEAD, ControlType, decode_varint
 from .errors import KafkaError
 from .types import ConsumerRecord, TopicPartition
 
@@ -96,21 +96,6 @@ def make_record(topic: str, partition: int, offset: int, timestamp: int, timesta
     return r
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    """The slow path of a zigzag varint (3 bytes and more); the hot loop inlines 1 and 2."""
-    result = 0
-    shift = 0
-    while True:
-        b = data[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint is longer than 10 bytes")
-
-
 def decode_records(data: bytes, pos: int, end: int, count: int, base_offset: int, base_timestamp: int,
                    timestamp_type: int, log_append_time: int, topic: str, partition: int,
                    ) -> list[ConsumerRecord]:
@@ -124,7 +109,7 @@ def decode_records(data: bytes, pos: int, end: int, count: int, base_offset: int
     append = out.append
     new = _new
     cls = ConsumerRecord
-    varint = _varint
+    varint = decode_varint  # the slow path: 3 bytes and more
     set_topic, set_partition, set_offset, set_timestamp = _set_topic, _set_partition, _set_offset, _set_timestamp
     set_timestamp_type, set_key, set_value, set_headers = _set_timestamp_type, _set_key, _set_value, _set_headers
     no_headers: tuple[tuple[str, bytes | None], ...] = ()

@@ -42,7 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..log.compression import Compression, CompressionError, decompress
-from ..log.records import BATCH_HEADER_SIZE, BatchHeader, CorruptRecordError
+from ..log.records import BATCH_HEADER_SIZE, BatchHeader, CorruptRecordError, decode_varint
 
 __all__ = ["ARROW_SCHEMA", "COLUMNS", "SPARK_DDL", "ColumnBuilder", "empty_batch"]
 
@@ -66,20 +66,6 @@ COLUMNS = tuple(ARROW_SCHEMA.names)
 
 _TIMESTAMP_TYPE_MASK = 0x08
 _CONTROL_MASK = 0x20
-
-
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    """A zigzag varint of any length (the slow path)."""
-    result = shift = 0
-    while True:
-        b = data[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint is longer than 10 bytes")
 
 
 @dataclass(slots=True)
@@ -124,7 +110,7 @@ class ColumnBuilder:
         keys, values = self.keys, self.values
         h_offsets, h_keys, h_values = self.header_offsets, self.header_keys, self.header_values
         ts_type = 0 if log_append_time is None else 1
-        varint = _varint
+        varint = decode_varint  # the slow path: 3 bytes and more
         nbytes = 0
         pos = 0
         for _ in range(count):
