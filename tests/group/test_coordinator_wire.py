@@ -272,6 +272,22 @@ def test_the_initial_rebalance_delay_lets_members_starting_together_share_the_fi
     assert {m.member_id for m in leader.members} == {a.member_id, b.member_id}
 
 
+def test_a_heartbeat_from_an_older_generation_is_illegal_generation_even_during_a_rebalance(port: int) -> None:
+    # Kafka checks the generation before the group's state: a member still on an older
+    # generation must rejoin (ILLEGAL_GENERATION), while one on the current generation is
+    # told a rebalance is under way.
+    (a, b), _ = stable_group(port, "g", ["a", "b"])
+    in_background(WireMember(port, "g", "c").join)
+    wait_for_rebalance(a)
+    stale = WireMember(port, "g", "b-stale")
+    stale.member_id, stale.generation = b.member_id, b.generation - 1
+    try:
+        assert stale.heartbeat() == ErrorCode.illegal_generation
+        assert b.heartbeat() == ErrorCode.rebalance_in_progress
+    finally:
+        stale.close()
+
+
 def test_a_member_that_stops_heartbeating_is_removed_after_its_session_timeout(port: int) -> None:
     (a, b), _ = stable_group(port, "g", ["a", "b"])
     b.close()  # b goes silent: no LeaveGroup, no heartbeat
@@ -518,3 +534,28 @@ def test_a_broker_restart_keeps_every_committed_offset(tmp_path: Any) -> None:
             groups = list_groups(client)
         assert set(groups) == set(expected)
         assert {state for state, _ in groups.values()} == {"Empty"}
+
+
+def test_an_empty_group_without_offsets_is_removed_by_the_offsets_cleanup_and_stays_gone(tmp_path: Any) -> None:
+    # Kafka's cleanupGroupMetadata: an Empty group with no committed offsets becomes Dead and
+    # its metadata is tombstoned; groups that still hold offsets stay.
+    data_dir = tmp_path / "data"
+    properties = {"offsets.retention.check.interval.ms": "100"}
+    with BrokerThread(data_dir, properties=properties) as broker:
+        create_topic(broker.bootstrap_servers, TOPIC, 3)
+        (member,), _ = stable_group(broker.port, "passing-through", ["p"])
+        with WireClient(broker.port) as client:
+            simple_commit(client, "keeps-offsets", {(TOPIC, 0): 5})
+            left = client.call("leave_group", 3, {"group_id": "passing-through",
+                                                  "members": [{"member_id": member.member_id, "group_instance_id": None}]})
+            assert left.error_code == ErrorCode.none and left.members[0].error_code == ErrorCode.none
+            deadline = time.monotonic() + TIMEOUT_S
+            while "passing-through" in (groups := list_groups(client)):
+                assert time.monotonic() < deadline, f"the empty group was not removed: {groups}"
+                time.sleep(0.05)
+            assert groups == {"keeps-offsets": ("Empty", "")}
+        member.close()
+    with BrokerThread(data_dir, properties={"offsets.retention.check.interval.ms": "600000"}) as broker:
+        with WireClient(broker.port) as client:
+            assert list_groups(client) == {"keeps-offsets": ("Empty", "")}
+            assert fetch_offsets(client, "keeps-offsets", None) == {(TOPIC, 0): (5, "")}

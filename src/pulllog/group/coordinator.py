@@ -561,12 +561,13 @@ class GroupCoordinator:
         error = self._validate_member(group, member_id, group_instance_id)
         if error is not ErrorCode.none:
             return error
-        member = group.members[member_id]
-        self._schedule_heartbeat(group, member)
-        if group.state is GroupState.PREPARING_REBALANCE:
-            return ErrorCode.rebalance_in_progress
+        # Kafka's order: a heartbeat from an older generation is ILLEGAL_GENERATION (the member
+        # must rejoin) even while a rebalance is prepared, and it does not keep the member alive.
         if generation != group.generation:
             return ErrorCode.illegal_generation
+        self._schedule_heartbeat(group, group.members[member_id])
+        if group.state is GroupState.PREPARING_REBALANCE:
+            return ErrorCode.rebalance_in_progress
         return ErrorCode.none
 
     def leave(self, group_id: str, members: list[tuple[str, str | None]]) -> tuple[ErrorCode, list[ErrorCode]]:
@@ -745,21 +746,23 @@ class GroupCoordinator:
         return ErrorCode.none
 
     def expire_offsets(self, now: int | None = None) -> int:
-        """Drop offsets of Empty groups older than offsets.retention.minutes."""
+        """Drop offsets of Empty groups older than offsets.retention.minutes, then the Empty
+        groups left without offsets (Kafka's cleanupGroupMetadata: such a group is Dead, and
+        its metadata gets a tombstone so it does not come back when the log is replayed)."""
         now = self.clock() if now is None else now
         expired = 0
         for group in list(self.groups.values()):
             if group.state is not GroupState.EMPTY:
                 continue
             old = [tp for tp, c in group.offsets.items() if now - c.commit_timestamp > self.offsets_retention_ms]
-            if not old:
-                continue
-            self._append(group.group_id, [(rec.encode_offset_key(group.group_id, t, p), None) for t, p in old])
-            for tp in old:
-                del group.offsets[tp]
-            expired += len(old)
+            if old:
+                self._append(group.group_id, [(rec.encode_offset_key(group.group_id, t, p), None) for t, p in old])
+                for tp in old:
+                    del group.offsets[tp]
+                expired += len(old)
             if not group.offsets:
                 self._append(group.group_id, [(rec.encode_group_key(group.group_id), None)])
+                group.transition(Event.DELETE)
                 del self.groups[group.group_id]
         return expired
 
