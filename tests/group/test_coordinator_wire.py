@@ -349,6 +349,17 @@ def test_describe_groups_shows_members_with_client_ids_hosts_and_assignments(por
     }
 
 
+def test_describe_groups_leaves_out_protocol_metadata_and_assignments_while_rebalancing(port: int) -> None:
+    (a,), _ = stable_group(port, "g", ["a"])
+    in_background(WireMember(port, "g", "b").join)
+    wait_for_rebalance(a)
+    with WireClient(port) as client:
+        group = describe(client, "g")
+    assert (group.group_state, group.protocol_type, group.protocol_data) == ("PreparingRebalance", "consumer", "")
+    assert a.member_id in {m.member_id for m in group.members}
+    assert {(bytes(m.member_metadata), bytes(m.member_assignment)) for m in group.members} == {(b"", b"")}
+
+
 def test_describe_groups_answers_an_unknown_group_as_dead(port: int) -> None:
     with WireClient(port) as client:
         group = describe(client, "nobody-here")

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from ...group.state import GroupState
 from ...net.build import build, response_class
 from . import RequestContext, handler
 
@@ -23,12 +24,16 @@ async def handle(broker: "Broker", ctx: RequestContext) -> Any:
             out.append({"error_code": 0, "group_id": group_id, "group_state": "Dead", "protocol_type": "",
                         "protocol_data": "", "members": []})
             continue
+        # As Kafka's GroupMetadata.summary: the protocol and each member's metadata and
+        # assignment only for a Stable group; mid-rebalance they are not settled yet.
+        stable = g.state is GroupState.STABLE
         out.append({
             "error_code": ErrorCode.none, "group_id": group_id, "group_state": g.state.value,
-            "protocol_type": g.protocol_type or "", "protocol_data": g.protocol_name or "",
+            "protocol_type": g.protocol_type or "", "protocol_data": (g.protocol_name or "") if stable else "",
             "members": [{
                 "member_id": m.member_id, "group_instance_id": m.group_instance_id, "client_id": m.client_id,
-                "client_host": "/" + m.client_host, "member_metadata": m.metadata_for(g.protocol_name or ""),
-                "member_assignment": m.assignment} for m in g.members.values()],
+                "client_host": "/" + m.client_host,
+                "member_metadata": m.metadata_for(g.protocol_name or "") if stable else b"",
+                "member_assignment": m.assignment if stable else b""} for m in g.members.values()],
         })
     return build(response_class("describe_groups", ctx.version), {"throttle_time": 0, "groups": out})
