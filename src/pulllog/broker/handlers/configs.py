@@ -21,23 +21,37 @@ TOPIC, BROKER = 2, 4
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
 # IncrementalAlterConfigs operations
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
-# config_type (KIP-569)
-_STRING, _INT, _LONG, _DOUBLE, _LIST, _BOOLEAN = 2, 3, 4, 5, 7, 1
+# config_type (KIP-569): the wire ids of Kafka's DescribeConfigsResponse.ConfigType.
+UNKNOWN, BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST, CLASS, PASSWORD = range(10)
+
+# The ConfigDef type Kafka declares for each config we report (topic configs under their
+# topic names, broker configs under theirs); a tool such as the Java AdminClient shows it.
+CONFIG_TYPES: dict[str, int] = {
+    # topic configs (Kafka's LogConfig)
+    "segment.bytes": INT, "segment.ms": LONG, "segment.index.bytes": INT, "index.interval.bytes": INT,
+    "flush.messages": LONG, "flush.ms": LONG, "retention.ms": LONG, "retention.bytes": LONG,
+    "cleanup.policy": LIST, "delete.retention.ms": LONG, "min.compaction.lag.ms": LONG,
+    "max.compaction.lag.ms": LONG, "min.cleanable.dirty.ratio": DOUBLE, "max.message.bytes": INT,
+    "message.timestamp.type": STRING, "compression.type": STRING, "file.delete.delay.ms": LONG,
+    "preallocate": BOOLEAN, "unclean.leader.election.enable": BOOLEAN, "min.insync.replicas": INT,
+    # broker configs (Kafka's KafkaConfig / ServerLogConfigs)
+    "node.id": INT, "broker.id": INT, "listeners": STRING, "advertised.listeners": STRING,
+    "log.dirs": STRING, "num.partitions": INT, "default.replication.factor": INT,
+    "auto.create.topics.enable": BOOLEAN, "socket.request.max.bytes": INT, "max.connections": INT,
+    "queued.max.requests": INT, "log.retention.check.interval.ms": LONG,
+    "log.flush.scheduler.interval.ms": LONG, "offsets.topic.num.partitions": INT,
+    "offsets.retention.minutes": INT, "group.initial.rebalance.delay.ms": INT,
+    "log.segment.bytes": INT, "log.roll.ms": LONG, "log.index.size.max.bytes": INT,
+    "log.index.interval.bytes": INT, "log.flush.interval.messages": LONG, "log.flush.interval.ms": LONG,
+    "log.retention.ms": LONG, "log.retention.bytes": LONG, "log.cleanup.policy": LIST,
+    "log.cleaner.delete.retention.ms": LONG, "log.cleaner.min.compaction.lag.ms": LONG,
+    "log.cleaner.min.cleanable.ratio": DOUBLE, "message.max.bytes": INT,
+    "log.message.timestamp.type": STRING, "log.segment.delete.delay.ms": LONG,
+}
 
 
-def _config_type(value: str) -> int:
-    if value in ("true", "false"):
-        return _BOOLEAN
-    try:
-        int(value)
-        return _LONG
-    except ValueError:
-        pass
-    try:
-        float(value)
-        return _DOUBLE
-    except ValueError:
-        return _STRING
+def config_type(name: str) -> int:
+    return CONFIG_TYPES.get(name, UNKNOWN)
 
 
 def topic_config_entries(broker: "Broker", config: LogConfig, overridden: set[str]) -> list[dict[str, Any]]:
@@ -82,7 +96,7 @@ def _describe_one(broker: "Broker", r: Any, version: int) -> dict[str, Any]:
         configs.append({
             "name": e["name"], "value": e["value"], "read_only": r.resource_type == BROKER,
             "is_default": e["config_source"] == DEFAULT_CONFIG, "config_source": e["config_source"],
-            "is_sensitive": False, "synonyms": [], "config_type": _config_type(e["value"]), "documentation": None,
+            "is_sensitive": False, "synonyms": [], "config_type": config_type(e["name"]), "documentation": None,
         })
     return {**base, "error_code": 0, "error_message": None, "configs": configs}
 
