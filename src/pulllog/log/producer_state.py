@@ -67,11 +67,11 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from crc32c import crc32c
 
-from .records import NO_SEQUENCE, BatchHeader, InvalidRecordError
+from .records import CONTROL_MASK, NO_SEQUENCE, BatchHeader, InvalidRecordError
 
 if TYPE_CHECKING:
     from .segment import LogSegment
@@ -133,8 +133,7 @@ def in_sequence(last_seq: int, next_seq: int) -> bool:
     return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
 
 
-@dataclass(frozen=True, slots=True)
-class BatchMetadata:
+class BatchMetadata(NamedTuple):  # a tuple: made on every idempotent append, so cheap to build
     first_seq: int
     last_seq: int
     first_offset: int
@@ -190,7 +189,7 @@ class ProducerStateManager:
         new = 0
         for _pos, header in batches:
             producer_id = header.producer_id
-            if producer_id < 0 or header.is_control:
+            if producer_id < 0 or header.attributes & CONTROL_MASK:
                 continue
             epoch = header.producer_epoch
             first_seq = header.base_sequence
@@ -200,13 +199,8 @@ class ProducerStateManager:
                     "an idempotent producer sends both >= 0"
                 )
             last_seq = increment_sequence(first_seq, header.last_offset_delta)
-            entry = producers.get(producer_id)
-            if entry is not None:
-                found = entry.find_duplicate(epoch, first_seq, last_seq)
-                if found is not None:
-                    duplicate = duplicate or found
-                    continue
             new += 1
+            entry = producers.get(producer_id)
             if producer_id in pending:
                 current_epoch, current_last = pending[producer_id]
             elif entry is not None:
@@ -214,6 +208,15 @@ class ProducerStateManager:
             else:
                 pending[producer_id] = (epoch, last_seq)  # unknown producer: any sequence (KIP-360)
                 continue
+            if epoch == current_epoch and (current_last == NO_SEQUENCE or in_sequence(current_last, first_seq)):
+                pending[producer_id] = (epoch, last_seq)  # the common case: the next batch
+                continue
+            if entry is not None:
+                found = entry.find_duplicate(epoch, first_seq, last_seq)
+                if found is not None:
+                    duplicate = duplicate or found
+                    new -= 1
+                    continue
             if epoch < current_epoch:
                 raise InvalidProducerEpochError(
                     f"producer {producer_id} sent epoch {epoch}, older than the current epoch {current_epoch}; "
@@ -224,7 +227,7 @@ class ProducerStateManager:
                     raise OutOfOrderSequenceError(
                         f"producer {producer_id} started epoch {epoch} at sequence {first_seq}; a new epoch starts at 0"
                     )
-            elif current_last != NO_SEQUENCE and not in_sequence(current_last, first_seq):
+            else:
                 raise OutOfOrderSequenceError(
                     f"producer {producer_id} (epoch {epoch}) sent sequence {first_seq} but the last one "
                     f"in the log is {current_last}; expected {increment_sequence(current_last, 1)}"
@@ -243,21 +246,18 @@ class ProducerStateManager:
         producers = self.producers
         for _pos, header in batches:
             producer_id = header.producer_id
-            if producer_id < 0 or header.is_control or header.base_sequence < 0 or header.producer_epoch < 0:
+            first_seq = header.base_sequence
+            epoch = header.producer_epoch
+            if producer_id < 0 or first_seq < 0 or epoch < 0 or header.attributes & CONTROL_MASK:
                 continue
             base_offset = header.base_offset
-            last_offset_delta = header.last_offset_delta
-            batch = BatchMetadata(
-                header.base_sequence,
-                increment_sequence(header.base_sequence, last_offset_delta),
-                base_offset,
-                base_offset + last_offset_delta,
-                header.max_timestamp,
-            )
+            delta = header.last_offset_delta
+            batch = BatchMetadata(first_seq, increment_sequence(first_seq, delta), base_offset,
+                                  base_offset + delta, header.max_timestamp)
             entry = producers.get(producer_id)
             if entry is None:
-                entry = producers[producer_id] = ProducerStateEntry(producer_id, header.producer_epoch, batch.timestamp)
-            entry.add_batch(header.producer_epoch, batch)
+                entry = producers[producer_id] = ProducerStateEntry(producer_id, epoch, batch.timestamp)
+            entry.add_batch(epoch, batch)
 
     def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
         """Forget producers idle for ``producer.id.expiration.ms``; returns how many."""
