@@ -3,6 +3,7 @@ and a restart between a write and its retry changes nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import socket
 import threading
@@ -238,34 +239,85 @@ def _close(*socks) -> None:  # type: ignore[no-untyped-def]
         sock.close()
 
 
-def test_librdkafka_retries_of_answers_lost_in_transit_are_stored_once(tmp_path: Path) -> None:
+def produce_with_librdkafka(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    errors: list[str] = []
+    producer = confluent_kafka.Producer({
+        "bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 2, "batch.num.messages": 300,
+        "reconnect.backoff.ms": 20, "reconnect.backoff.max.ms": 100, "message.timeout.ms": 60_000})
+    for value in values:
+        while True:
+            try:
+                producer.produce(topic, value, partition=0,
+                                 on_delivery=lambda err, _msg: err is not None and errors.append(str(err)))
+                break
+            except BufferError:
+                producer.poll(0.01)
+        producer.poll(0)
+    assert producer.flush(60) == 0 and errors == []
+
+
+def produce_with_kafka_python(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    import kafka
+
+    producer = kafka.KafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, linger_ms=2,
+                                   batch_size=4096, reconnect_backoff_ms=20, request_timeout_ms=30_000)
+    try:
+        futures = [producer.send(topic, value, partition=0) for value in values]
+        producer.flush(60)
+        assert all(f.get(10) is not None for f in futures)
+    finally:
+        producer.close(10)
+
+
+def produce_with_aiokafka(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    import aiokafka
+
+    async def run() -> None:
+        producer = aiokafka.AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, linger_ms=2,
+                                             max_batch_size=4096, retry_backoff_ms=20, request_timeout_ms=30_000)
+        await producer.start()
+        try:
+            futures = [await producer.send(topic, value, partition=0) for value in values]
+            await producer.flush()
+            for future in futures:
+                await future
+        finally:
+            await producer.stop()
+
+    asyncio.run(run())
+
+
+def produce_with_pulllog(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    from pulllog import Producer
+
+    async def run() -> None:
+        async with Producer(bootstrap, enable_idempotence=True, linger_ms=2, batch_size=4096,
+                            retry_backoff_ms=20) as producer:
+            futures = [await producer.send(topic, value, partition=0) for value in values]
+            await producer.flush()
+            for future in futures:
+                await future
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("client", [produce_with_librdkafka, produce_with_kafka_python, produce_with_aiokafka,
+                                    produce_with_pulllog],
+                         ids=["librdkafka", "kafka-python", "aiokafka", "pulllog"])
+def test_retries_of_answers_lost_in_transit_are_stored_once(tmp_path: Path, client) -> None:  # type: ignore[no-untyped-def]
     with BrokerThread(tmp_path / "data") as broker:
         proxy = LossyProxy(broker.port, every=7, drops=6)
         try:
             # Clients must reach the broker through the proxy, also after Metadata.
             broker.call(lambda: setattr(broker.broker, "config", dataclasses.replace(
                 broker.broker.config, advertised_port=proxy.port)))
-            total = 30_000
-            errors: list[str] = []
-            producer = confluent_kafka.Producer({
-                "bootstrap.servers": f"127.0.0.1:{proxy.port}", "enable.idempotence": True,
-                "linger.ms": 2, "batch.num.messages": 300, "reconnect.backoff.ms": 20,
-                "reconnect.backoff.max.ms": 100, "message.timeout.ms": 60_000})
-            for i in range(total):
-                while True:
-                    try:
-                        producer.produce("lossy", b"%06d" % i, partition=0,
-                                         on_delivery=lambda err, _msg: err is not None and errors.append(str(err)))
-                        break
-                    except BufferError:
-                        producer.poll(0.01)
-                producer.poll(0)
-            assert producer.flush(60) == 0 and errors == []
+            sent = [b"%06d" % i for i in range(20_000)]
+            client(f"127.0.0.1:{proxy.port}", "lossy", sent)
             assert proxy.dropped >= 3, "the test must have lost some answers"
             log = broker.call(lambda: broker.broker.topics.partition("lossy", 0).log)
             stored = broker.call(lambda: [r.value for b in _all_batches(log) for r in b.records()])
             assert len(stored) == len(set(stored)), f"{len(stored) - len(set(stored))} message(s) stored twice"
-            assert stored == [b"%06d" % i for i in range(total)]
+            assert stored == sent
         finally:
             proxy.close()
 
