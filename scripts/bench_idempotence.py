@@ -10,6 +10,11 @@ the branch's ``src`` (interleaved, as the machine is shared); the difference of 
 ``idempotent`` rows is the checks' cost, the ``no producer id`` rows must not move.
 
     PYTHONPATH=src python scripts/bench_idempotence.py --messages 100000 --runs 5
+
+``--broker``: the same question end to end. A ``pulllog serve`` broker in its own process
+(scripts/bench_paper.py's), librdkafka producing N messages with ``batch.num.messages=1``
+(one batch per Produce request), acks=all, with and without ``enable.idempotence``; reported
+is the broker process's CPU (user + system from /proc) per request.
 """
 
 from __future__ import annotations
@@ -77,11 +82,59 @@ def plain_work(n: int) -> float:
     return (time.process_time() - start) / n * 1e6
 
 
+def broker_cpu_per_request(n: int, runs: int) -> dict[str, list[float]]:
+    import sys
+
+    import confluent_kafka
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_paper import BrokerProcess
+
+    results: dict[str, list[float]] = {"no producer id": [], "idempotent": []}
+    value = b"x" * 200
+    with tempfile.TemporaryDirectory(prefix="bench-idem-broker-") as tmp:
+        broker = BrokerProcess(Path(tmp) / "data", "asyncio")
+        try:
+            for r in range(runs):
+                for name in results:
+                    topic = f"{name.replace(' ', '-')}-{r}"
+                    producer = confluent_kafka.Producer({
+                        "bootstrap.servers": broker.bootstrap, "acks": "all", "batch.num.messages": 1,
+                        "linger.ms": 0, "queue.buffering.max.messages": 1_000_000,
+                        "enable.idempotence": name == "idempotent"})
+                    producer.list_topics(topic, timeout=10)
+                    producer.produce(topic, value, partition=0)
+                    assert producer.flush(30) == 0
+                    cpu = broker.cpu_seconds()
+                    for _ in range(n):
+                        while True:
+                            try:
+                                producer.produce(topic, value, partition=0)
+                                break
+                            except BufferError:
+                                producer.poll(0.001)
+                    assert producer.flush(120) == 0
+                    results[name].append((broker.cpu_seconds() - cpu) / n * 1e6)
+        finally:
+            broker.proc.kill()
+            broker.proc.wait()
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--broker", action="store_true", help="broker CPU per request with librdkafka instead")
     args = parser.parse_args()
+    if args.broker:
+        print(f"pulllog from {Path(pulllog.__file__).parent}, librdkafka batch.num.messages=1, "
+              f"{args.messages} requests x {args.runs} runs")
+        print("| case | broker CPU us per request (median) | min | max |")
+        print("|---|---|---|---|")
+        for name, values in broker_cpu_per_request(args.messages, args.runs).items():
+            print(f"| {name} | {statistics.median(values):.1f} | {min(values):.1f} | {max(values):.1f} |")
+        return
     cases = {"no producer id": batches(args.messages, False), "idempotent": batches(args.messages, True)}
     results: dict[str, list[float]] = {name: [] for name in cases}
     with tempfile.TemporaryDirectory(prefix="bench-idem-") as tmp:

@@ -47,6 +47,7 @@ from pathlib import Path
 from .cleaner import complete_interrupted_swaps
 from .config import LogConfig
 from .compression import Compression
+from .producer_state import BatchMetadata, ProducerStateManager
 from .records import (
     BatchHeader,
     InvalidRecordError,
@@ -57,7 +58,6 @@ from .records import (
     set_log_append_time,
     validate_batch,
 )
-from .producer_state import BatchMetadata, ProducerStateManager
 from .segment import FileSlice, LogSegment, RecoveryResult, parse_segment_name
 
 __all__ = [
