@@ -222,6 +222,30 @@ def test_idempotent_producer_gets_a_producer_id_and_delivers_everything(pulllog_
         assert len({b.header.producer_id for b in batches}) == 1  # one InitProducerId, one id
 
 
+def test_idempotent_100k_messages_arrive_exactly_once_and_in_order(pulllog_broker) -> None:
+    # Small batches and 5 requests in flight per partition: the broker's sequence checks see
+    # pipelined batches, and every stored batch must follow its predecessor's sequence.
+    create_topic(pulllog_broker, "idempotent-bulk", BULK_PARTITIONS)
+    messages = [(b"user-%d" % (i % 1000), b"%06d" % i) for i in range(BULK_MESSAGES)]
+
+    reports = produce(pulllog_broker, "idempotent-bulk", messages, enable_idempotence=True,
+                      batch_num_messages=200, max_in_flight_requests_per_connection=5,
+                      queue_buffering_max_messages=BULK_MESSAGES * 2, queue_buffering_max_kbytes=1 << 20)
+
+    assert len(reports) == BULK_MESSAGES and [r for r in reports if r.error is not None] == []
+    expected = by_partition((kafka_partition(k, BULK_PARTITIONS), v) for k, v in messages)
+    consumed = consume(pulllog_broker, "idempotent-bulk", BULK_PARTITIONS, BULK_MESSAGES)
+    got = by_partition((m.partition(), m.value()) for m in consumed)
+    assert got == expected, "each partition holds every message once, in produce order"
+    for p in range(BULK_PARTITIONS):
+        batches = partition_batches(pulllog_broker, "idempotent-bulk", p)
+        assert len(batches) > 5
+        seq = 0
+        for b in batches:
+            assert b.header.base_sequence == seq
+            seq += b.header.records_count
+
+
 @pytest.mark.parametrize("acks", ["0", "1", "all"])
 def test_produce_with_acks_delivers(pulllog_broker, acks: str) -> None:
     create_topic(pulllog_broker, "acks")

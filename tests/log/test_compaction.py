@@ -337,7 +337,7 @@ def test_compressed_batches_are_compacted_with_the_same_codec(tmp_path: Path, co
 def test_aborted_records_are_removed_and_never_hide_committed_ones(tmp_path: Path) -> None:
     log = open_log(tmp_path / "t-0", Clock(), segment_bytes=10_000)
     put(log, b"k", b"committed")
-    put(log, b"k", b"aborted", producer_id=5, producer_epoch=0, transactional=True)
+    put(log, b"k", b"aborted", producer_id=5, producer_epoch=0, base_sequence=0, transactional=True)
     log.append(build_control_batch(ControlType.ABORT, producer_id=5, producer_epoch=0, timestamp=T0))
     log.roll()
     put(log, b"other", b"1")
@@ -355,7 +355,7 @@ def test_open_transaction_stops_cleaning(tmp_path: Path) -> None:
     for i in range(5):
         put(log, b"k", b"before-%d" % i)
     log.roll()
-    txn = put(log, b"k", b"in-flight", producer_id=5, producer_epoch=0, transactional=True)
+    txn = put(log, b"k", b"in-flight", producer_id=5, producer_epoch=0, base_sequence=0, transactional=True)
     for i in range(5):
         put(log, b"k", b"after-%d" % i)
     log.roll()

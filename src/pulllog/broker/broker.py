@@ -200,7 +200,7 @@ class Broker:
 
     async def _housekeeping(self) -> None:
         interval_s = max(0.05, min(self.config.flush_scheduler_interval_ms, 1000) / 1000)
-        last_retention = last_clean = last_offsets_expiry = wall_clock_ms()
+        last_retention = last_clean = last_offsets_expiry = last_producer_expiry = wall_clock_ms()
         while True:
             await anyio.sleep(interval_s)
             now = wall_clock_ms()
@@ -220,6 +220,9 @@ class Broker:
                         log.info("expired %d committed offset(s) past offsets.retention.minutes", expired)
                 except OSError as exc:
                     log.error("offset expiry failed: %s", exc)
+            if now - last_producer_expiry >= self.config.producer_id_expiration_check_interval_ms:
+                last_producer_expiry = now
+                self.expire_producer_ids(now)
             if now - last_clean >= self.config.cleaner_backoff_ms:
                 last_clean = now
                 self.run_cleaner(now)
@@ -234,6 +237,15 @@ class Broker:
         if deleted:
             log.info("retention deleted %d segment(s)", deleted)
         return deleted
+
+    def expire_producer_ids(self, now: int | None = None) -> int:
+        """Forget idempotent producers idle for producer.id.expiration.ms, in every log."""
+        now = wall_clock_ms() if now is None else now
+        expired = sum(partition_log.remove_expired_producers(now, self.config.producer_id_expiration_ms)
+                      for partition_log in list(self.topics.all_logs()))
+        if expired:
+            log.info("expired %d idle producer id(s) past producer.id.expiration.ms", expired)
+        return expired
 
     def run_cleaner(self, now: int | None = None) -> None:
         for topic in list(self.topics.topics.values()):

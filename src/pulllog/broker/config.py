@@ -120,6 +120,8 @@ class BrokerConfig:
     group_initial_rebalance_delay_ms: int = 0
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
     offsets_retention_check_interval_ms: int = 600_000
+    producer_id_expiration_ms: int = 86_400_000
+    producer_id_expiration_check_interval_ms: int = 600_000
     log_defaults: LogConfig = field(default_factory=LogConfig)
 
     @property
@@ -195,6 +197,10 @@ class BrokerConfig:
                 kw["offsets_retention_ms"] = _int(name, raw, 1) * 60_000
             elif name == "offsets.retention.check.interval.ms":
                 kw["offsets_retention_check_interval_ms"] = _int(name, raw, 1)
+            elif name == "producer.id.expiration.ms":
+                kw["producer_id_expiration_ms"] = _int(name, raw, 1)
+            elif name == "producer.id.expiration.check.interval.ms":
+                kw["producer_id_expiration_check_interval_ms"] = _int(name, raw, 1)
             elif name == "group.initial.rebalance.delay.ms":
                 kw["group_initial_rebalance_delay_ms"] = _int(name, raw, 0)
             else:
@@ -221,6 +227,8 @@ class BrokerConfig:
             "offsets.topic.num.partitions": str(self.offsets_topic_num_partitions),
             "offsets.retention.minutes": str(self.offsets_retention_ms // 60_000),
             "group.initial.rebalance.delay.ms": str(self.group_initial_rebalance_delay_ms),
+            "producer.id.expiration.ms": str(self.producer_id_expiration_ms),
+            "producer.id.expiration.check.interval.ms": str(self.producer_id_expiration_check_interval_ms),
         }
         topic_values = self.log_defaults.to_kafka()
         for broker_name, topic_name in _LOG_DEFAULTS.items():

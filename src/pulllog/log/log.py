@@ -4,6 +4,7 @@ Directory layout (one directory per partition, ``<topic>-<partition>/``)::
 
     00000000000000000000.log / .index / .timeindex     segments, by base offset
     00000000000000368769.log / .index / .timeindex
+    00000000000000368769.snapshot   idempotent producers' state below that offset (producer_state.py)
     recovery-point        offset below which every byte is known to be on disk (fsynced)
     log-start-offset      first offset still visible (moved by retention / DeleteRecords)
     .clean-shutdown       present only while the log is closed cleanly
@@ -24,6 +25,10 @@ Guarantees (the paper's section 3.1 and Kafka's "Log" design):
   is checked (length bounds, magic, CRC, offsets increasing) and the log is truncated at the
   first bad one; segments after it are deleted and indexes rebuilt. This survives both
   damage kinds of the design doc: a torn tail and corrupted or junk bytes.
+* Idempotent producers (producerId >= 0) are checked on append by ``producer_state``: a
+  retry of one of a producer's last 5 batches is answered with its original offsets and not
+  written again; an out-of-order sequence or an old epoch is refused. Batches without a
+  producer id pay one comparison each.
 * Reads see an immutable snapshot (a tuple that is replaced, never mutated), so a read that
   races with retention or compaction keeps working on the segments it started with.
 """
@@ -42,6 +47,7 @@ from pathlib import Path
 from .cleaner import complete_interrupted_swaps
 from .config import LogConfig
 from .compression import Compression
+from .producer_state import BatchMetadata, ProducerStateManager
 from .records import (
     BatchHeader,
     InvalidRecordError,
@@ -107,6 +113,7 @@ class AppendInfo:
     max_timestamp: int
     log_append_time: int  # -1 unless the topic uses LogAppendTime
     log_start_offset: int
+    duplicate: bool = False  # a producer's retry of batches already in the log: nothing appended
 
 
 @dataclass(slots=True)
@@ -145,6 +152,7 @@ class Log:
         self._unflushed_records = 0
         self._last_flush_ms = clock()
         self.recovery = RecoveryReport(clean=True)
+        self.producer_state = ProducerStateManager(directory)
         self._closed = False
 
     # ------------------------------------------------------------------ opening
@@ -217,6 +225,7 @@ class Log:
             for segment in segments:
                 segment.flush()
             self._checkpoint()
+        report.problems += self.producer_state.load(segments, self.log_end_offset)
         marker.unlink(missing_ok=True)
         self.recovery = report
         if report.problems:
@@ -309,6 +318,14 @@ class Log:
         if self._closed:
             raise RuntimeError(f"log {self.directory.name} is closed")
         batches = validated if validated is not None else self.validate(data)
+        idempotent = False
+        for _pos, header in batches:
+            if header.producer_id >= 0:  # idempotent producers: checked before anything is written
+                duplicate = self.producer_state.check_append(batches)
+                if duplicate is not None:
+                    return self._duplicate_info(duplicate)
+                idempotent = True
+                break
         target = self.config.compression_type
         if target != "producer" and any(
             not h.is_control and h.compression != Compression.parse(target) for _, h in batches
@@ -332,6 +349,8 @@ class Log:
             max_timestamp = max(max_timestamp, header.max_timestamp)
         segment = self._maybe_roll(len(buf), now, next_offset - 1, max_timestamp)
         segment.append(buf, patched)
+        if idempotent:
+            self.producer_state.record_append(patched)
         self._unflushed_records += records
         self._maybe_flush_after_append(now)
         return AppendInfo(
@@ -341,6 +360,18 @@ class Log:
             max_timestamp=max_timestamp,
             log_append_time=now if log_append_time else -1,
             log_start_offset=self.log_start_offset,
+        )
+
+    def _duplicate_info(self, duplicate: BatchMetadata) -> AppendInfo:
+        """Kafka's answer to a retry: the offsets the batch got the first time."""
+        return AppendInfo(
+            first_offset=duplicate.first_offset,
+            last_offset=duplicate.last_offset,
+            records=0,
+            max_timestamp=duplicate.timestamp,
+            log_append_time=duplicate.timestamp if self.config.log_append_time else -1,
+            log_start_offset=self.log_start_offset,
+            duplicate=True,
         )
 
     def _maybe_roll(self, incoming: int, now: int, last_offset: int, max_timestamp: int) -> LogSegment:
@@ -358,7 +389,14 @@ class Log:
             return active
         new = LogSegment(self.directory, self.log_end_offset, self.config, created_ms=now)
         self._set_segments(self._segments + (new,))
+        self._snapshot_producers(new.base_offset)
         return new
+
+    def _snapshot_producers(self, offset: int, *, sync: bool = False) -> None:
+        try:
+            self.producer_state.take_snapshot(offset, sync=sync)
+        except OSError as exc:  # only costs a longer scan at the next open
+            log.warning("%s: cannot write the producer snapshot at %d: %s", self.directory.name, offset, exc)
 
     # ------------------------------------------------------------------ flushing
 
@@ -499,6 +537,8 @@ class Log:
         self._set_segments(old[count:])
         self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
         self._checkpoint()
+        # Producers stay known (KIP-360); only snapshots of deleted segments go.
+        self.producer_state.delete_snapshots_before(self._segments[0].base_offset)
         for segment in old[:count]:
             segment.delete()  # open slices keep the data: the FileIO lives while referenced
 
@@ -526,6 +566,12 @@ class Log:
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
         self._checkpoint()
+        # The removed batches may be a producer's latest: its state must come from the log again.
+        self.producer_state.truncate_and_reload(self._segments, self.log_end_offset)
+
+    def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget producers idle for ``producer.id.expiration.ms`` (Kafka's default: a day)."""
+        return self.producer_state.remove_expired(now_ms, expiration_ms)
 
     # ------------------------------------------------------------------ compaction hook
 
@@ -549,6 +595,7 @@ class Log:
         if self._closed:
             return
         self.flush()
+        self._snapshot_producers(self.log_end_offset, sync=True)
         for segment in self._segments:
             segment.close()
         (self.directory / CLEAN_SHUTDOWN_FILE).touch()

@@ -13,6 +13,7 @@ from ...log import (
     RecordTooLargeError,
     UnsupportedMagicError,
 )
+from ...log.producer_state import InvalidProducerEpochError, InvalidProducerFieldsError, OutOfOrderSequenceError
 from ..topics import InvalidTopicError, TopicExistsError, UnknownTopicError
 
 __all__ = ["error_code_for"]
@@ -32,6 +33,12 @@ def error_code_for(exc: BaseException) -> ErrorCode:
             return ErrorCode.message_too_large
         case UnsupportedMagicError():
             return ErrorCode.unsupported_for_message_format
+        case OutOfOrderSequenceError():
+            return ErrorCode.out_of_order_sequence_number
+        case InvalidProducerEpochError():
+            return ErrorCode.invalid_producer_epoch
+        case InvalidProducerFieldsError():
+            return ErrorCode.invalid_record
         case RecordErrors():
             return ErrorCode.invalid_record
         case CorruptRecordError():

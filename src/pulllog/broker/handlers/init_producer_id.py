@@ -1,6 +1,8 @@
 """InitProducerId (22): hand out producer ids so idempotent producers (the default in
-librdkafka and the Java client) start. Sequence checking and transactions come later;
-ids are unique per broker run and across restarts (seeded from the clock)."""
+librdkafka and the Java client) start. The logs check their sequences (log/producer_state.py);
+transactions come later. Ids are unique per broker run and across restarts (seeded from the
+clock). A producer that gives its id and epoch (KIP-360) gets the next epoch, or a new id
+when the int16 epoch would overflow, as Kafka does."""
 
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ from . import RequestContext, handler
 if TYPE_CHECKING:
     from ..broker import Broker
 
+_MAX_EPOCH = 2**15 - 1
+
 
 @handler(22, "InitProducerId", 0, 4)
 async def handle(broker: "Broker", ctx: RequestContext) -> Any:
@@ -23,8 +27,9 @@ async def handle(broker: "Broker", ctx: RequestContext) -> Any:
                 if False else ErrorCode.coordinator_not_available, "producer_id": -1, "producer_epoch": -1}
         return build(response_class("init_producer_id", ctx.version), data)
     existing = int(getattr(body, "producer_id", -1))
-    if existing >= 0:
-        producer_id, epoch = existing, int(getattr(body, "producer_epoch", -1)) + 1
+    existing_epoch = int(getattr(body, "producer_epoch", -1))
+    if existing >= 0 and existing_epoch < _MAX_EPOCH - 1:
+        producer_id, epoch = existing, max(existing_epoch, -1) + 1
     else:
         producer_id, epoch = broker.next_producer_id(), 0
     data = {"throttle_time": 0, "error_code": 0, "producer_id": producer_id, "producer_epoch": epoch}

@@ -1,0 +1,333 @@
+"""Idempotent produce on the wire: retries are stored once, gaps and stale epochs refused,
+and a restart between a write and its retry changes nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import socket
+import threading
+import time
+from pathlib import Path
+
+import confluent_kafka
+import pytest
+
+from pulllog.log import build_batch
+from pulllog.testing import BrokerThread
+
+from kafka_wire import WireClient, fetch, produce
+
+NONE, OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH, INVALID_RECORD = 0, 45, 47, 87
+
+
+def init_producer_id(client: WireClient, producer_id: int = -1, epoch: int = -1) -> tuple[int, int]:
+    resp = client.call("init_producer_id", 4, {"transactional_id": None, "transaction_timeout": 60000,
+                                               "producer_id": producer_id, "producer_epoch": epoch})
+    assert resp.error_code.value == 0
+    return int(resp.producer_id), int(resp.producer_epoch)
+
+
+def send(client: WireClient, topic: str, pid: int, epoch: int, seq: int, values: list[bytes]) -> tuple[int, int]:
+    data = build_batch([(None, v) for v in values], producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+    part = produce(client, topic, 0, data, acks=-1).responses[0].partition_responses[0]
+    return part.error_code.value, int(part.base_offset)
+
+
+def stored_values(client: WireClient, topic: str) -> list[bytes]:
+    from pulllog.log.records import RecordBatch, iter_batches
+
+    records = fetch(client, topic, 0, 0).responses[0].partitions[0].records or b""
+    return [r.value for _pos, h in iter_batches(records) for r in RecordBatch.from_bytes(records, _pos).records()]
+
+
+@pytest.fixture
+def broker(tmp_path: Path):
+    with BrokerThread(tmp_path / "data") as b:
+        yield b
+
+
+def test_resending_a_batch_returns_the_same_offset_and_stores_one_copy(broker: BrokerThread) -> None:
+    with WireClient(broker.port) as c:
+        pid, epoch = init_producer_id(c)
+        assert send(c, "idem", pid, epoch, 0, [b"a", b"b"]) == (NONE, 0)
+        assert send(c, "idem", pid, epoch, 2, [b"c"]) == (NONE, 2)
+        assert send(c, "idem", pid, epoch, 0, [b"a", b"b"]) == (NONE, 0)  # the lost-response retry
+        assert send(c, "idem", pid, epoch, 2, [b"c"]) == (NONE, 2)
+        assert stored_values(c, "idem") == [b"a", b"b", b"c"]
+
+
+def test_a_sequence_gap_is_out_of_order(broker: BrokerThread) -> None:
+    with WireClient(broker.port) as c:
+        pid, epoch = init_producer_id(c)
+        assert send(c, "gap", pid, epoch, 0, [b"a"])[0] == NONE
+        assert send(c, "gap", pid, epoch, 2, [b"c"])[0] == OUT_OF_ORDER_SEQUENCE_NUMBER
+        assert send(c, "gap", pid, epoch, 1, [b"b"]) == (NONE, 1)
+        assert stored_values(c, "gap") == [b"a", b"b"]
+
+
+def test_a_stale_epoch_is_refused_after_a_bump(broker: BrokerThread) -> None:
+    with WireClient(broker.port) as c:
+        pid, epoch = init_producer_id(c)
+        assert send(c, "fence", pid, epoch, 0, [b"old"])[0] == NONE
+        same_pid, new_epoch = init_producer_id(c, pid, epoch)  # KIP-360 bump
+        assert (same_pid, new_epoch) == (pid, epoch + 1)
+        assert send(c, "fence", pid, new_epoch, 3, [b"x"])[0] == OUT_OF_ORDER_SEQUENCE_NUMBER
+        assert send(c, "fence", pid, new_epoch, 0, [b"new"])[0] == NONE
+        assert send(c, "fence", pid, epoch, 1, [b"zombie"])[0] == INVALID_PRODUCER_EPOCH
+        assert stored_values(c, "fence") == [b"old", b"new"]
+
+
+def test_a_retry_after_a_broker_restart_is_still_deduplicated(tmp_path: Path) -> None:
+    with BrokerThread(tmp_path / "data") as b, WireClient(b.port) as c:
+        pid, epoch = init_producer_id(c)
+        for seq in range(3):
+            assert send(c, "restart", pid, epoch, seq, [b"v%d" % seq])[0] == NONE
+    with BrokerThread(tmp_path / "data") as b, WireClient(b.port) as c:
+        assert send(c, "restart", pid, epoch, 2, [b"v2"]) == (NONE, 2)
+        assert send(c, "restart", pid, epoch, 4, [b"v4"])[0] == OUT_OF_ORDER_SEQUENCE_NUMBER
+        assert send(c, "restart", pid, epoch, 3, [b"v3"]) == (NONE, 3)
+        assert stored_values(c, "restart") == [b"v0", b"v1", b"v2", b"v3"]
+
+
+def test_a_retry_after_a_broker_crash_is_still_deduplicated(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with BrokerThread(data) as b, WireClient(b.port) as c:
+        pid, epoch = init_producer_id(c)
+        for seq in range(3):
+            assert send(c, "crash", pid, epoch, seq, [b"v%d" % seq])[0] == NONE
+    # As if the process had died: no clean-shutdown marker, no snapshot from the close.
+    for partition in data.glob("crash-*"):
+        (partition / ".clean-shutdown").unlink()
+        for snapshot in partition.glob("*.snapshot"):
+            snapshot.unlink()
+    with BrokerThread(data) as b, WireClient(b.port) as c:
+        assert send(c, "crash", pid, epoch, 1, [b"v1"]) == (NONE, 1)
+        assert stored_values(c, "crash") == [b"v0", b"v1", b"v2"]
+
+
+@pytest.mark.parametrize(("pid", "epoch", "seq", "code"), [
+    (7, 0, -1, INVALID_RECORD),
+    (7, -1, 0, INVALID_RECORD),
+    (7, -32768, -(2**31), INVALID_RECORD),
+    (2**63 - 1, 2**15 - 1, 2**31 - 1, NONE),
+    (0, 0, 2**31 - 1, NONE),
+])
+def test_hostile_producer_fields_get_an_error_code_or_are_stored(broker: BrokerThread, pid: int, epoch: int,
+                                                                 seq: int, code: int) -> None:
+    with WireClient(broker.port) as c:
+        assert send(c, "hostile", pid, epoch, seq, [b"x", b"y"])[0] == code
+    assert broker.broker.internal_errors == 0
+
+
+def test_init_producer_id_at_the_epoch_limit_gets_a_new_id(broker: BrokerThread) -> None:
+    with WireClient(broker.port) as c:
+        pid, _ = init_producer_id(c)
+        new_pid, epoch = init_producer_id(c, pid, 2**15 - 1)
+        assert new_pid != pid and epoch == 0
+    assert broker.broker.internal_errors == 0
+
+
+def test_idle_producer_ids_expire(tmp_path: Path) -> None:
+    with BrokerThread(tmp_path / "data", properties={"producer.id.expiration.ms": "1"}) as b, \
+            WireClient(b.port) as c:
+        pid, epoch = init_producer_id(c)
+        assert send(c, "expire", pid, epoch, 0, [b"a"])[0] == NONE
+        time.sleep(0.01)  # past producer.id.expiration.ms
+        assert b.call(b.broker.expire_producer_ids) == 1
+        # Forgotten: a retry is no longer recognised, any sequence is accepted (KIP-360).
+        assert send(c, "expire", pid, epoch, 0, [b"a"]) == (NONE, 1)
+
+
+class LossyProxy:
+    """A TCP proxy in front of the broker that, for the first ``drops`` of every ``every``-th
+    Produce request, forwards the request but cuts the connection instead of forwarding the
+    answer: the batches are in the log, the producer does not know it and must retry."""
+
+    def __init__(self, broker_port: int, every: int, drops: int) -> None:
+        self.broker_port, self.every, self.drops_left = broker_port, every, drops
+        self.produce_requests = 0
+        self.dropped = 0
+        self._lock = threading.Lock()
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.port = self._server.getsockname()[1]
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._sockets: list[socket.socket] = []
+        self._spawn(self._accept)
+
+    def _spawn(self, fn, *args) -> None:  # type: ignore[no-untyped-def]
+        t = threading.Thread(target=fn, args=args, daemon=True)
+        self._threads.append(t)
+        t.start()
+
+    def _accept(self) -> None:
+        self._server.settimeout(0.2)
+        while not self._stop.is_set():
+            try:
+                client, _ = self._server.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.broker_port))
+            self._sockets += [client, upstream]
+            doomed: set[int] = set()
+            self._spawn(self._requests, client, upstream, doomed)
+            self._spawn(self._responses, upstream, client, doomed)
+
+    @staticmethod
+    def _frame(sock) -> bytes | None:  # type: ignore[no-untyped-def]
+        head = b""
+        while len(head) < 4:
+            chunk = sock.recv(4 - len(head))
+            if not chunk:
+                return None
+            head += chunk
+        size = int.from_bytes(head, "big")
+        body = bytearray()
+        while len(body) < size:
+            chunk = sock.recv(min(1 << 16, size - len(body)))
+            if not chunk:
+                return None
+            body += chunk
+        return head + bytes(body)
+
+    def _requests(self, src, dst, doomed: set[int]) -> None:  # type: ignore[no-untyped-def]
+        try:
+            while (frame := self._frame(src)) is not None:
+                api_key = int.from_bytes(frame[4:6], "big")
+                correlation_id = int.from_bytes(frame[8:12], "big")
+                if api_key == 0:
+                    with self._lock:
+                        self.produce_requests += 1
+                        if self.drops_left and self.produce_requests % self.every == 0:
+                            self.drops_left -= 1
+                            doomed.add(correlation_id)
+                dst.sendall(frame)
+        except OSError:
+            pass
+        finally:
+            _close(src, dst)
+
+    def _responses(self, src, dst, doomed: set[int]) -> None:  # type: ignore[no-untyped-def]
+        try:
+            while (frame := self._frame(src)) is not None:
+                if int.from_bytes(frame[4:8], "big") in doomed:
+                    with self._lock:
+                        self.dropped += 1
+                    return  # the answer is lost with the connection
+                dst.sendall(frame)
+        except OSError:
+            pass
+        finally:
+            _close(src, dst)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._server.close()
+        for sock in self._sockets:
+            _close(sock)
+        for t in self._threads:
+            t.join(5)
+
+
+def _close(*socks) -> None:  # type: ignore[no-untyped-def]
+    for sock in socks:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        sock.close()
+
+
+def produce_with_librdkafka(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    errors: list[str] = []
+    producer = confluent_kafka.Producer({
+        "bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 2, "batch.num.messages": 300,
+        "reconnect.backoff.ms": 20, "reconnect.backoff.max.ms": 100, "message.timeout.ms": 60_000})
+    for value in values:
+        while True:
+            try:
+                producer.produce(topic, value, partition=0,
+                                 on_delivery=lambda err, _msg: err is not None and errors.append(str(err)))
+                break
+            except BufferError:
+                producer.poll(0.01)
+        producer.poll(0)
+    assert producer.flush(60) == 0 and errors == []
+
+
+def produce_with_kafka_python(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    import kafka
+
+    producer = kafka.KafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, linger_ms=2,
+                                   batch_size=4096, reconnect_backoff_ms=20, request_timeout_ms=30_000)
+    try:
+        futures = [producer.send(topic, value, partition=0) for value in values]
+        producer.flush(60)
+        assert all(f.get(10) is not None for f in futures)
+    finally:
+        producer.close(10)
+
+
+def produce_with_aiokafka(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    import aiokafka
+
+    async def run() -> None:
+        producer = aiokafka.AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, linger_ms=2,
+                                             max_batch_size=4096, retry_backoff_ms=20, request_timeout_ms=30_000)
+        await producer.start()
+        try:
+            futures = [await producer.send(topic, value, partition=0) for value in values]
+            await producer.flush()
+            for future in futures:
+                await future
+        finally:
+            await producer.stop()
+
+    asyncio.run(run())
+
+
+def produce_with_pulllog(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    from pulllog import Producer
+
+    async def run() -> None:
+        async with Producer(bootstrap, enable_idempotence=True, linger_ms=2, batch_size=4096,
+                            retry_backoff_ms=20) as producer:
+            futures = [await producer.send(topic, value, partition=0) for value in values]
+            await producer.flush()
+            for future in futures:
+                await future
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("client", [produce_with_librdkafka, produce_with_kafka_python, produce_with_aiokafka,
+                                    produce_with_pulllog],
+                         ids=["librdkafka", "kafka-python", "aiokafka", "pulllog"])
+def test_retries_of_answers_lost_in_transit_are_stored_once(tmp_path: Path, client) -> None:  # type: ignore[no-untyped-def]
+    with BrokerThread(tmp_path / "data") as broker:
+        proxy = LossyProxy(broker.port, every=7, drops=6)
+        try:
+            # Clients must reach the broker through the proxy, also after Metadata.
+            broker.call(lambda: setattr(broker.broker, "config", dataclasses.replace(
+                broker.broker.config, advertised_port=proxy.port)))
+            sent = [b"%06d" % i for i in range(20_000)]
+            client(f"127.0.0.1:{proxy.port}", "lossy", sent)
+            assert proxy.dropped >= 3, "the test must have lost some answers"
+            log = broker.call(lambda: broker.broker.topics.partition("lossy", 0).log)
+            stored = broker.call(lambda: [r.value for b in _all_batches(log) for r in b.records()])
+            assert len(stored) == len(set(stored)), f"{len(stored) - len(set(stored))} message(s) stored twice"
+            assert stored == sent
+        finally:
+            proxy.close()
+
+
+def _all_batches(log):  # type: ignore[no-untyped-def]
+    out, offset = [], log.log_start_offset
+    while offset < log.log_end_offset:
+        batches = log.read_batches(offset, 8 << 20)
+        out += batches
+        offset = batches[-1].last_offset + 1
+    return out
