@@ -95,10 +95,12 @@ def test_pipes_between_real_processes(bs) -> None:
 
 def test_tail_sees_a_later_produce(bs) -> None:
     run("produce", "tailed", "--bootstrap-server", bs, stdin=b"old\n")
-    proc = subprocess.Popen([*PULLLOG, "tail", "tailed", "--bootstrap-server", bs], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    # -n 1: printing the last old record shows tail has found the end, so the next record is
+    # produced after that (a fixed sleep raced with tail's start-up on a loaded machine).
+    proc = subprocess.Popen([*PULLLOG, "tail", "tailed", "-n", "1", "--bootstrap-server", bs],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        time.sleep(1.5)  # let tail reach the end before the new record exists
+        assert proc.stdout.readline() == b"old\n"
         run("produce", "tailed", "--bootstrap-server", bs, stdin=b"new\n")
         line = proc.stdout.readline()
         assert line == b"new\n"
