@@ -33,8 +33,11 @@ Hot path: a batch-1 producer sends one small Produce per record, so everything t
 depends only on (api_key, api_version) -- the kio class, its reader, the structural
 check (:mod:`pulllog.net.guard`) and the header version -- is resolved once when the
 :class:`RequestDecoder` is built; decoding a request is one dict lookup, a hand-written
-header parse, the structural check, and kio's native reader. On the client side, Produce
-requests are encoded by hand (:mod:`pulllog.net.produce`), byte for byte what kio writes.
+header parse, the structural check, and kio's native reader. Produce, the one request a
+producer sends per batch, skips both: its body is decoded by hand in one bounds-checked
+pass (:func:`pulllog.net.produce.decode_produce_request`), into named tuples with kio's
+field names. On the client side, Produce requests are encoded by hand too, byte for byte
+what kio writes.
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ from .errors import (
     api_name,
 )
 from .guard import MalformedError, body_skipper, read_uvarint
-from .produce import PRODUCE_MAX_VERSION, PRODUCE_MIN_VERSION, encode_produce_request
+from .produce import PRODUCE_MAX_VERSION, PRODUCE_MIN_VERSION, decode_produce_request, encode_produce_request
 
 __all__ = [
     "API_VERSIONS",
@@ -81,6 +84,7 @@ SupportedApis = Mapping[int, tuple[int, int]]
 """api_key -> (min_version, max_version), inclusive: what the broker serves."""
 
 _FIXED_HEADER: Final = struct.Struct(">hhi")
+_PRODUCE: Final = 0
 _INT16: Final = struct.Struct(">h")
 _INT32: Final = struct.Struct(">i")
 _METADATA: Final = 3
@@ -188,8 +192,29 @@ def _best_effort_client_id(frame: bytes) -> str | None:
 @dataclass(frozen=True, slots=True)
 class _RequestCodec:
     header_version: int
-    check_body: Callable[[bytes, int], bytes | None]
-    read_body: Callable[[bytes, int], tuple[Any, int]]
+    read_body: Callable[[bytes, int], Any]
+    """``(frame, body position) -> body``; raises on a body that does not decode."""
+
+
+def _kio_body_reader(request_type: type[Any]) -> Callable[[bytes, int], Any]:
+    """The structural check (see guard: it keeps kio from aborting), then kio's reader."""
+    check_body = body_skipper(request_type)
+    read = entity_reader(request_type)
+
+    def read_body(frame: bytes, position: int) -> Any:
+        rewritten = check_body(frame, position)
+        if rewritten is None:
+            return read(frame, position)[0]
+        return read(rewritten, 0)[0]  # unknown tagged fields were cut out (see guard)
+
+    return read_body
+
+
+def _produce_body_reader(version: int) -> Callable[[bytes, int], Any]:
+    def read_body(frame: bytes, position: int) -> Any:
+        return decode_produce_request(frame, position, version)
+
+    return read_body
 
 
 class RequestDecoder:
@@ -218,10 +243,10 @@ class RequestDecoder:
                         f"{api_name(api_key)} v{version} is advertised but kio has no "
                         f"schema for it: {error}"
                     ) from None
+                by_hand = api_key == _PRODUCE and PRODUCE_MIN_VERSION <= version <= PRODUCE_MAX_VERSION
                 self._codecs[(api_key, version)] = _RequestCodec(
                     header_version=int(request_type.__header_schema__.__version__),
-                    check_body=body_skipper(request_type),
-                    read_body=entity_reader(request_type),
+                    read_body=_produce_body_reader(version) if by_hand else _kio_body_reader(request_type),
                 )
 
     def decode(self, frame: bytes | bytearray | memoryview) -> Request:
@@ -245,11 +270,7 @@ class RequestDecoder:
         if api_key == _METADATA and api_version >= 9:
             frame = _undo_librdkafka_null_topics(frame, position, api_version)
         try:
-            rewritten = codec.check_body(frame, position)
-            if rewritten is None:
-                body, _ = codec.read_body(frame, position)
-            else:  # unknown tagged fields were cut out (see guard)
-                body, _ = codec.read_body(rewritten, 0)
+            body = codec.read_body(frame, position)
         except Exception as error:
             # The structural check rules out what could crash kio; what is left
             # (bad UTF-8, a null where none is allowed, ...) surfaces as assorted
