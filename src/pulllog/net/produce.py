@@ -63,7 +63,6 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
 from .guard import MalformedError
@@ -96,8 +95,7 @@ _NULL_STRING: Final = b"\xff\xff"  # int16 -1
 _EMPTY_ARRAY: Final = b"\x00\x00\x00\x00"
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionProduceResponse:
+class PartitionProduceResponse(NamedTuple):
     index: int
     error_code: int = 0
     base_offset: int = -1
@@ -108,8 +106,7 @@ class PartitionProduceResponse:
     error_message: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class TopicProduceResponse:
+class TopicProduceResponse(NamedTuple):
     name: str
     partitions: Sequence[PartitionProduceResponse]
 
@@ -230,6 +227,7 @@ class ProduceRequestData(NamedTuple):
     topic_data: list[TopicProduceData]
 
 
+_new: Final = tuple.__new__  # a named tuple without its keyword-handling __new__
 _LENGTH16: Final = _INT16.unpack_from
 _LENGTH32: Final = _INT32.unpack_from
 _ACKS_TIMEOUT_AT: Final = _ACKS_TIMEOUT.unpack_from
@@ -354,10 +352,10 @@ def decode_produce_request(frame: bytes, position: int, version: int) -> Produce
                 position += length
             if flexible:
                 position = _skip_tags(frame, position, end)
-            partition_data.append(PartitionProduceData(index, records))
+            partition_data.append(_new(PartitionProduceData, (index, records)))
         if flexible:
             position = _skip_tags(frame, position, end)
-        topic_data.append(TopicProduceData(name, partition_data))
+        topic_data.append(_new(TopicProduceData, (name, partition_data)))
     if flexible:
         position = _skip_tags(frame, position, end)
     if position != end:
@@ -365,4 +363,4 @@ def decode_produce_request(frame: bytes, position: int, version: int) -> Produce
             f"{end - position} unexpected bytes after the body (ends at byte {position} of {end}): "
             "client and broker disagree about the schema"
         )
-    return ProduceRequestData(transactional_id, acks, timeout_ms, topic_data)
+    return _new(ProduceRequestData, (transactional_id, acks, timeout_ms, topic_data))

@@ -47,7 +47,7 @@ import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Final, TypeVar, cast
+from typing import Any, Final, NamedTuple, TypeVar, cast
 
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
@@ -104,15 +104,19 @@ class RequestHeader:
     client_id: str | None
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
-    """One decoded request: header fields plus the kio body entity."""
+class Request(NamedTuple):
+    """One decoded request: header fields plus the body (a kio entity; Produce: see
+    :class:`pulllog.net.produce.ProduceRequestData`). A named tuple: one is built per
+    request, and a tuple costs a third of a frozen dataclass."""
 
     api_key: int
     api_version: int
     correlation_id: int
     client_id: str | None
     body: RequestPayload
+
+
+_new_request = tuple.__new__
 
 
 def request_header_version(api_key: int, api_version: int) -> int:
@@ -139,12 +143,23 @@ def parse_request_header(frame: bytes, header_version: int) -> tuple[RequestHead
             "closing the connection"
         )
     api_key, api_version, correlation_id = _FIXED_HEADER.unpack_from(frame, 0)
+    client_id, position = _header_tail(frame, header_version, api_key, api_version, correlation_id)
+    return RequestHeader(api_key, api_version, correlation_id, client_id), position
+
+
+def _header_tail(
+    frame: bytes, header_version: int, api_key: int, api_version: int, correlation_id: int
+) -> tuple[str | None, int]:
+    """client_id and the offset of the body, after the 8 fixed bytes."""
     if header_version == 0:
-        return RequestHeader(api_key, api_version, correlation_id, None), 8
+        return None, 8
     try:
         client_id, position = _read_client_id(frame)
         if header_version >= 2:
-            position = _skip_tag_buffer(frame, position)
+            if position < len(frame) and frame[position] == 0:  # no tagged fields: the usual
+                position += 1
+            else:
+                position = _skip_tag_buffer(frame, position)
     except (MalformedError, UnicodeDecodeError) as error:
         raise InvalidRequestError(
             f"{api_name(api_key)} v{api_version} request header does not decode: {error}",
@@ -152,7 +167,7 @@ def parse_request_header(frame: bytes, header_version: int) -> tuple[RequestHead
             api_key=api_key,
             api_version=api_version,
         ) from None
-    return RequestHeader(api_key, api_version, correlation_id, client_id), position
+    return client_id, position
 
 
 def _read_client_id(frame: bytes) -> tuple[str | None, int]:
@@ -266,7 +281,7 @@ class RequestDecoder:
         codec = self._codecs.get((api_key, api_version))
         if codec is None:
             raise self._refusal(frame, api_key, api_version, correlation_id)
-        header, position = parse_request_header(frame, codec.header_version)
+        client_id, position = _header_tail(frame, codec.header_version, api_key, api_version, correlation_id)
         if api_key == _METADATA and api_version >= 9:
             frame = _undo_librdkafka_null_topics(frame, position, api_version)
         try:
@@ -280,9 +295,9 @@ class RequestDecoder:
                 correlation_id=correlation_id,
                 api_key=api_key,
                 api_version=api_version,
-                client_id=header.client_id,
+                client_id=client_id,
             ) from None
-        return Request(api_key, api_version, correlation_id, header.client_id, body)
+        return _new_request(Request, (api_key, api_version, correlation_id, client_id, body))
 
     def _refusal(
         self, frame: bytes, api_key: int, api_version: int, correlation_id: int

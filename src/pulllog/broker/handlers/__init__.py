@@ -15,7 +15,7 @@ import importlib
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from ...net.protocol import Request
@@ -24,8 +24,9 @@ if TYPE_CHECKING:
 __all__ = ["Handler", "RequestContext", "handler", "registry"]
 
 
-@dataclass(frozen=True, slots=True)
-class RequestContext:
+class RequestContext(NamedTuple):
+    """What a handler gets: the request and who sent it (one per request, so a tuple)."""
+
     request: "Request"
     client_host: str
     client_port: int
