@@ -34,11 +34,11 @@ BROKER = textwrap.dedent(
     import sys, anyio
     from pulllog.broker import Broker
     async def main():
-        broker = Broker(data_dir=sys.argv[1], port=int(sys.argv[2]))
+        broker = Broker(data_dir=sys.argv[1], port=0)
         async with anyio.create_task_group() as tg:
             await tg.start(broker.serve)
-            print("ready", flush=True)
-    anyio.run(main, **({"backend_options": {"use_uvloop": True}} if sys.argv[3] == "uvloop" else {}))
+            print("ready", broker.port, flush=True)
+    anyio.run(main, **({"backend_options": {"use_uvloop": True}} if sys.argv[2] == "uvloop" else {}))
     """
 )
 
@@ -124,12 +124,6 @@ def pulllog_client_case(port: int, requests: int, window: int) -> None:
     asyncio.run(produce())
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=20_000)
@@ -149,13 +143,14 @@ def main() -> None:
     value = os.urandom(200)
     records = build_batch([(None, value)])
     with tempfile.TemporaryDirectory(prefix="bench-broker-") as tmp:
-        port = free_port()
-        proc = subprocess.Popen([sys.executable, "-c", BROKER, tmp, str(port), args.broker_loop],
+        proc = subprocess.Popen([sys.executable, "-c", BROKER, tmp, args.broker_loop],
                                 stdout=subprocess.PIPE, text=True)
         try:
             assert proc.stdout is not None
-            if proc.stdout.readline().strip() != "ready":
+            ready = proc.stdout.readline().split()
+            if len(ready) != 2 or ready[0] != "ready":
                 raise SystemExit("the broker did not start")
+            port = int(ready[1])
             request = produce_request(args.version, 1, "bench", records)
             run_case(port, request, 200, 1)  # auto-creates the topic, warms up
             if args.client == "pulllog":
