@@ -99,6 +99,11 @@ def run_case(port: int, request: bytes, requests: int, window: int) -> None:
             done += 1
 
 
+def minor_faults(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[7])
+
+
 def cpu_seconds(pid: int) -> tuple[float, float]:
     """(user, system) CPU seconds of the process so far."""
     with open(f"/proc/{pid}/stat") as f:
@@ -178,6 +183,9 @@ def main() -> None:
                       f"(range {min(us):.1f}-{max(us):.1f}; user {statistics.median(u for u, _ in runs):.1f}, "
                       f"system {statistics.median(s for _, s in runs):.1f})")
             for w in windows:
+                faults = minor_faults(proc.pid)
+                case(w)
+                print(f"window {w}: {(minor_faults(proc.pid) - faults) / args.requests:.2f} minor page faults per request")
                 if args.strace:
                     out = Path(tmp) / f"strace-{w}.txt"
                     tracer = subprocess.Popen(["strace", "-c", "-f", "-o", str(out), "-p", str(proc.pid)],

@@ -90,6 +90,7 @@ _INT16: Final = struct.Struct(">h")
 _INT32: Final = struct.Struct(">i")
 _INT64: Final = struct.Struct(">q")
 _PARTITION: Final = struct.Struct(">ihqq")  # index, error code, base offset, log append time
+_PARTITION_V5: Final = struct.Struct(">ihqqq")  # ... and log start offset
 _RECORD_ERROR: Final = struct.Struct(">i")
 _NULL_STRING: Final = b"\xff\xff"  # int16 -1
 _EMPTY_ARRAY: Final = b"\x00\x00\x00\x00"
@@ -146,10 +147,15 @@ def encode_produce_response(
         append(_string(topic.name, flexible))
         append(_count(len(topic.partitions), flexible))
         for p in topic.partitions:
-            append(_PARTITION.pack(p.index, p.error_code, p.base_offset, p.log_append_time_ms))
             if version >= 5:
-                append(_INT64.pack(p.log_start_offset))
+                append(_PARTITION_V5.pack(p.index, p.error_code, p.base_offset, p.log_append_time_ms,
+                                          p.log_start_offset))
+            else:
+                append(_PARTITION.pack(p.index, p.error_code, p.base_offset, p.log_append_time_ms))
             if version >= 8:
+                if not p.record_errors and p.error_message is None:  # every accepted append
+                    append(b"\x01\x00\x00" if flexible else b"\x00\x00\x00\x00\xff\xff")
+                    continue
                 if p.record_errors:
                     append(_count(len(p.record_errors), flexible))
                     for batch_index, message in p.record_errors:
