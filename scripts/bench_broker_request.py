@@ -78,7 +78,7 @@ def recv_exactly(sock: socket.socket, n: int, buf: bytearray) -> None:
         got += r
 
 
-def run_case(port: int, request: bytes, requests: int, window: int) -> None:
+def run_case(port: int, request: bytes, requests: int, window: int, think_us: float = 0, sleep_us: float = 0) -> None:
     with socket.create_connection(("127.0.0.1", port)) as sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         head = bytearray(4)
@@ -88,6 +88,12 @@ def run_case(port: int, request: bytes, requests: int, window: int) -> None:
         done = 0
         while done < requests:
             while in_flight < window and sent < requests:
+                if think_us:  # a client that works between requests (pulllog's Producer: ~150 us)
+                    until = time.perf_counter() + think_us / 1e6
+                    while time.perf_counter() < until:
+                        pass
+                if sleep_us:
+                    time.sleep(sleep_us / 1e6)
                 sock.sendall(request)
                 sent += 1
                 in_flight += 1
@@ -138,6 +144,8 @@ def main() -> None:
     parser.add_argument("--broker-loop", choices=("asyncio", "uvloop"), default="asyncio")
     parser.add_argument("--client", choices=("raw", "pulllog"), default="raw",
                         help="raw: the minimal socket client; pulllog: pulllog's Producer (window ignored)")
+    parser.add_argument("--think-us", type=float, default=0, help="raw client: busy-wait this long before each send")
+    parser.add_argument("--sleep-us", type=float, default=0, help="raw client: sleep this long before each send")
     parser.add_argument("--strace", action="store_true", help="count the broker's syscalls (one extra run per case)")
     parser.add_argument("--py-spy", metavar="DIR", help="record a py-spy profile per case into DIR (one extra run)")
     args = parser.parse_args()
@@ -165,7 +173,7 @@ def main() -> None:
                 if args.client == "pulllog":
                     pulllog_client_case(port, args.requests, w)
                 else:
-                    run_case(port, request, args.requests, w)
+                    run_case(port, request, args.requests, w, args.think_us, args.sleep_us)
 
             results: dict[int, list[tuple[float, float]]] = {w: [] for w in windows}
             for _ in range(args.runs):
