@@ -14,6 +14,7 @@ import uuid
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kio.index import load_request_schema
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.fetch.v15 import request as fetch_v15
 from kio.schema.index import api_key_map, schema_name_map
@@ -23,6 +24,7 @@ from kio.schema.metadata.v12 import response as metadata_v12_response
 from kio.schema.produce.v9 import request as produce_v9
 from kio.static.constants import EntityType
 from kio.static.primitive import i16, i32, i32Timedelta, i64
+from test_net_produce import _request, produce_fields
 
 from pulllog.net import (
     FrameDecoder,
@@ -34,6 +36,7 @@ from pulllog.net import (
     encode_request,
     frame,
 )
+from pulllog.net.protocol import _kio_body_reader, parse_request_header
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -213,8 +216,6 @@ def test_random_responses_raise_only_invalid_response(data: bytes) -> None:
 
 
 def _produce_frame(version: int, transactional_id: str | None) -> bytes:
-    from test_net_produce import _request
-
     return encode_request(_request(version, transactional_id), correlation_id=9, client_id="p")[4:]  # type: ignore[arg-type]
 
 
@@ -223,11 +224,6 @@ PRODUCE_CORPUS = [_produce_frame(v, t) for v in range(3, 10) for t in (None, "tx
 
 def _kio_produce(frame: bytes) -> tuple[object, ...] | None:
     """What kio (behind the structural guard) reads from the frame, or None if it refuses it."""
-    from kio.index import load_request_schema
-
-    from pulllog.net.protocol import _kio_body_reader, parse_request_header
-    from test_net_produce import produce_fields
-
     version = struct.unpack_from(">h", frame, 2)[0]
     try:
         _header, position = parse_request_header(frame, 2 if version >= 9 else 1)
@@ -242,8 +238,6 @@ def test_produce_decoded_by_hand_agrees_with_kio(request: bytes, data: st.DataOb
     """The hand decoder accepts what kio + guard accept, with the same fields, and refuses the
     rest with a RequestError. The one deliberate difference: a null topic or partition array,
     which Kafka's schema does not allow (kio hands the handler None)."""
-    from test_net_produce import produce_fields
-
     mutated = bytearray(request)
     for _ in range(data.draw(st.integers(0, 3))):
         kind = data.draw(st.sampled_from(["flip", "insert", "delete", "truncate"]))
@@ -274,6 +268,4 @@ def test_produce_corpus_decodes_by_hand_as_kio_does() -> None:
         body = DECODER.decode(request).body
         assert type(body).__name__ == "ProduceRequestData"
         assert _kio_produce(request) is not None
-        from test_net_produce import produce_fields
-
         assert produce_fields(body) == _kio_produce(request)

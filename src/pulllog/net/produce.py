@@ -70,10 +70,10 @@ from .guard import MalformedError
 __all__ = [
     "PRODUCE_MAX_VERSION",
     "PRODUCE_MIN_VERSION",
+    "PartitionProduceData",
     "PartitionProduceResponse",
     "ProduceRequestData",
     "TopicProduceData",
-    "PartitionProduceData",
     "TopicProduceResponse",
     "decode_produce_request",
     "encode_produce_request",

@@ -61,7 +61,12 @@ from .errors import (
     api_name,
 )
 from .guard import MalformedError, body_skipper, read_uvarint
-from .produce import PRODUCE_MAX_VERSION, PRODUCE_MIN_VERSION, decode_produce_request, encode_produce_request
+from .produce import (
+    PRODUCE_MAX_VERSION,
+    PRODUCE_MIN_VERSION,
+    decode_produce_request,
+    encode_produce_request,
+)
 
 __all__ = [
     "API_VERSIONS",
