@@ -180,7 +180,7 @@ class Connection(asyncio.Protocol):
         handler = broker.handlers[request.api_key]
         ctx = RequestContext(request, self.peer[0], self.peer[1], self.id)
         try:
-            response = handler.fn(broker, ctx)
+            response: Any = handler.fn(broker, ctx)
             if handler.waits:
                 response = await response
         except (OperationCancelled, asyncio.CancelledError):
@@ -218,7 +218,7 @@ class Connection(asyncio.Protocol):
                 break  # the task refuses it, in order, as it refuses any other
             ctx = RequestContext(request, self.peer[0], self.peer[1], self.id)
             try:
-                response = handler.fn(broker, ctx)
+                response: Any = handler.fn(broker, ctx)
             except OperationCancelled:
                 response = None
                 self._closing = True

@@ -97,7 +97,7 @@ _EMPTY_ARRAY: Final = b"\x00\x00\x00\x00"
 
 
 class PartitionProduceResponse(NamedTuple):
-    index: int
+    index: int  # type: ignore[assignment]  # kio's name; shadows tuple.index(), which nothing calls
     error_code: int = 0
     base_offset: int = -1
     log_append_time_ms: int = -1
@@ -215,7 +215,7 @@ def encode_produce_request(body: Any, version: int, correlation_id: int, client_
 
 
 class PartitionProduceData(NamedTuple):
-    index: int
+    index: int  # type: ignore[assignment]  # kio's name; shadows tuple.index(), which nothing calls
     records: bytes | None
 
 
