@@ -1,4 +1,8 @@
-"""Pipelined requests: every answer, in order, and none held back behind a long poll."""
+"""Pipelined requests: every answer, in order, and none held back behind a long poll.
+
+Produce requests are answered inside ``data_received`` while the connection's task is idle,
+and by the task once any request needs it: these tests mix the two in one read.
+"""
 
 from __future__ import annotations
 
@@ -12,10 +16,10 @@ from pulllog.testing import BrokerThread
 from kafka_wire import WireClient
 
 
-def _produce_frame(correlation_id: int, topic: str, value: bytes) -> bytes:
+def _produce_frame(correlation_id: int, topic: str, value: bytes, acks: int = 1) -> bytes:
     batch = build_batch([(None, value, 1_700_000_000_000)], timestamp=1_700_000_000_000)
     body = build(request_class("produce", 9), {
-        "transactional_id": None, "acks": 1, "timeout": 5000,
+        "transactional_id": None, "acks": acks, "timeout": 5000,
         "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}]})
     return encode_request(body, correlation_id=correlation_id, client_id="pipeline-test")
 
@@ -49,3 +53,53 @@ def test_produce_answers_do_not_wait_behind_a_long_poll_that_follows_them(pulllo
         ids = [struct.unpack_from(">i", c.read_frame())[0] for _ in range(10)]
 
     assert ids == list(range(10))
+
+
+def _metadata_frame(correlation_id: int) -> bytes:
+    body = build(request_class("metadata", 12), {
+        "topics": None, "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})
+    return encode_request(body, correlation_id=correlation_id, client_id="pipeline-test")
+
+
+def test_produces_around_other_requests_in_one_read_are_answered_in_order(pulllog_broker: BrokerThread) -> None:
+    frames = [_produce_frame(i, "mixed", b"m%d" % i) for i in range(5)]
+    frames += [_metadata_frame(5)]
+    frames += [_produce_frame(i, "mixed", b"m%d" % i) for i in range(6, 9)]
+    frames += [_metadata_frame(9), _produce_frame(10, "mixed", b"last")]
+    with WireClient(pulllog_broker.port) as c:
+        c.send_raw(b"".join(frames))
+
+        ids = [struct.unpack_from(">i", c.read_frame())[0] for _ in range(11)]
+        # and one request at a time afterwards: the connection is idle again
+        c.send_raw(_produce_frame(11, "mixed", b"alone"))
+        cid, body = decode_response(c.read_frame(), response_class("produce", 9))
+
+    assert ids == list(range(11))
+    assert (cid, int(body.responses[0].partition_responses[0].base_offset)) == (11, 9)
+
+
+def test_acks_0_produces_get_no_answer_and_the_next_request_does(pulllog_broker: BrokerThread) -> None:
+    frames = [_produce_frame(i, "acks-zero", b"z", acks=0) for i in range(3)] + [_metadata_frame(3)]
+    with WireClient(pulllog_broker.port) as c:
+        c.send_raw(b"".join(frames))
+        assert struct.unpack_from(">i", c.read_frame())[0] == 3
+        c.send_raw(_produce_frame(4, "acks-zero", b"acked"))
+        cid, body = decode_response(c.read_frame(), response_class("produce", 9))
+
+    assert (cid, int(body.responses[0].partition_responses[0].base_offset)) == (4, 3)
+
+
+def test_a_produce_that_does_not_decode_closes_the_connection_after_the_answers_before_it(
+    pulllog_broker: BrokerThread,
+) -> None:
+    good = [_produce_frame(i, "then-junk", b"g") for i in range(3)]
+    junk = _produce_frame(3, "then-junk", b"j")
+    junk = struct.pack(">i", len(junk) - 4 + 2) + junk[4:] + b"\x00\x00"  # trailing bytes: a bad body
+    with WireClient(pulllog_broker.port) as c:
+        c.send_raw(b"".join(good) + junk + _produce_frame(4, "then-junk", b"never"))
+
+        ids = [struct.unpack_from(">i", c.read_frame())[0] for _ in range(3)]
+        assert c.is_closed_by_peer()
+
+    assert ids == [0, 1, 2]
+    assert pulllog_broker.broker is not None and pulllog_broker.broker.internal_errors == 0

@@ -38,6 +38,7 @@ from pulllog.net import (
     request_header_version,
     response_header_version,
 )
+from test_net_produce import produce_fields
 
 SUPPORTED = {0: (3, 11), 1: (4, 13), 3: (0, 12), 18: (0, 3)}
 DECODER = RequestDecoder(SUPPORTED)
@@ -195,7 +196,7 @@ def test_kafka_python_produce_request_v9() -> None:
     )
     message.with_header(correlation_id=9, client_id="producer-1")
     request = DECODER.decode(unframe(message.encode(header=True, framed=True)))
-    assert request.body == produce_v9.ProduceRequest(
+    assert produce_fields(request.body) == produce_fields(produce_v9.ProduceRequest(
         transactional_id=None,
         acks=i16(-1),
         timeout=millis(1500),
@@ -205,7 +206,7 @@ def test_kafka_python_produce_request_v9() -> None:
                 partition_data=(produce_v9.PartitionProduceData(index=i32(0), records=b"xyz"),),
             ),
         ),
-    )
+    ))
 
 
 # --- refusals: unknown api key, unsupported version ----------------------------------
@@ -441,7 +442,7 @@ def test_hot_path_decode_of_a_one_record_produce_is_cheap() -> None:
         ),
     )
     frame = unframe(encode_request(body, correlation_id=1, client_id="producer"))
-    assert DECODER.decode(frame).body == body
+    assert produce_fields(DECODER.decode(frame).body) == produce_fields(body)
     rounds = 2000
     started = time.perf_counter()
     for _ in range(rounds):

@@ -41,6 +41,7 @@ import enum
 import struct
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from crc32c import crc32c
 
@@ -166,9 +167,14 @@ def decode_varint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, i
 # ---------------------------------------------------------------------------- header
 
 
-@dataclass(frozen=True, slots=True)
-class BatchHeader:
-    """The fixed 61-byte header of a batch: everything the broker needs, no records decoded."""
+class BatchHeader(NamedTuple):
+    """The fixed 61-byte header of a batch: everything the broker needs, no records decoded.
+
+    A named tuple, not a dataclass: the broker reads one per batch it receives, which for a
+    batch-1 producer is once per request, and a tuple is built straight from ``unpack_from``
+    (a frozen 13-field dataclass took ~5x as long, assigning each field through
+    ``object.__setattr__``).
+    """
 
     base_offset: int
     batch_length: int
@@ -223,6 +229,9 @@ class BatchHeader:
         return self.base_timestamp if self.has_delete_horizon else NO_TIMESTAMP
 
 
+_new_header = tuple.__new__
+
+
 def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
     """Parse the header at ``pos``. Checks the magic byte, nothing else."""
     if len(buf) - pos < BATCH_HEADER_SIZE:
@@ -231,7 +240,7 @@ def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeade
         raise InvalidRecordError(
             f"batch header needs {BATCH_HEADER_SIZE} bytes, {len(buf) - pos} remain"
         )
-    header = BatchHeader(*_HEADER.unpack_from(buf, pos))
+    header = _new_header(BatchHeader, _HEADER.unpack_from(buf, pos))
     if header.magic != MAGIC:
         if header.magic in (0, 1):
             raise UnsupportedMagicError(_magic_message(header.magic))

@@ -33,8 +33,11 @@ Hot path: a batch-1 producer sends one small Produce per record, so everything t
 depends only on (api_key, api_version) -- the kio class, its reader, the structural
 check (:mod:`pulllog.net.guard`) and the header version -- is resolved once when the
 :class:`RequestDecoder` is built; decoding a request is one dict lookup, a hand-written
-header parse, the structural check, and kio's native reader. On the client side, Produce
-requests are encoded by hand (:mod:`pulllog.net.produce`), byte for byte what kio writes.
+header parse, the structural check, and kio's native reader. Produce, the one request a
+producer sends per batch, skips both: its body is decoded by hand in one bounds-checked
+pass (:func:`pulllog.net.produce.decode_produce_request`), into named tuples with kio's
+field names. On the client side, Produce requests are encoded by hand too, byte for byte
+what kio writes.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Final, TypeVar, cast
+from typing import Any, Final, NamedTuple, TypeVar, cast
 
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
@@ -58,7 +61,12 @@ from .errors import (
     api_name,
 )
 from .guard import MalformedError, body_skipper, read_uvarint
-from .produce import PRODUCE_MAX_VERSION, PRODUCE_MIN_VERSION, encode_produce_request
+from .produce import (
+    PRODUCE_MAX_VERSION,
+    PRODUCE_MIN_VERSION,
+    decode_produce_request,
+    encode_produce_request,
+)
 
 __all__ = [
     "API_VERSIONS",
@@ -81,6 +89,7 @@ SupportedApis = Mapping[int, tuple[int, int]]
 """api_key -> (min_version, max_version), inclusive: what the broker serves."""
 
 _FIXED_HEADER: Final = struct.Struct(">hhi")
+_PRODUCE: Final = 0
 _INT16: Final = struct.Struct(">h")
 _INT32: Final = struct.Struct(">i")
 _METADATA: Final = 3
@@ -100,15 +109,19 @@ class RequestHeader:
     client_id: str | None
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
-    """One decoded request: header fields plus the kio body entity."""
+class Request(NamedTuple):
+    """One decoded request: header fields plus the body (a kio entity; Produce: see
+    :class:`pulllog.net.produce.ProduceRequestData`). A named tuple: one is built per
+    request, and a tuple costs a third of a frozen dataclass."""
 
     api_key: int
     api_version: int
     correlation_id: int
     client_id: str | None
     body: RequestPayload
+
+
+_new_request = tuple.__new__
 
 
 def request_header_version(api_key: int, api_version: int) -> int:
@@ -135,12 +148,23 @@ def parse_request_header(frame: bytes, header_version: int) -> tuple[RequestHead
             "closing the connection"
         )
     api_key, api_version, correlation_id = _FIXED_HEADER.unpack_from(frame, 0)
+    client_id, position = _header_tail(frame, header_version, api_key, api_version, correlation_id)
+    return RequestHeader(api_key, api_version, correlation_id, client_id), position
+
+
+def _header_tail(
+    frame: bytes, header_version: int, api_key: int, api_version: int, correlation_id: int
+) -> tuple[str | None, int]:
+    """client_id and the offset of the body, after the 8 fixed bytes."""
     if header_version == 0:
-        return RequestHeader(api_key, api_version, correlation_id, None), 8
+        return None, 8
     try:
         client_id, position = _read_client_id(frame)
         if header_version >= 2:
-            position = _skip_tag_buffer(frame, position)
+            if position < len(frame) and frame[position] == 0:  # no tagged fields: the usual
+                position += 1
+            else:
+                position = _skip_tag_buffer(frame, position)
     except (MalformedError, UnicodeDecodeError) as error:
         raise InvalidRequestError(
             f"{api_name(api_key)} v{api_version} request header does not decode: {error}",
@@ -148,7 +172,7 @@ def parse_request_header(frame: bytes, header_version: int) -> tuple[RequestHead
             api_key=api_key,
             api_version=api_version,
         ) from None
-    return RequestHeader(api_key, api_version, correlation_id, client_id), position
+    return client_id, position
 
 
 def _read_client_id(frame: bytes) -> tuple[str | None, int]:
@@ -188,8 +212,29 @@ def _best_effort_client_id(frame: bytes) -> str | None:
 @dataclass(frozen=True, slots=True)
 class _RequestCodec:
     header_version: int
-    check_body: Callable[[bytes, int], bytes | None]
-    read_body: Callable[[bytes, int], tuple[Any, int]]
+    read_body: Callable[[bytes, int], Any]
+    """``(frame, body position) -> body``; raises on a body that does not decode."""
+
+
+def _kio_body_reader(request_type: type[Any]) -> Callable[[bytes, int], Any]:
+    """The structural check (see guard: it keeps kio from aborting), then kio's reader."""
+    check_body = body_skipper(request_type)
+    read = entity_reader(request_type)
+
+    def read_body(frame: bytes, position: int) -> Any:
+        rewritten = check_body(frame, position)
+        if rewritten is None:
+            return read(frame, position)[0]
+        return read(rewritten, 0)[0]  # unknown tagged fields were cut out (see guard)
+
+    return read_body
+
+
+def _produce_body_reader(version: int) -> Callable[[bytes, int], Any]:
+    def read_body(frame: bytes, position: int) -> Any:
+        return decode_produce_request(frame, position, version)
+
+    return read_body
 
 
 class RequestDecoder:
@@ -218,10 +263,10 @@ class RequestDecoder:
                         f"{api_name(api_key)} v{version} is advertised but kio has no "
                         f"schema for it: {error}"
                     ) from None
+                by_hand = api_key == _PRODUCE and PRODUCE_MIN_VERSION <= version <= PRODUCE_MAX_VERSION
                 self._codecs[(api_key, version)] = _RequestCodec(
                     header_version=int(request_type.__header_schema__.__version__),
-                    check_body=body_skipper(request_type),
-                    read_body=entity_reader(request_type),
+                    read_body=_produce_body_reader(version) if by_hand else _kio_body_reader(request_type),
                 )
 
     def decode(self, frame: bytes | bytearray | memoryview) -> Request:
@@ -241,15 +286,11 @@ class RequestDecoder:
         codec = self._codecs.get((api_key, api_version))
         if codec is None:
             raise self._refusal(frame, api_key, api_version, correlation_id)
-        header, position = parse_request_header(frame, codec.header_version)
+        client_id, position = _header_tail(frame, codec.header_version, api_key, api_version, correlation_id)
         if api_key == _METADATA and api_version >= 9:
             frame = _undo_librdkafka_null_topics(frame, position, api_version)
         try:
-            rewritten = codec.check_body(frame, position)
-            if rewritten is None:
-                body, _ = codec.read_body(frame, position)
-            else:  # unknown tagged fields were cut out (see guard)
-                body, _ = codec.read_body(rewritten, 0)
+            body = codec.read_body(frame, position)
         except Exception as error:
             # The structural check rules out what could crash kio; what is left
             # (bad UTF-8, a null where none is allowed, ...) surfaces as assorted
@@ -259,9 +300,9 @@ class RequestDecoder:
                 correlation_id=correlation_id,
                 api_key=api_key,
                 api_version=api_version,
-                client_id=header.client_id,
+                client_id=client_id,
             ) from None
-        return Request(api_key, api_version, correlation_id, header.client_id, body)
+        return _new_request(Request, (api_key, api_version, correlation_id, client_id, body))
 
     def _refusal(
         self, frame: bytes, api_key: int, api_version: int, correlation_id: int

@@ -2,14 +2,20 @@
 
 A newcomer finds the Fetch code in ``fetch.py``. ApiVersions is derived from this registry,
 so what the broker advertises cannot drift from what it implements.
+
+A handler is an ``async def`` when it may wait (long polls, rebalances), or a plain ``def``
+when it never does (Produce: validate, append, answer). The server runs a plain one right
+where the request's bytes arrive, without waking the connection's task: for a producer
+that sends one request at a time, that task switch is a large part of the request's cost.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from ...net.protocol import Request
@@ -18,8 +24,9 @@ if TYPE_CHECKING:
 __all__ = ["Handler", "RequestContext", "handler", "registry"]
 
 
-@dataclass(frozen=True, slots=True)
-class RequestContext:
+class RequestContext(NamedTuple):
+    """What a handler gets: the request and who sent it (one per request, so a tuple)."""
+
     request: "Request"
     client_host: str
     client_port: int
@@ -34,7 +41,7 @@ class RequestContext:
         return self.request.body
 
 
-HandlerFn = Callable[["Broker", RequestContext], Awaitable[Any]]
+HandlerFn = Callable[["Broker", RequestContext], Awaitable[Any] | Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +51,8 @@ class Handler:
     min_version: int
     max_version: int
     fn: HandlerFn
+    waits: bool
+    """True for an ``async def`` handler (await its result); False: ``fn`` answers at once."""
 
 
 _REGISTRY: dict[int, Handler] = {}
@@ -79,7 +88,8 @@ def handler(api_key: int, name: str, min_version: int, max_version: int) -> Call
     def register(fn: HandlerFn) -> HandlerFn:
         if api_key in _REGISTRY:
             raise RuntimeError(f"two handlers for api key {api_key}")
-        _REGISTRY[api_key] = Handler(api_key, name, min_version, max_version, fn)
+        _REGISTRY[api_key] = Handler(api_key, name, min_version, max_version, fn,
+                                     waits=inspect.iscoroutinefunction(fn))
         return fn
 
     return register

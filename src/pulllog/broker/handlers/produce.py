@@ -7,7 +7,9 @@ acks=-1 is satisfied as soon as the append returns (the high watermark is the lo
 offset); with replication it will wait in the purgatory.
 
 The answer is encoded by hand (``pulllog.net.produce``), not through kio: a producer that
-sends one record per request makes this the broker's most frequent response.
+sends one record per request makes this the broker's most frequent response. For the same
+reason the handler is a plain function: it never waits, so the server runs it as soon as
+the request's bytes arrive (see ``pulllog.broker.server``).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ def _partition_error(index: int, code: ErrorCode, message: str | None = None,
 
 
 @handler(0, "Produce", 3, 9)
-async def handle(broker: "Broker", ctx: RequestContext) -> bytes | None:
+def handle(broker: "Broker", ctx: RequestContext) -> bytes | None:
     body = ctx.body
     acks = body.acks
     responses = []

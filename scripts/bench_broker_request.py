@@ -1,0 +1,228 @@
+#!/usr/bin/env python3
+"""Broker CPU per Produce request at batch size 1, without a real client in the way.
+
+A blocking-socket client sends the same one-record Produce request (a 200-byte value, acks=1)
+``--requests`` times to a broker in its own process, either one at a time (send, wait for the
+answer: what pulllog's and aiokafka's producers do at batch 1) or ``--window`` requests in
+flight (librdkafka pipelines). The client does next to no work, so the broker's user+system
+CPU (from /proc) divided by the requests is the broker's per-request cost, and a run takes
+seconds. Run it under two PYTHONPATHs to A/B a change (the broker inherits it)::
+
+    PYTHONPATH=src python scripts/bench_broker_request.py --window 1 --window 16 --runs 3
+    PYTHONPATH=src python scripts/bench_broker_request.py --strace   # syscalls per request
+
+Reported per case: broker CPU µs per request (median and range over the runs) and, with
+``--strace``, the broker's syscalls per request by name (strace -c -f attached for one run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+BROKER = textwrap.dedent(
+    """
+    import sys, anyio
+    from pulllog.broker import Broker
+    async def main():
+        broker = Broker(data_dir=sys.argv[1], port=0)
+        async with anyio.create_task_group() as tg:
+            await tg.start(broker.serve)
+            print("ready", broker.port, flush=True)
+    anyio.run(main, **({"backend_options": {"use_uvloop": True}} if sys.argv[2] == "uvloop" else {}))
+    """
+)
+
+
+def produce_request(version: int, correlation_id: int, topic: str, records: bytes) -> bytes:
+    from pulllog.net.produce import encode_produce_request
+
+    class Partition:
+        index = 0
+
+    Partition.records = records  # type: ignore[attr-defined]
+
+    class TopicData:
+        name = topic
+        partition_data = [Partition]
+
+    class Body:
+        transactional_id = None
+        acks = 1
+        topic_data = [TopicData]
+
+        class timeout:  # noqa: N801
+            @staticmethod
+            def total_seconds() -> float:
+                return 30.0
+
+    return encode_produce_request(Body, version, correlation_id, "bench-broker")
+
+
+def recv_exactly(sock: socket.socket, n: int, buf: bytearray) -> None:
+    view = memoryview(buf)[:n]
+    got = 0
+    while got < n:
+        r = sock.recv_into(view[got:])
+        if not r:
+            raise SystemExit("the broker closed the connection")
+        got += r
+
+
+def run_case(port: int, request: bytes, requests: int, window: int, think_us: float = 0, sleep_us: float = 0) -> None:
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        head = bytearray(4)
+        body = bytearray(1 << 16)
+        in_flight = 0
+        sent = 0
+        done = 0
+        while done < requests:
+            while in_flight < window and sent < requests:
+                if think_us:  # a client that works between requests (pulllog's Producer: ~150 us)
+                    until = time.perf_counter() + think_us / 1e6
+                    while time.perf_counter() < until:
+                        pass
+                if sleep_us:
+                    time.sleep(sleep_us / 1e6)
+                sock.sendall(request)
+                sent += 1
+                in_flight += 1
+            recv_exactly(sock, 4, head)
+            (size,) = struct.unpack(">i", head)
+            recv_exactly(sock, size, body)
+            # error code of the one partition: after corr id, (tags), counts, name, index
+            in_flight -= 1
+            done += 1
+
+
+def minor_faults(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[7])
+
+
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of the process so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def pulllog_client_case(port: int, requests: int, window: int) -> None:
+    """pulllog's own Producer at batch 1 (one request in flight): what bench_paper runs."""
+    import asyncio
+
+    from pulllog.client.producer import Producer
+
+    async def produce() -> None:
+        value = os.urandom(200)
+        async with Producer(f"127.0.0.1:{port}", acks=1, batch_size=1) as producer:
+            await producer.partitions_for("bench")
+            for _ in range(requests):
+                await producer.send("bench", value, partition=0)
+            await producer.flush()
+
+    asyncio.run(produce())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=20_000)
+    parser.add_argument("--window", type=int, action="append", help="requests in flight (repeatable; default 1 and 16)")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--version", type=int, default=9, help="Produce version (3-9)")
+    parser.add_argument("--broker-loop", choices=("asyncio", "uvloop"), default="asyncio")
+    parser.add_argument("--client", choices=("raw", "pulllog"), default="raw",
+                        help="raw: the minimal socket client; pulllog: pulllog's Producer (window ignored)")
+    parser.add_argument("--think-us", type=float, default=0, help="raw client: busy-wait this long before each send")
+    parser.add_argument("--sleep-us", type=float, default=0, help="raw client: sleep this long before each send")
+    parser.add_argument("--strace", action="store_true", help="count the broker's syscalls (one extra run per case)")
+    parser.add_argument("--py-spy", metavar="DIR", help="record a py-spy profile per case into DIR (one extra run)")
+    args = parser.parse_args()
+    windows = args.window or [1, 16]
+
+    from pulllog.log.records import build_batch
+
+    value = os.urandom(200)
+    records = build_batch([(None, value)])
+    with tempfile.TemporaryDirectory(prefix="bench-broker-") as tmp:
+        proc = subprocess.Popen([sys.executable, "-c", BROKER, tmp, args.broker_loop],
+                                stdout=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout is not None
+            ready = proc.stdout.readline().split()
+            if len(ready) != 2 or ready[0] != "ready":
+                raise SystemExit("the broker did not start")
+            port = int(ready[1])
+            request = produce_request(args.version, 1, "bench", records)
+            run_case(port, request, 200, 1)  # auto-creates the topic, warms up
+            if args.client == "pulllog":
+                windows = [1]
+
+            def case(w: int) -> None:
+                if args.client == "pulllog":
+                    pulllog_client_case(port, args.requests, w)
+                else:
+                    run_case(port, request, args.requests, w, args.think_us, args.sleep_us)
+
+            results: dict[int, list[tuple[float, float]]] = {w: [] for w in windows}
+            for _ in range(args.runs):
+                for w in windows:  # cases take turns: a busy spell hits them all
+                    user, system = cpu_seconds(proc.pid)
+                    case(w)
+                    user2, system2 = cpu_seconds(proc.pid)
+                    results[w].append(((user2 - user) / args.requests * 1e6, (system2 - system) / args.requests * 1e6))
+            import pulllog
+            print(f"pulllog from {Path(pulllog.__file__).parent}; Produce v{args.version}, "
+                  f"{args.requests} requests per run, {args.runs} runs, {args.broker_loop}")
+            for w, runs in results.items():
+                us = [u + s for u, s in runs]
+                print(f"{args.client} window {w:3d}: broker CPU {statistics.median(us):6.1f} us/request "
+                      f"(range {min(us):.1f}-{max(us):.1f}; user {statistics.median(u for u, _ in runs):.1f}, "
+                      f"system {statistics.median(s for _, s in runs):.1f})")
+            for w in windows:
+                faults = minor_faults(proc.pid)
+                case(w)
+                print(f"window {w}: {(minor_faults(proc.pid) - faults) / args.requests:.2f} minor page faults per request")
+                if args.strace:
+                    out = Path(tmp) / f"strace-{w}.txt"
+                    tracer = subprocess.Popen(["strace", "-c", "-f", "-o", str(out), "-p", str(proc.pid)],
+                                              stderr=subprocess.DEVNULL)
+                    time.sleep(0.5)
+                    case(w)
+                    tracer.terminate()
+                    tracer.wait()
+                    print(f"window {w}: syscalls per request")
+                    for line in out.read_text().splitlines():
+                        parts = line.split()
+                        if len(parts) >= 5 and parts[3].isdigit():
+                            calls, name = int(parts[3]), parts[-1]
+                            if calls >= args.requests // 20:
+                                print(f"    {name:16s} {calls / args.requests:6.2f}")
+                if args.py_spy:
+                    Path(args.py_spy).mkdir(parents=True, exist_ok=True)
+                    svg = Path(args.py_spy) / f"window-{w}.txt"
+                    spy = subprocess.Popen(["py-spy", "record", "-p", str(proc.pid), "-r", "500", "-f", "raw",
+                                            "-o", str(svg)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    time.sleep(1.0)
+                    case(w)
+                    spy.send_signal(2)
+                    spy.wait()
+                    print(f"window {w}: py-spy profile in {svg}")
+        finally:
+            proc.terminate()
+            proc.wait()
+
+
+if __name__ == "__main__":
+    main()
