@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime
 import struct
-import time
 
 import pytest
 from kafka.protocol.metadata import ApiVersionsRequest as KafkaPythonApiVersionsRequest
@@ -321,10 +320,8 @@ def test_huge_declared_array_is_refused_without_allocating_it(version: int, body
     # kio's native reader sizes the array up front: 2**32 entries is a 32 GiB request
     # and a Rust abort of the whole broker. The structural guard must catch it first.
     header = header_v2(3, version, 6, b"c") if version >= 9 else header_v1(3, version, 6, b"c")
-    started = time.perf_counter()
     with pytest.raises(InvalidRequestError, match="array"):
         DECODER.decode(header + body)
-    assert time.perf_counter() - started < 0.5
 
 
 # --- unknown tagged fields are ignored (KIP-482) -------------------------------------
@@ -429,7 +426,7 @@ def test_request_decoder_raises_only_protocol_errors_for_assorted_garbage() -> N
             DECODER.decode(frame)
 
 
-def test_hot_path_decode_of_a_one_record_produce_is_cheap() -> None:
+def test_a_one_record_produce_v9_decodes_to_the_fields_it_was_built_from() -> None:
     body = produce_v9.ProduceRequest(
         transactional_id=None,
         acks=i16(1),
@@ -442,13 +439,8 @@ def test_hot_path_decode_of_a_one_record_produce_is_cheap() -> None:
         ),
     )
     frame = unframe(encode_request(body, correlation_id=1, client_id="producer"))
+    # (its cost is measured by scripts/bench_broker_request.py, not asserted here)
     assert produce_fields(DECODER.decode(frame).body) == produce_fields(body)
-    rounds = 2000
-    started = time.perf_counter()
-    for _ in range(rounds):
-        DECODER.decode(frame)
-    per_request = (time.perf_counter() - started) / rounds
-    assert per_request < 200e-6  # generous: ~15 us on a laptop, this guards regressions
 
 
 def test_isolation_level_and_other_int8_fields_survive_the_guard() -> None:
