@@ -17,6 +17,7 @@ class WireClient:
     def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 10.0, client_id: str = "wire-test") -> None:
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.client_id = client_id
+        self.topics_seen: set[str] = set()  # topics this client asked metadata for
 
     def close(self) -> None:
         self.sock.close()
@@ -62,6 +63,13 @@ class WireClient:
 
 
 def produce(client: WireClient, topic: str, partition: int, records: bytes, acks: int = 1) -> Any:
+    """A Produce v9 request, after a Metadata request for a topic not seen yet, as a real
+    producer does (Metadata is what auto-creates topics, as in Kafka)."""
+    if topic not in client.topics_seen:
+        client.topics_seen.add(topic)
+        client.call("metadata", 12, {"topics": [{"name": topic, "topic_id": None}],
+                                     "allow_auto_topic_creation": True,
+                                     "include_topic_authorized_operations": False})
     return client.call("produce", 9, {
         "transactional_id": None, "acks": acks, "timeout": 5000,
         "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": records}]}],

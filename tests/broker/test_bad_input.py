@@ -186,3 +186,14 @@ def test_control_batches_from_clients_are_refused(broker) -> None:
         resp = produce(c, "markers", 0, marker)
         assert resp.responses[0].partition_responses[0].error_code.value == ErrorCodes["invalid_record"]
         assert fetch(c, "markers", 0, 0).responses[0].partitions[0].high_watermark == 0
+
+
+def test_produce_to_a_missing_topic_is_unknown_topic_or_partition_and_creates_nothing(broker) -> None:
+    # As Kafka: only Metadata auto-creates a topic; Produce answers UNKNOWN_TOPIC_OR_PARTITION.
+    with WireClient(broker.port) as c:
+        resp = c.call("produce", 9, {"transactional_id": None, "acks": 1, "timeout": 5000, "topic_data": [
+            {"name": "never-asked-for", "partition_data": [{"index": 0, "records": build_batch([(b"k", b"v")])}]}]})
+        assert resp.responses[0].partition_responses[0].error_code.value == ErrorCodes["unknown_topic_or_partition"]
+        meta = c.call("metadata", 12, {"topics": None, "allow_auto_topic_creation": False,
+                                       "include_topic_authorized_operations": False})
+        assert "never-asked-for" not in {t.name for t in meta.topics}

@@ -33,7 +33,12 @@ def _long_poll_frame(correlation_id: int, topic: str, offset: int, wait_ms: int)
     return encode_request(body, correlation_id=correlation_id, client_id="pipeline-test")
 
 
+def _create(broker: BrokerThread, topic: str) -> None:
+    broker.call(broker.broker.topics.create, topic, 1)
+
+
 def test_fifty_pipelined_produces_are_all_answered_in_order(pulllog_broker: BrokerThread) -> None:
+    _create(pulllog_broker, "piped")
     frames = b"".join(_produce_frame(i, "piped", b"record %d" % i) for i in range(50))
     with WireClient(pulllog_broker.port) as c:
         c.send_raw(frames)  # one write: the broker reads many requests at once
@@ -45,6 +50,7 @@ def test_fifty_pipelined_produces_are_all_answered_in_order(pulllog_broker: Brok
 
 
 def test_produce_answers_do_not_wait_behind_a_long_poll_that_follows_them(pulllog_broker: BrokerThread) -> None:
+    _create(pulllog_broker, "piped-then-poll")
     frames = b"".join(_produce_frame(i, "piped-then-poll", b"x") for i in range(10))
     with WireClient(pulllog_broker.port, timeout=20.0) as c:
         c.send_raw(frames + _long_poll_frame(10, "piped-then-poll", offset=10, wait_ms=60_000))
@@ -62,6 +68,7 @@ def _metadata_frame(correlation_id: int) -> bytes:
 
 
 def test_produces_around_other_requests_in_one_read_are_answered_in_order(pulllog_broker: BrokerThread) -> None:
+    _create(pulllog_broker, "mixed")
     frames = [_produce_frame(i, "mixed", b"m%d" % i) for i in range(5)]
     frames += [_metadata_frame(5)]
     frames += [_produce_frame(i, "mixed", b"m%d" % i) for i in range(6, 9)]
@@ -79,6 +86,7 @@ def test_produces_around_other_requests_in_one_read_are_answered_in_order(pulllo
 
 
 def test_acks_0_produces_get_no_answer_and_the_next_request_does(pulllog_broker: BrokerThread) -> None:
+    _create(pulllog_broker, "acks-zero")
     frames = [_produce_frame(i, "acks-zero", b"z", acks=0) for i in range(3)] + [_metadata_frame(3)]
     with WireClient(pulllog_broker.port) as c:
         c.send_raw(b"".join(frames))

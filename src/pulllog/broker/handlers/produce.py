@@ -60,11 +60,10 @@ def append_partition(broker: "Broker", topic_name: str, index: int, records: byt
     topic = broker.topics.topics.get(topic_name)
     try:
         if topic is None:
+            # As Kafka: only Metadata creates topics (auto.create.topics.enable). Every
+            # producer asks for metadata before it sends, and retries this error after it.
             validate_topic_name(topic_name)
-            if broker.config.auto_create_topics:
-                topic = broker.auto_create_topic(topic_name)
-            else:
-                raise UnknownTopicError(topic_name)
+            raise UnknownTopicError(topic_name)
         partition = broker.topics.partition(topic_name, index)
     except (InvalidTopicError, UnknownTopicError) as exc:
         return _partition_error(index, error_code_for(exc), str(exc))
