@@ -20,8 +20,9 @@ sender task does the rest::
 * **in flight**: at most one batch per partition is in flight (``PartitionQueue.in_flight``).
   This is the ordering rule: a batch that fails retriably goes back to the head of its
   queue, and nothing behind it can overtake it because nothing behind it was sent.
-* **done**: acknowledged or failed; every record's future resolves and the batch's bytes
-  go back to ``buffer_memory``.
+* **done**: acknowledged or failed; the batch's one ``ProduceResult`` resolves, which
+  completes the futures of all its records and sets at once (``pulllog.client.record_future``),
+  and the batch's bytes go back to ``buffer_memory``.
 
 ``buffer_memory`` is the sum of the records' sizes (plus a fixed per-record allowance for
 the bookkeeping around them) over all batches not yet done. ``send()`` reserves before it
@@ -46,6 +47,7 @@ from crc32c import crc32c
 
 from ..log.compression import Compression, compress
 from ..log.records import BATCH_HEADER_SIZE, LOG_OVERHEAD, encode_varint
+from .record_future import ProduceResult, RecordFuture
 
 __all__ = [
     "APPENDED",
@@ -157,8 +159,8 @@ class ProducerBatch:
 
     __slots__ = (
         "topic", "partition", "records", "count", "base_timestamp", "max_timestamp",
-        "record_futures", "record_deltas", "record_timestamps", "set_futures",
-        "reserved", "created", "attempts", "retry_at", "wire", "base_sequence", "last_error", "done",
+        "set_futures", "reserved", "created", "attempts", "retry_at", "wire", "base_sequence", "last_error",
+        "result", "done",
     )
 
     def __init__(self, topic: str, partition: int, base_timestamp: int, created: float,
@@ -169,11 +171,6 @@ class ProducerBatch:
         self.count = 0
         self.base_timestamp = base_timestamp
         self.max_timestamp = base_timestamp
-        # per record sent with send(): its future, offset delta and timestamp (parallel
-        # lists of plain ints: fewer objects for the garbage collector to track than tuples)
-        self.record_futures: list[asyncio.Future[Any]] = []
-        self.record_deltas: list[int] = []
-        self.record_timestamps: list[int] = []
         # (first offset delta, count, first timestamp, future) per message set (send_batch)
         self.set_futures: list[tuple[int, int, int, asyncio.Future[Any]]] = []
         self.reserved = 0  # buffer_memory bytes to give back when done
@@ -183,15 +180,16 @@ class ProducerBatch:
         self.wire: bytes | None = None  # the sealed batch, reused by retries
         self.base_sequence = -1
         self.last_error: BaseException | None = None
-        self.done: asyncio.Future[None] = loop.create_future()
+        # the outcome all its records' futures read (send() keeps no per-record state here)
+        self.result = ProduceResult(topic, partition, loop)
+        self.done: asyncio.Future[None] = self.result.done
 
     @property
     def size(self) -> int:
         """Bytes of the (uncompressed) records section, or of the sealed batch."""
         return len(self.records) if self.records is not None else len(self.wire or b"")
 
-    def append(self, key: bytes | None, value: bytes | None, headers: bytes, timestamp: int,
-               future: asyncio.Future[Any] | None) -> None:
+    def append(self, key: bytes | None, value: bytes | None, headers: bytes, timestamp: int) -> None:
         """Encode one record at the end of the records section (``headers`` pre-encoded)."""
         vt = VARINT
         od = self.count
@@ -217,10 +215,6 @@ class ProducerBatch:
         self.count = od + 1
         if timestamp > self.max_timestamp:
             self.max_timestamp = timestamp
-        if future is not None:
-            self.record_futures.append(future)
-            self.record_deltas.append(od)
-            self.record_timestamps.append(timestamp)
 
     def extend(self, items: Sequence[Any], timestamp: int, future: asyncio.Future[Any] | None) -> None:
         """Encode a message set. Items: ``value`` (bytes or None), or a tuple ``(key, value)``,
@@ -422,12 +416,12 @@ class RecordAccumulator:
         return batch, True
 
     def append(self, topic: str, partition: int, key: bytes | None, value: bytes | None, headers: bytes,
-               timestamp: int, future: asyncio.Future[Any] | None, reserved: int, reroute: bool = False) -> int:
-        """Add one record: APPENDED, or NEW_BATCH when it opened a batch.
+               timestamp: int, reserved: int, reroute: bool = False) -> RecordFuture | None:
+        """Add one record and return its future; its ``relative_offset`` is 0 when it opened a batch.
 
         With ``reroute`` (the sticky partitioner chose this partition), a record that does
         not fit the open batch is not appended: the batch closes, which moves the sticky
-        partitioner on, and REROUTE asks the caller to choose again. The record then starts
+        partitioner on, and None asks the caller to choose again. The record then starts
         the next batch where the partitioner now points instead of stranding alone in a new
         batch here (Kafka's ``abortOnNewBatch``).
         """
@@ -436,27 +430,30 @@ class RecordAccumulator:
             batch = q.open
             if batch is not None:
                 # the common case, kept short: room in the open batch
-                if len(batch.records) + reserved - _OVERESTIMATE <= self.batch_size:  # type: ignore[arg-type]
-                    batch.append(key, value, headers, timestamp, future)
+                records = batch.records
+                if len(records) + reserved - _OVERESTIMATE <= self.batch_size:  # type: ignore[arg-type]
+                    delta = batch.count
+                    batch.append(key, value, headers, timestamp)
                     batch.reserved += reserved
-                    if len(batch.records) >= self.batch_size:  # type: ignore[arg-type]
+                    if len(records) >= self.batch_size:  # type: ignore[arg-type]
                         self.close(q)
-                    return APPENDED
+                    return RecordFuture(batch.result, delta, timestamp)
                 if reroute:
                     self.close(q)
-                    return REROUTE
+                    return None
         else:
             q = self.queue(topic, partition)
-        batch, new = self._batch_for(q, reserved - _OVERESTIMATE, timestamp)
+        batch, _new = self._batch_for(q, reserved - _OVERESTIMATE, timestamp)
+        delta = batch.count
         try:
-            batch.append(key, value, headers, timestamp, future)
+            batch.append(key, value, headers, timestamp)
         except BaseException:
             self._drop_if_empty(q, batch)
             raise
         batch.reserved += reserved
         if len(batch.records) >= self.batch_size:  # type: ignore[arg-type]
             self.close(q)
-        return NEW_BATCH if new else APPENDED
+        return RecordFuture(batch.result, delta, timestamp)
 
     def append_set(self, topic: str, partition: int, items: Sequence[Any], timestamp: int,
                    future: asyncio.Future[Any] | None, reserved: int, reroute: bool = False) -> int:
@@ -481,7 +478,7 @@ class RecordAccumulator:
         if batch.count == 0 and q.open is batch:
             q.open = None
             self.incomplete.discard(batch)
-            batch.done.set_result(None)
+            batch.result.set_acknowledged(-1, -1)  # no records, nobody to tell
 
     def close(self, q: PartitionQueue) -> None:
         """The open batch takes no more records: queue it for sending."""
@@ -501,12 +498,10 @@ class RecordAccumulator:
         q.in_flight = False
 
     def finish(self, batch: ProducerBatch) -> PartitionQueue:
-        """The batch is done (its futures are the caller's to resolve): free its memory."""
+        """The batch is done (its outcome is the caller's to set, before): free its memory."""
         q = self.queue(batch.topic, batch.partition)
         q.in_flight = False
         self.incomplete.discard(batch)
         self.pool.release(batch.reserved)
         batch.reserved = 0
-        if not batch.done.done():
-            batch.done.set_result(None)
         return q

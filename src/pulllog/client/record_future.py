@@ -1,0 +1,168 @@
+"""What ``Producer.send()`` returns: a record's future, backed by its batch's one outcome.
+
+Kafka's Java client does not complete one future per record: a batch has one
+``ProduceRequestResult``, and each record's ``FutureRecordMetadata`` only points at it with
+the record's relative offset; the ``RecordMetadata`` is built when someone asks. We do the
+same. A batch has one ``ProduceResult`` (its base offset, LogAppendTime or error, and one
+asyncio future that resolves when the batch is done), and ``send()`` returns a
+``RecordFuture``: that result, the record's offset within the batch and its timestamp.
+Completing a batch of 1,000 records is then one ``set_result``, not 1,000 futures and
+1,000 ``RecordMetadata`` objects, and a record whose future the caller drops costs the
+garbage collector nothing.
+
+``RecordFuture`` is an asyncio future by duck typing (``asyncio.isfuture`` is true: it has
+``_asyncio_future_blocking`` and the Future methods), so ``await``, ``asyncio.gather``,
+``wait``, ``wait_for``, ``shield``, ``ensure_future`` and ``add_done_callback`` work as with
+``asyncio.Future``. A task awaiting it waits on the record future itself, never on the
+batch's, so cancelling that task cancels only this record's future.
+
+Cancellation: ``cancel()`` detaches this one future (it reports cancelled, its callbacks
+run) and nothing else. The record stays in its batch and is still sent, as with Kafka's
+``Future.cancel``: the batch is already encoded and other records share it. Use
+``Producer.close(timeout=0)`` to give up on unsent records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from collections.abc import Callable, Generator
+from types import TracebackType
+from typing import Any
+
+from .types import RecordMetadata
+
+__all__ = ["ProduceResult", "RecordFuture"]
+
+
+class ProduceResult:
+    """One batch's outcome, shared by its records' futures (Kafka's ProduceRequestResult)."""
+
+    __slots__ = ("topic", "partition", "base_offset", "log_append_time", "error", "error_tb", "done")
+
+    def __init__(self, topic: str, partition: int, loop: asyncio.AbstractEventLoop) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.base_offset = -1  # -1: acks=0, or not (yet) acknowledged
+        self.log_append_time = -1  # ms, for LogAppendTime topics; else -1
+        self.error: BaseException | None = None
+        self.error_tb: TracebackType | None = None
+        self.done: asyncio.Future[None] = loop.create_future()  # resolves (to None) when the batch is done
+
+    def set_acknowledged(self, base_offset: int, log_append_time: int) -> None:
+        self.base_offset = base_offset
+        self.log_append_time = log_append_time
+        self.done.set_result(None)
+
+    def set_failed(self, error: BaseException) -> None:
+        self.error = error
+        self.error_tb = error.__traceback__
+        self.done.set_result(None)
+
+
+_Callback = Callable[["RecordFuture"], object]
+
+
+class RecordFuture:
+    """A future of one record's ``RecordMetadata``; see the module docstring."""
+
+    __slots__ = ("_result", "relative_offset", "_timestamp", "_cancelled", "_cancel_message", "_callbacks",
+                 "_asyncio_future_blocking")
+
+    def __init__(self, result: ProduceResult, relative_offset: int, timestamp: int) -> None:
+        self._result = result
+        self.relative_offset = relative_offset  # the record's offset within its batch
+        self._timestamp = timestamp
+        self._cancelled = False
+        self._cancel_message: Any = None
+        self._callbacks: list[tuple[_Callback, contextvars.Context | None]] | None = None
+        # asyncio.isfuture() wants it not None; a Task awaiting us sets it back to False
+        self._asyncio_future_blocking = False
+
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        return self._result.done.get_loop()
+
+    def done(self) -> bool:
+        return self._cancelled or self._result.done.done()
+
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def cancel(self, msg: Any = None) -> bool:
+        """Detach this future (the record is still sent); False if it is done already."""
+        if self._cancelled or self._result.done.done():
+            return False
+        self._cancelled = True
+        self._cancel_message = msg
+        self._schedule_callbacks()
+        return True
+
+    def result(self) -> RecordMetadata:
+        if self._cancelled:
+            raise self._make_cancelled_error()
+        r = self._result
+        if not r.done.done():
+            raise asyncio.InvalidStateError("the record is not acknowledged yet")
+        if r.error is not None:
+            raise r.error.with_traceback(r.error_tb)
+        return RecordMetadata(r.topic, r.partition,
+                              r.base_offset + self.relative_offset if r.base_offset >= 0 else -1,
+                              r.log_append_time if r.log_append_time >= 0 else self._timestamp)
+
+    def exception(self) -> BaseException | None:
+        if self._cancelled:
+            raise self._make_cancelled_error()
+        r = self._result
+        if not r.done.done():
+            raise asyncio.InvalidStateError("the record is not acknowledged yet")
+        return r.error
+
+    def add_done_callback(self, fn: _Callback, *, context: contextvars.Context | None = None) -> None:
+        """Call ``fn(self)`` from the event loop once done (at once, soon, if done already)."""
+        if self.done():
+            self.get_loop().call_soon(fn, self, context=context)
+            return
+        callbacks = self._callbacks
+        if callbacks is None:
+            self._callbacks = [(fn, context)]
+            self._result.done.add_done_callback(self._batch_done)
+        else:
+            callbacks.append((fn, context))
+
+    def remove_done_callback(self, fn: _Callback) -> int:
+        callbacks = self._callbacks
+        if not callbacks:
+            return 0
+        kept = [(f, ctx) for f, ctx in callbacks if f != fn]
+        self._callbacks = kept
+        return len(callbacks) - len(kept)
+
+    def _batch_done(self, _: asyncio.Future[None]) -> None:
+        if not self._cancelled:  # a cancelled future told its callbacks already
+            self._schedule_callbacks()
+
+    def _schedule_callbacks(self) -> None:
+        callbacks, self._callbacks = self._callbacks, None
+        if callbacks:
+            loop = self.get_loop()
+            for fn, context in callbacks:
+                loop.call_soon(fn, self, context=context)
+
+    def _make_cancelled_error(self) -> asyncio.CancelledError:
+        return asyncio.CancelledError() if self._cancel_message is None else asyncio.CancelledError(self._cancel_message)
+
+    def __await__(self) -> Generator[Any, None, RecordMetadata]:
+        if not self.done():
+            self._asyncio_future_blocking = True
+            yield self  # the Task adds its wake-up callback to us
+            if not self.done():
+                raise RuntimeError("await wasn't used with future")
+        return self.result()
+
+    __iter__ = __await__
+
+    def __repr__(self) -> str:
+        r = self._result
+        state = ("cancelled" if self._cancelled else "pending" if not r.done.done()
+                 else "failed" if r.error is not None else "acknowledged")
+        return f"<RecordFuture {r.topic}-{r.partition} +{self.relative_offset} {state}>"
