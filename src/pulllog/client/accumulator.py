@@ -196,6 +196,28 @@ class ProducerBatch:
         td = timestamp - self.base_timestamp
         tdb = vt[td] if 0 <= td < _TABLE_SIZE else encode_varint(td)
         odb = vt[od] if od < _TABLE_SIZE else encode_varint(od)
+        if type(value) is bytes:
+            # the common case: append the framing, then value and headers in place, with no
+            # temporary copy of the record (a bytes value and the encoded headers cannot fail)
+            lv = len(value)
+            vl = vt[lv] if lv < _TABLE_SIZE else encode_varint(lv)
+            records = self.records
+            if key is None:
+                n = 2 + len(tdb) + len(odb) + len(vl) + lv + len(headers)
+                records += b"".join((vt[n] if n < _TABLE_SIZE else encode_varint(n), b"\x00",  # type: ignore[operator]
+                                     tdb, odb, _NULL, vl))
+            else:
+                lk = len(key)
+                kl = vt[lk] if lk < _TABLE_SIZE else encode_varint(lk)
+                n = 1 + len(tdb) + len(odb) + len(kl) + lk + len(vl) + lv + len(headers)
+                records += b"".join((vt[n] if n < _TABLE_SIZE else encode_varint(n), b"\x00",  # type: ignore[operator]
+                                     tdb, odb, kl, key, vl))  # join() checks the key first
+            records += value  # type: ignore[operator]
+            records += headers  # type: ignore[operator]
+            self.count = od + 1
+            if timestamp > self.max_timestamp:
+                self.max_timestamp = timestamp
+            return
         if value is None:
             vl, value, lv = _NULL, b"", 0
         else:
@@ -330,7 +352,9 @@ class BufferPool:
     def __init__(self, total: int) -> None:
         self.total = total
         self.available = total
-        self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
+        # reservations waiting for space, first come first served (send()'s fast path checks
+        # it is empty before it takes space without calling in here)
+        self.waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
 
     @property
     def used(self) -> int:
@@ -339,10 +363,10 @@ class BufferPool:
     @property
     def waiting(self) -> bool:
         """Someone waits for space: newcomers queue behind them."""
-        return bool(self._waiters)
+        return bool(self.waiters)
 
     def try_reserve(self, size: int) -> bool:
-        if size <= self.available and not self._waiters:
+        if size <= self.available and not self.waiters:
             self.available -= size
             return True
         return False
@@ -353,7 +377,7 @@ class BufferPool:
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         entry = (size, future)
-        self._waiters.append(entry)
+        self.waiters.append(entry)
         try:
             async with asyncio.timeout(timeout_s):
                 await future
@@ -363,7 +387,7 @@ class BufferPool:
             else:
                 future.cancel()
                 try:
-                    self._waiters.remove(entry)
+                    self.waiters.remove(entry)
                 except ValueError:
                     pass
                 self._grant()  # waiters behind this one may fit now
@@ -371,12 +395,12 @@ class BufferPool:
 
     def release(self, size: int) -> None:
         self.available += size
-        if self._waiters:
+        if self.waiters:
             self._grant()
 
     def _grant(self) -> None:
-        while self._waiters and self._waiters[0][0] <= self.available:
-            size, future = self._waiters.popleft()
+        while self.waiters and self.waiters[0][0] <= self.available:
+            size, future = self.waiters.popleft()
             if future.done():
                 continue
             self.available -= size

@@ -110,6 +110,8 @@ __all__ = [
 
 log = logging.getLogger("pulllog.client.producer")
 
+_time_ns = time.time_ns  # one global lookup per record instead of two
+
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 _MS = datetime.timedelta(milliseconds=1)
 
@@ -387,35 +389,39 @@ class Producer:
         ``RecordFuture``, which asyncio treats as a future (await, gather, wait, wait_for,
         add_done_callback); cancelling it detaches only it: the record is still sent.
         """
+        # The hot path of per-record sending: keep it free of calls that are not needed.
         if not self._accepting:
             self._check_running()
-        deadline = None
         parts = self._partitions.get(topic)
         if parts is None:
-            deadline = time.monotonic() + self.max_block_s
-            parts = await self._wait_for_topic(topic, deadline)
+            deadline: float | None = time.monotonic() + self.max_block_s
+            parts = await self._wait_for_topic(topic, deadline)  # type: ignore[arg-type]
             self._check_running()
+        else:
+            deadline = None
         try:
             if key is not None and type(key) is not bytes:
                 key = _as_bytes(key)
             hdrs = encode_headers(headers) if headers else b"\x00"
             size = ((len(value) if value is not None else 0) + (len(key) if key is not None else 0)
                     + len(hdrs) + RECORD_OVERHEAD)
-            sticky = self._sticky and partition is None and key is None
             if partition is None:
+                sticky = key is None and self._sticky
                 partition = self._partitioner.partition(topic, key, parts[0], parts[1])
-            elif not 0 <= partition < len(parts[0]):
-                raise _no_such_partition(topic, partition, parts[0])
+            else:
+                sticky = False
+                if not 0 <= partition < len(parts[0]):
+                    raise _no_such_partition(topic, partition, parts[0])
         except TypeError as exc:
             raise _bad_record(key, value, exc) from None
         if timestamp is None:
-            timestamp = time.time_ns() // 1_000_000
+            timestamp = _time_ns() // 1_000_000
         if size > self._max_record_size:
             failed = ProduceResult(topic, partition, self._loop)  # type: ignore[arg-type]
             failed.set_failed(self._too_large(topic, partition, size, "record"))
             return RecordFuture(failed, 0, timestamp)
         pool = self._pool
-        if size <= pool.available and not pool.waiting:
+        if size <= pool.available and not pool.waiters:
             pool.available -= size
         else:
             await self._reserve(size, deadline)
