@@ -11,6 +11,10 @@ Usage::
 ``send()`` returns as soon as the record is encoded into its partition's open batch (it
 waits only for buffer space, or for a new topic's metadata); the future it returns resolves
 to a ``RecordMetadata`` when the broker acknowledges the batch, or fails with the reason.
+That future is a ``RecordFuture`` (``pulllog.client.record_future``): as in Kafka's Java
+client it only points at its batch's one result, so a batch completes with one
+``set_result`` however many records it holds, and the ``RecordMetadata`` is built when
+asked. asyncio treats it as a future (await, gather, wait, wait_for, callbacks).
 ``send_batch()`` sends a message set, the paper's unit of publishing: the records are
 appended contiguously to one partition in one RecordBatch, and one future resolves to a
 ``BatchMetadata`` for all of them. It skips the per-record call and future, most of what
