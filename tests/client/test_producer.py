@@ -497,6 +497,30 @@ async def test_done_callbacks_get_the_record_future_once_in_their_context(pulllo
     assert never == [] and len(calls) == 2
 
 
+async def test_a_raising_callback_is_reported_and_the_others_still_run_in_order(pulllog_broker: BrokerThread) -> None:
+    calls: list[str] = []
+    reported: list[dict[str, Any]] = []
+    asyncio.get_running_loop().set_exception_handler(lambda _loop, context: reported.append(context))
+
+    def boom(_future: Any) -> None:
+        calls.append("boom")
+        raise ValueError("callback bug")
+
+    async with Producer(pulllog_broker.bootstrap_servers, linger_ms=600_000) as producer:
+        first = await producer.send("raising", b"a")
+        second = await producer.send("raising", b"b")
+        first.add_done_callback(lambda f: calls.append("first-1"))
+        first.add_done_callback(boom)
+        first.add_done_callback(lambda f: calls.append("first-3"))
+        second.add_done_callback(calls.append)
+        assert second.remove_done_callback(calls.append) == 1
+        second.add_done_callback(lambda f: calls.append("second-again"))  # listed once, told once
+        await producer.flush()
+        await asyncio.sleep(0)
+    assert calls == ["first-1", "boom", "first-3", "second-again"]
+    assert [type(c["exception"]) for c in reported] == [ValueError] and reported[0]["future"] is first
+
+
 async def test_cancelling_a_record_future_detaches_only_it_and_the_record_is_still_sent(
         pulllog_broker: BrokerThread) -> None:
     async with Producer(pulllog_broker.bootstrap_servers, linger_ms=600_000) as producer:
