@@ -522,7 +522,7 @@ class RecordAccumulator:
         q.in_flight = False
 
     def finish(self, batch: ProducerBatch) -> PartitionQueue:
-        """The batch is done (its outcome is the caller's to set, before): free its memory."""
+        """The batch is done: free its memory (the caller then sets its outcome, batch.result)."""
         q = self.queue(batch.topic, batch.partition)
         q.in_flight = False
         self.incomplete.discard(batch)
