@@ -178,7 +178,7 @@ def encode_with_append(value: bytes, batches: int) -> None:
     for _ in range(batches):
         batch = ProducerBatch(TOPIC, 0, now, 0.0, loop)
         for _ in range(RECORDS_PER_BATCH):
-            batch.append(None, value, b"\x00", now, None)
+            batch.append(None, value, b"\x00", now)
         batch.seal(Compression.NONE, -1, -1, -1)
     loop.close()
 

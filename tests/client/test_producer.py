@@ -168,7 +168,7 @@ def encode_as_the_producer_does(items: list[tuple[Any, ...]], codec: Compression
             if pending:
                 batch.extend(pending, BASE_TIMESTAMP_MS, None)
                 pending = []
-            batch.append(key, value, encode_headers(hdrs), BASE_TIMESTAMP_MS + ts_delta, None)
+            batch.append(key, value, encode_headers(hdrs), BASE_TIMESTAMP_MS + ts_delta)
         if pending:
             batch.extend(pending, BASE_TIMESTAMP_MS, None)
         return batch.seal(codec, 42, 3, 1000)
@@ -235,7 +235,7 @@ async def test_send_resolves_to_where_the_record_landed(pulllog_broker: BrokerTh
     async with Producer(pulllog_broker.bootstrap_servers) as producer:
         first = await producer.send("greetings", b"hello", timestamp=BASE_TIMESTAMP_MS)
         second = await producer.send("greetings", b"world", key=b"k", headers=[("h", b"v")])
-        assert isinstance(first, asyncio.Future)
+        assert asyncio.isfuture(first)  # a RecordFuture: asyncio treats it as a future
         assert await first == RecordMetadata("greetings", 0, 0, BASE_TIMESTAMP_MS)
         metadata = await second
         assert (metadata.topic, metadata.partition, metadata.offset) == ("greetings", 0, 1)
@@ -446,6 +446,132 @@ async def test_every_acks_setting_delivers_the_records(pulllog_broker: BrokerThr
     else:
         assert offsets == list(range(50))
     assert stored_values(pulllog_broker, "acks") == [b"%d" % i for i in range(50)]
+
+
+
+# ---------------------------------------------------------------------------- the futures send() returns
+
+
+async def test_record_futures_work_with_gather_wait_wait_for_shield_and_as_completed(
+        pulllog_broker: BrokerThread) -> None:
+    async with Producer(pulllog_broker.bootstrap_servers) as producer:
+        futures = [await producer.send("asyncio", b"%d" % i) for i in range(6)]
+        assert all(asyncio.isfuture(f) for f in futures)
+        assert asyncio.ensure_future(futures[0]) is futures[0]
+        gathered = await asyncio.gather(*futures[:2])
+        done, pending = await asyncio.wait(futures[2:4])
+        assert pending == set() and done == set(futures[2:4])
+        waited = await asyncio.wait_for(futures[4], WAIT_S)
+        shielded = await asyncio.shield(futures[5])
+        in_completion_order = [await f for f in asyncio.as_completed(futures)]
+        assert await futures[0] == gathered[0]  # awaiting again gives the same answer
+    assert [m.offset for m in gathered] == [0, 1]
+    assert [f.result().offset for f in futures] == list(range(6))
+    assert (waited.offset, shielded.offset) == (4, 5)
+    assert sorted(m.offset for m in in_completion_order) == list(range(6))
+    assert all(m.topic == "asyncio" and m.partition == 0 for m in gathered)
+
+
+async def test_done_callbacks_get_the_record_future_once_in_their_context(pulllog_broker: BrokerThread) -> None:
+    import contextvars
+    tag: contextvars.ContextVar[str] = contextvars.ContextVar("tag", default="none")
+    calls: list[tuple[int, str]] = []
+    never: list[Any] = []
+    async with Producer(pulllog_broker.bootstrap_servers, linger_ms=600_000) as producer:
+        futures = [await producer.send("callbacks", b"%d" % i) for i in range(3)]
+        context = contextvars.copy_context()
+        context.run(tag.set, "mine")
+        futures[0].add_done_callback(lambda f: calls.append((f.result().offset, tag.get())), context=context)
+        futures[1].add_done_callback(lambda f: calls.append((f.result().offset, tag.get())))
+        futures[1].add_done_callback(never.append)
+        assert futures[1].remove_done_callback(never.append) == 1
+        assert not any(f.done() for f in futures)  # lingering: nothing was sent yet
+        await producer.flush()
+        await asyncio.sleep(0)
+        assert sorted(calls) == [(0, "mine"), (1, "none")]
+        late: list[Any] = []
+        futures[2].add_done_callback(late.append)  # done already: called soon, not at once
+        assert late == []
+        await asyncio.sleep(0)
+        assert late == [futures[2]]
+    assert never == [] and len(calls) == 2
+
+
+async def test_a_raising_callback_is_reported_and_the_others_still_run_in_order(pulllog_broker: BrokerThread) -> None:
+    calls: list[str] = []
+    reported: list[dict[str, Any]] = []
+    asyncio.get_running_loop().set_exception_handler(lambda _loop, context: reported.append(context))
+
+    def boom(_future: Any) -> None:
+        calls.append("boom")
+        raise ValueError("callback bug")
+
+    async with Producer(pulllog_broker.bootstrap_servers, linger_ms=600_000) as producer:
+        first = await producer.send("raising", b"a")
+        second = await producer.send("raising", b"b")
+        first.add_done_callback(lambda f: calls.append("first-1"))
+        first.add_done_callback(boom)
+        first.add_done_callback(lambda f: calls.append("first-3"))
+        second.add_done_callback(calls.append)
+        assert second.remove_done_callback(calls.append) == 1
+        second.add_done_callback(lambda f: calls.append("second-again"))  # listed once, told once
+        await producer.flush()
+        await asyncio.sleep(0)
+    assert calls == ["first-1", "boom", "first-3", "second-again"]
+    assert [type(c["exception"]) for c in reported] == [ValueError] and reported[0]["future"] is first
+
+
+async def test_cancelling_a_record_future_detaches_only_it_and_the_record_is_still_sent(
+        pulllog_broker: BrokerThread) -> None:
+    async with Producer(pulllog_broker.bootstrap_servers, linger_ms=600_000) as producer:
+        futures = [await producer.send("detach", b"%d" % i) for i in range(4)]
+        told: list[bool] = []
+        futures[0].add_done_callback(lambda f: told.append(f.cancelled()))
+        assert futures[0].cancel("not interested") and futures[0].cancelled() and futures[0].done()
+        assert not futures[0].cancel()
+        with pytest.raises(asyncio.CancelledError, match="not interested"):
+            futures[0].result()
+        waiter = asyncio.ensure_future(_await(futures[1]))
+        await asyncio.sleep(0)
+        waiter.cancel()  # the task waits on the record's own future: only that one is cancelled
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        assert futures[1].cancelled() and not futures[2].done()
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(futures[2], 0.05)  # gives up on it, and cancels it
+        assert futures[2].cancelled() and not futures[3].done()
+        await producer.flush()  # the batch is sent, the cancelled records with it
+        assert (await futures[3]).offset == 3 and futures[1].cancelled()
+    assert told == [True]
+    assert stored_values(pulllog_broker, "detach") == [b"0", b"1", b"2", b"3"]
+
+
+async def _await(future: Any) -> Any:
+    return await future
+
+
+async def test_a_failed_batch_fails_every_record_future_with_the_same_error(pulllog_broker: BrokerThread) -> None:
+    create_topic(pulllog_broker, "tiny", 1, {"max.message.bytes": "2000"})
+    async with Producer(pulllog_broker.bootstrap_servers, linger_ms=600_000) as producer:
+        futures = [await producer.send("tiny", b"x" * 500) for _ in range(8)]  # one batch of ~4 KB
+        await producer.flush()
+    errors = [f.exception() for f in futures]
+    assert all(isinstance(e, KafkaError) and e.code == ErrorCode.message_too_large for e in errors)
+    assert len({id(e) for e in errors}) == 1
+    results = await asyncio.gather(*futures, return_exceptions=True)
+    assert results == errors
+    for future in futures[:2]:  # raising it again and again keeps working
+        with pytest.raises(KafkaError, match="MESSAGE_TOO_LARGE"):
+            await future
+
+
+async def test_log_append_time_topics_report_the_brokers_time_for_each_record(pulllog_broker: BrokerThread) -> None:
+    create_topic(pulllog_broker, "appended", 1, {"message.timestamp.type": "LogAppendTime"})
+    async with Producer(pulllog_broker.bootstrap_servers) as producer:
+        futures = [await producer.send("appended", b"x", timestamp=BASE_TIMESTAMP_MS) for _ in range(3)]
+        metadata = await asyncio.gather(*futures)
+    assert [m.offset for m in metadata] == [0, 1, 2]
+    assert all(abs(m.timestamp - time.time() * 1000) < 60_000 for m in metadata)
 
 
 # ---------------------------------------------------------------------------- errors, retries, back-pressure

@@ -46,7 +46,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..client.consumer import Consumer
-from ..client.producer import Producer
+from ..client.producer import Producer, RecordFuture
 from ..client.types import TopicPartition
 from .common import bootstrap_server_option, console, run_async
 from .errors import EXIT_PROBLEM, EXIT_USAGE, CliError
@@ -195,7 +195,7 @@ class _Acks:
         self.errors = 0
         self.first_error: str | None = None
 
-    def done(self, sent_at: float, future: asyncio.Future[Any]) -> None:
+    def done(self, sent_at: float, future: RecordFuture) -> None:
         if future.cancelled() or future.exception() is not None:
             self.errors += 1
             if self.first_error is None:

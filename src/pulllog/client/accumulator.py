@@ -20,8 +20,9 @@ sender task does the rest::
 * **in flight**: at most one batch per partition is in flight (``PartitionQueue.in_flight``).
   This is the ordering rule: a batch that fails retriably goes back to the head of its
   queue, and nothing behind it can overtake it because nothing behind it was sent.
-* **done**: acknowledged or failed; every record's future resolves and the batch's bytes
-  go back to ``buffer_memory``.
+* **done**: acknowledged or failed; the batch's one ``ProduceResult`` resolves, which
+  completes the futures of all its records and sets at once (``pulllog.client.record_future``),
+  and the batch's bytes go back to ``buffer_memory``.
 
 ``buffer_memory`` is the sum of the records' sizes (plus a fixed per-record allowance for
 the bookkeeping around them) over all batches not yet done. ``send()`` reserves before it
@@ -46,6 +47,7 @@ from crc32c import crc32c
 
 from ..log.compression import Compression, compress
 from ..log.records import BATCH_HEADER_SIZE, LOG_OVERHEAD, encode_varint
+from .record_future import ProduceResult, RecordFuture
 
 __all__ = [
     "APPENDED",
@@ -157,8 +159,8 @@ class ProducerBatch:
 
     __slots__ = (
         "topic", "partition", "records", "count", "base_timestamp", "max_timestamp",
-        "record_futures", "record_deltas", "record_timestamps", "set_futures",
-        "reserved", "created", "attempts", "retry_at", "wire", "base_sequence", "last_error", "done",
+        "set_futures", "reserved", "created", "attempts", "retry_at", "wire", "base_sequence", "last_error",
+        "result", "done",
     )
 
     def __init__(self, topic: str, partition: int, base_timestamp: int, created: float,
@@ -169,11 +171,6 @@ class ProducerBatch:
         self.count = 0
         self.base_timestamp = base_timestamp
         self.max_timestamp = base_timestamp
-        # per record sent with send(): its future, offset delta and timestamp (parallel
-        # lists of plain ints: fewer objects for the garbage collector to track than tuples)
-        self.record_futures: list[asyncio.Future[Any]] = []
-        self.record_deltas: list[int] = []
-        self.record_timestamps: list[int] = []
         # (first offset delta, count, first timestamp, future) per message set (send_batch)
         self.set_futures: list[tuple[int, int, int, asyncio.Future[Any]]] = []
         self.reserved = 0  # buffer_memory bytes to give back when done
@@ -183,21 +180,44 @@ class ProducerBatch:
         self.wire: bytes | None = None  # the sealed batch, reused by retries
         self.base_sequence = -1
         self.last_error: BaseException | None = None
-        self.done: asyncio.Future[None] = loop.create_future()
+        # the outcome all its records' futures read (send() keeps no per-record state here)
+        self.result = ProduceResult(topic, partition, loop)
+        self.done: asyncio.Future[None] = self.result.done
 
     @property
     def size(self) -> int:
         """Bytes of the (uncompressed) records section, or of the sealed batch."""
         return len(self.records) if self.records is not None else len(self.wire or b"")
 
-    def append(self, key: bytes | None, value: bytes | None, headers: bytes, timestamp: int,
-               future: asyncio.Future[Any] | None) -> None:
+    def append(self, key: bytes | None, value: bytes | None, headers: bytes, timestamp: int) -> None:
         """Encode one record at the end of the records section (``headers`` pre-encoded)."""
         vt = VARINT
         od = self.count
         td = timestamp - self.base_timestamp
         tdb = vt[td] if 0 <= td < _TABLE_SIZE else encode_varint(td)
         odb = vt[od] if od < _TABLE_SIZE else encode_varint(od)
+        if type(value) is bytes:
+            # the common case: append the framing, then value and headers in place, with no
+            # temporary copy of the record (a bytes value and the encoded headers cannot fail)
+            lv = len(value)
+            vl = vt[lv] if lv < _TABLE_SIZE else encode_varint(lv)
+            records = self.records
+            if key is None:
+                n = 2 + len(tdb) + len(odb) + len(vl) + lv + len(headers)
+                records += b"".join((vt[n] if n < _TABLE_SIZE else encode_varint(n), b"\x00",  # type: ignore[operator]
+                                     tdb, odb, _NULL, vl))
+            else:
+                lk = len(key)
+                kl = vt[lk] if lk < _TABLE_SIZE else encode_varint(lk)
+                n = 1 + len(tdb) + len(odb) + len(kl) + lk + len(vl) + lv + len(headers)
+                records += b"".join((vt[n] if n < _TABLE_SIZE else encode_varint(n), b"\x00",  # type: ignore[operator]
+                                     tdb, odb, kl, key, vl))  # join() checks the key first
+            records += value  # type: ignore[operator]
+            records += headers  # type: ignore[operator]
+            self.count = od + 1
+            if timestamp > self.max_timestamp:
+                self.max_timestamp = timestamp
+            return
         if value is None:
             vl, value, lv = _NULL, b"", 0
         else:
@@ -217,10 +237,6 @@ class ProducerBatch:
         self.count = od + 1
         if timestamp > self.max_timestamp:
             self.max_timestamp = timestamp
-        if future is not None:
-            self.record_futures.append(future)
-            self.record_deltas.append(od)
-            self.record_timestamps.append(timestamp)
 
     def extend(self, items: Sequence[Any], timestamp: int, future: asyncio.Future[Any] | None) -> None:
         """Encode a message set. Items: ``value`` (bytes or None), or a tuple ``(key, value)``,
@@ -336,7 +352,9 @@ class BufferPool:
     def __init__(self, total: int) -> None:
         self.total = total
         self.available = total
-        self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
+        # reservations waiting for space, first come first served (send()'s fast path checks
+        # it is empty before it takes space without calling in here)
+        self.waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
 
     @property
     def used(self) -> int:
@@ -345,10 +363,10 @@ class BufferPool:
     @property
     def waiting(self) -> bool:
         """Someone waits for space: newcomers queue behind them."""
-        return bool(self._waiters)
+        return bool(self.waiters)
 
     def try_reserve(self, size: int) -> bool:
-        if size <= self.available and not self._waiters:
+        if size <= self.available and not self.waiters:
             self.available -= size
             return True
         return False
@@ -359,7 +377,7 @@ class BufferPool:
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         entry = (size, future)
-        self._waiters.append(entry)
+        self.waiters.append(entry)
         try:
             async with asyncio.timeout(timeout_s):
                 await future
@@ -369,7 +387,7 @@ class BufferPool:
             else:
                 future.cancel()
                 try:
-                    self._waiters.remove(entry)
+                    self.waiters.remove(entry)
                 except ValueError:
                     pass
                 self._grant()  # waiters behind this one may fit now
@@ -377,12 +395,12 @@ class BufferPool:
 
     def release(self, size: int) -> None:
         self.available += size
-        if self._waiters:
+        if self.waiters:
             self._grant()
 
     def _grant(self) -> None:
-        while self._waiters and self._waiters[0][0] <= self.available:
-            size, future = self._waiters.popleft()
+        while self.waiters and self.waiters[0][0] <= self.available:
+            size, future = self.waiters.popleft()
             if future.done():
                 continue
             self.available -= size
@@ -422,12 +440,12 @@ class RecordAccumulator:
         return batch, True
 
     def append(self, topic: str, partition: int, key: bytes | None, value: bytes | None, headers: bytes,
-               timestamp: int, future: asyncio.Future[Any] | None, reserved: int, reroute: bool = False) -> int:
-        """Add one record: APPENDED, or NEW_BATCH when it opened a batch.
+               timestamp: int, reserved: int, reroute: bool = False) -> RecordFuture | None:
+        """Add one record and return its future; its ``relative_offset`` is 0 when it opened a batch.
 
         With ``reroute`` (the sticky partitioner chose this partition), a record that does
         not fit the open batch is not appended: the batch closes, which moves the sticky
-        partitioner on, and REROUTE asks the caller to choose again. The record then starts
+        partitioner on, and None asks the caller to choose again. The record then starts
         the next batch where the partitioner now points instead of stranding alone in a new
         batch here (Kafka's ``abortOnNewBatch``).
         """
@@ -436,27 +454,30 @@ class RecordAccumulator:
             batch = q.open
             if batch is not None:
                 # the common case, kept short: room in the open batch
-                if len(batch.records) + reserved - _OVERESTIMATE <= self.batch_size:  # type: ignore[arg-type]
-                    batch.append(key, value, headers, timestamp, future)
+                records = batch.records
+                if len(records) + reserved - _OVERESTIMATE <= self.batch_size:  # type: ignore[arg-type]
+                    delta = batch.count
+                    batch.append(key, value, headers, timestamp)
                     batch.reserved += reserved
-                    if len(batch.records) >= self.batch_size:  # type: ignore[arg-type]
+                    if len(records) >= self.batch_size:  # type: ignore[arg-type]
                         self.close(q)
-                    return APPENDED
+                    return RecordFuture(batch.result, delta, timestamp)
                 if reroute:
                     self.close(q)
-                    return REROUTE
+                    return None
         else:
             q = self.queue(topic, partition)
-        batch, new = self._batch_for(q, reserved - _OVERESTIMATE, timestamp)
+        batch, _new = self._batch_for(q, reserved - _OVERESTIMATE, timestamp)
+        delta = batch.count
         try:
-            batch.append(key, value, headers, timestamp, future)
+            batch.append(key, value, headers, timestamp)
         except BaseException:
             self._drop_if_empty(q, batch)
             raise
         batch.reserved += reserved
         if len(batch.records) >= self.batch_size:  # type: ignore[arg-type]
             self.close(q)
-        return NEW_BATCH if new else APPENDED
+        return RecordFuture(batch.result, delta, timestamp)
 
     def append_set(self, topic: str, partition: int, items: Sequence[Any], timestamp: int,
                    future: asyncio.Future[Any] | None, reserved: int, reroute: bool = False) -> int:
@@ -481,7 +502,7 @@ class RecordAccumulator:
         if batch.count == 0 and q.open is batch:
             q.open = None
             self.incomplete.discard(batch)
-            batch.done.set_result(None)
+            batch.result.set_acknowledged(-1, -1)  # no records, nobody to tell
 
     def close(self, q: PartitionQueue) -> None:
         """The open batch takes no more records: queue it for sending."""
@@ -501,12 +522,10 @@ class RecordAccumulator:
         q.in_flight = False
 
     def finish(self, batch: ProducerBatch) -> PartitionQueue:
-        """The batch is done (its futures are the caller's to resolve): free its memory."""
+        """The batch is done: free its memory (the caller then sets its outcome, batch.result)."""
         q = self.queue(batch.topic, batch.partition)
         q.in_flight = False
         self.incomplete.discard(batch)
         self.pool.release(batch.reserved)
         batch.reserved = 0
-        if not batch.done.done():
-            batch.done.set_result(None)
         return q

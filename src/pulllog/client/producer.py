@@ -11,6 +11,10 @@ Usage::
 ``send()`` returns as soon as the record is encoded into its partition's open batch (it
 waits only for buffer space, or for a new topic's metadata); the future it returns resolves
 to a ``RecordMetadata`` when the broker acknowledges the batch, or fails with the reason.
+That future is a ``RecordFuture`` (``pulllog.client.record_future``): as in Kafka's Java
+client it only points at its batch's one result, so a batch completes with one
+``set_result`` however many records it holds, and the ``RecordMetadata`` is built when
+asked. asyncio treats it as a future (await, gather, wait, wait_for, callbacks).
 ``send_batch()`` sends a message set, the paper's unit of publishing: the records are
 appended contiguously to one partition in one RecordBatch, and one future resolves to a
 ``BatchMetadata`` for all of them. It skips the per-record call and future, most of what
@@ -88,6 +92,7 @@ from .accumulator import (
     estimate_set_size,
 )
 from .cluster import DEFAULT_BOOTSTRAP, Cluster
+from .record_future import ProduceResult, RecordFuture
 from .errors import KafkaError, UnknownTopicError
 from .partitioner import (
     Partitioner,
@@ -103,10 +108,13 @@ __all__ = [
     "DeliveryTimeoutError",
     "Producer",
     "ProducerClosedError",
+    "RecordFuture",
     "RecordMetadata",
 ]
 
 log = logging.getLogger("pulllog.client.producer")
+
+_time_ns = time.time_ns  # one global lookup per record instead of two
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 _MS = datetime.timedelta(milliseconds=1)
@@ -375,57 +383,64 @@ class Producer:
         headers: Sequence[tuple[str, bytes | None]] | Mapping[str, bytes | None] | None = None,
         partition: int | None = None,
         timestamp: int | None = None,
-    ) -> asyncio.Future[RecordMetadata]:
+    ) -> RecordFuture:
         """Queue one record; return a future of its RecordMetadata.
 
         Waits only for buffer space (``max_block_ms``) or, for a topic not seen yet, its
         metadata. ``headers`` are (str, bytes or None) pairs or a mapping; ``timestamp`` is
         ms since the epoch (default: now). The future fails with a ``KafkaError`` naming the
-        broker's error code, ``DeliveryTimeoutError`` or ``ProducerClosedError``.
+        broker's error code, ``DeliveryTimeoutError`` or ``ProducerClosedError``. It is a
+        ``RecordFuture``, which asyncio treats as a future (await, gather, wait, wait_for,
+        add_done_callback); cancelling it detaches only it: the record is still sent.
         """
+        # The hot path of per-record sending: keep it free of calls that are not needed.
         if not self._accepting:
             self._check_running()
-        deadline = None
         parts = self._partitions.get(topic)
         if parts is None:
-            deadline = time.monotonic() + self.max_block_s
-            parts = await self._wait_for_topic(topic, deadline)
+            deadline: float | None = time.monotonic() + self.max_block_s
+            parts = await self._wait_for_topic(topic, deadline)  # type: ignore[arg-type]
             self._check_running()
+        else:
+            deadline = None
         try:
             if key is not None and type(key) is not bytes:
                 key = _as_bytes(key)
             hdrs = encode_headers(headers) if headers else b"\x00"
             size = ((len(value) if value is not None else 0) + (len(key) if key is not None else 0)
                     + len(hdrs) + RECORD_OVERHEAD)
-            sticky = self._sticky and partition is None and key is None
             if partition is None:
+                sticky = key is None and self._sticky
                 partition = self._partitioner.partition(topic, key, parts[0], parts[1])
-            elif not 0 <= partition < len(parts[0]):
-                raise _no_such_partition(topic, partition, parts[0])
+            else:
+                sticky = False
+                if not 0 <= partition < len(parts[0]):
+                    raise _no_such_partition(topic, partition, parts[0])
         except TypeError as exc:
             raise _bad_record(key, value, exc) from None
         if timestamp is None:
-            timestamp = time.time_ns() // 1_000_000
-        future: asyncio.Future[RecordMetadata] = self._loop.create_future()  # type: ignore[union-attr]
+            timestamp = _time_ns() // 1_000_000
         if size > self._max_record_size:
-            future.set_exception(self._too_large(topic, partition, size, "record"))
-            return future
+            failed = ProduceResult(topic, partition, self._loop)  # type: ignore[arg-type]
+            failed.set_failed(self._too_large(topic, partition, size, "record"))
+            return RecordFuture(failed, 0, timestamp)
         pool = self._pool
-        if size <= pool.available and not pool.waiting:
+        if size <= pool.available and not pool.waiters:
             pool.available -= size
         else:
             await self._reserve(size, deadline)
         acc = self._acc
         assert acc is not None
         try:
-            outcome = acc.append(topic, partition, key, value, hdrs, timestamp, future, size, sticky)
-            if outcome == REROUTE:
+            future = acc.append(topic, partition, key, value, hdrs, timestamp, size, sticky)
+            if future is None:  # the sticky partition's batch was full: it moved on
                 partition = self._partitioner.partition(topic, key, parts[0], parts[1])
-                outcome = acc.append(topic, partition, key, value, hdrs, timestamp, future, size)
+                future = acc.append(topic, partition, key, value, hdrs, timestamp, size)
+                assert future is not None
         except TypeError as exc:
             pool.release(size)
             raise _bad_record(key, value, exc) from None
-        if outcome == NEW_BATCH:
+        if future.relative_offset == 0:  # it opened a batch
             await asyncio.sleep(0)  # let the sender ship what is ready before we fill more
         return future
 
@@ -800,17 +815,8 @@ class Producer:
         if batch.done.done():
             return  # failed meanwhile (closed): its outcome is told already
         self._acc.finish(batch)
+        batch.result.set_acknowledged(base_offset, log_append_time)  # every record's future at once
         topic, partition = batch.topic, batch.partition
-        futures = batch.record_futures
-        if futures:
-            if base_offset < 0:
-                offsets: Iterable[int] = [-1] * len(futures)
-            else:
-                offsets = [base_offset + delta for delta in batch.record_deltas]
-            timestamps = batch.record_timestamps if log_append_time < 0 else [log_append_time] * len(futures)
-            for future, offset, ts in zip(futures, offsets, timestamps):
-                if not future.done():
-                    future.set_result(RecordMetadata(topic, partition, offset, ts))
         for first, count, ts, future in batch.set_futures:
             if not future.done():
                 future.set_result(BatchMetadata(topic, partition, base_offset + first if base_offset >= 0 else -1,
@@ -821,9 +827,7 @@ class Producer:
         if batch.done.done():
             return
         self._acc.finish(batch)
-        for future in batch.record_futures:
-            if not future.done():
-                future.set_exception(error)
+        batch.result.set_failed(error)
         for _first, _count, _ts, future in batch.set_futures:
             if not future.done():
                 future.set_exception(error)
