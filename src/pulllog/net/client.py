@@ -35,6 +35,11 @@ _API_KEYS = {
     "describe_log_dirs": 35, "create_partitions": 37, "delete_groups": 42, "incremental_alter_configs": 44, "offset_delete": 47,
 }
 _SIZE = struct.Struct(">i")
+# asyncio's StreamReader pauses the socket once it buffers twice its limit (64 KiB by
+# default): every Fetch response of a few hundred KB then paused and resumed reading (two
+# epoll_ctl calls and their bookkeeping per response). The read loop takes frames off as they
+# arrive, so the limit only bounds a burst, not what a connection holds.
+_READ_LIMIT = 4 << 20
 
 
 class BrokerUnreachableError(ConnectionError):
@@ -77,7 +82,8 @@ class KafkaConnection:
     async def connect(cls, host: str, port: int, *, client_id: str = "pulllog", timeout: float = 10.0) -> "KafkaConnection":
         conn = cls(host, port, client_id)
         try:
-            conn._reader, conn._writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+            conn._reader, conn._writer = await asyncio.wait_for(
+                asyncio.open_connection(host, port, limit=_READ_LIMIT), timeout)
         except (OSError, asyncio.TimeoutError) as exc:
             if isinstance(exc, asyncio.TimeoutError):
                 reason = "timed out"
