@@ -16,6 +16,7 @@ import itertools
 import logging
 import os
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -129,6 +130,18 @@ class KafkaConnection:
         correlation_id = next(self._ids)
         body = build(request_class(api, version), data)
         frame = encode_request(body, correlation_id=correlation_id, client_id=self.client_id)
+        return await self._send(api, version, correlation_id, frame, expect_response)
+
+    async def request_encoded(self, api: str, version: int, encode: Callable[[int, str | None], bytes]) -> Any:
+        """``request`` for a frame encoded by hand: ``encode(correlation_id, client_id)``
+        returns the whole frame, size prefix included (e.g. net.fetch.encode_fetch_request)."""
+        if self._closed or self._writer is None:
+            raise ConnectionClosedError(f"connection to {self.address} is closed") from self._error
+        correlation_id = next(self._ids)
+        return await self._send(api, version, correlation_id, encode(correlation_id, self.client_id), True)
+
+    async def _send(self, api: str, version: int, correlation_id: int, frame: bytes, expect_response: bool) -> Any:
+        assert self._writer is not None
         future: asyncio.Future[Any] | None = None
         if expect_response:
             future = asyncio.get_running_loop().create_future()
