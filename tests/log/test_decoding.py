@@ -235,3 +235,22 @@ def test_a_varint_beyond_64_bits_is_refused() -> None:
     assert decode_varint(b"\xff" * 9 + b"\x01", 0) == (-(2**63), 10)  # 64 bits: fine
     with pytest.raises(InvalidRecordError, match="64 bits"):
         decode_varint(b"\xff" * 9 + b"\x02", 0)
+
+
+@needs_c
+def test_a_field_that_is_not_a_plain_slot_is_set_through_its_descriptor() -> None:
+    class Custom:
+        __slots__ = ("topic", "partition", "offset", "timestamp", "timestamp_type", "key", "_value", "headers")
+
+        @property
+        def value(self) -> bytes | None:
+            return self._value
+
+        @value.setter
+        def value(self, v: bytes | None) -> None:
+            self._value = None if v is None else v.upper()
+
+    payload, pos, end, count = section(build_batch([(b"k", b"abc"), (None, None)]))
+    for decode in (_crecords.decode_records, decoding.py_decode_records):
+        records = decode(Custom, payload, pos, end, count, 0, 0, 0, 0, "t", 0)
+        assert [(r.offset, r.key, r.value) for r in records] == [(0, b"k", b"ABC"), (1, None, None)]

@@ -26,6 +26,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <structmember.h>  /* T_OBJECT_EX, READONLY (Python.h has them from 3.12 as Py_T_...) */
 
 #define N_FIELDS 8
 static const char *const FIELD_NAMES[N_FIELDS] = {
@@ -36,6 +37,10 @@ enum { F_TOPIC, F_PARTITION, F_OFFSET, F_TIMESTAMP, F_TIMESTAMP_TYPE, F_KEY, F_V
 static PyTypeObject *cached_type = NULL;
 static PyObject *cached_descr[N_FIELDS];
 static descrsetfunc cached_set[N_FIELDS];
+/* Where a plain slot (a member descriptor of an object field: what __slots__ and a dataclass
+ * with slots=True make) lives in the object, else -1: filling a fresh record's slot is then
+ * a store, as the descriptor's own setter would do it, without its call and checks. */
+static Py_ssize_t cached_offset[N_FIELDS];
 static PyObject *empty_tuple = NULL;
 static PyObject *corrupt_error = NULL;  /* pulllog.log.records.CorruptRecordError, as the Python decoder raises */
 
@@ -67,6 +72,14 @@ load_descriptors(PyTypeObject *type)
     for (int i = 0; i < N_FIELDS; i++) {
         cached_descr[i] = descr[i];
         cached_set[i] = Py_TYPE(descr[i])->tp_descr_set;
+        cached_offset[i] = -1;
+        if (Py_IS_TYPE(descr[i], &PyMemberDescr_Type)) {
+            PyMemberDef *member = ((PyMemberDescrObject *)descr[i])->d_member;
+            if (member->type == T_OBJECT_EX && !(member->flags & READONLY) && member->offset > 0 &&
+                (size_t)member->offset + sizeof(PyObject *) <= (size_t)type->tp_basicsize) {
+                cached_offset[i] = member->offset;
+            }
+        }
     }
     return 0;
 }
@@ -207,6 +220,14 @@ set_field(PyObject *record, int field, PyObject *value)
 {
     if (value == NULL) {
         return -1;
+    }
+    Py_ssize_t offset = cached_offset[field];
+    if (offset >= 0) {  /* the record is fresh: each slot is set once, from NULL */
+        PyObject **slot = (PyObject **)((char *)record + offset);
+        PyObject *old = *slot;
+        *slot = value;  /* our reference moves into the slot */
+        Py_XDECREF(old);
+        return 0;
     }
     int rc = cached_set[field](cached_descr[field], record, value);
     Py_DECREF(value);
