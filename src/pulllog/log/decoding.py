@@ -1,5 +1,8 @@
 """A batch's records section decoded into record objects: the consumer's hot loop.
 
+The consumer (:mod:`pulllog.client.completed_fetch`) and the Spark reader
+(:mod:`pulllog.spark.columns`, which moves the records into Arrow columns) both use it.
+
 ``decode_records`` is the one place that chooses the implementation:
 
 - the C extension :mod:`pulllog.log._crecords` (``_crecords.c``), built by ``pip install``
