@@ -11,12 +11,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pulllog.client import completed_fetch
 from pulllog.client.completed_fetch import CompletedFetch, CorruptRecordError
 from pulllog.client.types import ConsumerRecord, TopicPartition
+from pulllog.log import decoding
 from pulllog.log.compression import Compression
 from pulllog.log.records import ControlType, RecordBatch, TimestampType, build_batch, build_control_batch
 
 TP = TopicPartition("t", 3)
+
+
+@pytest.fixture(autouse=True, params=["built", "python"])
+def decoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test with the decoder in use (C where built) and with the pure-Python one."""
+    if request.param == "python":
+        monkeypatch.setattr(completed_fetch, "decode_records", decoding.py_decode_records)
 
 
 def log_of(*batches: bytes) -> bytes:

@@ -309,3 +309,45 @@ def test_versions_outside_4_to_18_are_refused(version: int) -> None:
 def test_file_slice_rejects_impossible_ranges(position: int, length: int) -> None:
     with pytest.raises(ValueError):
         FileSlice("f", position, length)
+
+
+# ---------------------------------------------------------------------------- the request (client side)
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from pulllog.net.build import build as build_entity  # noqa: E402
+from pulllog.net.build import request_class  # noqa: E402
+from pulllog.net.fetch import FETCH_REQUEST_MAX_VERSION, FETCH_REQUEST_MIN_VERSION, encode_fetch_request  # noqa: E402
+from pulllog.net.protocol import encode_request  # noqa: E402
+
+int32 = st.integers(-(2**31), 2**31 - 1)
+fetch_topics = st.lists(
+    st.tuples(st.text(min_size=1, max_size=150),
+              st.lists(st.tuples(st.integers(0, 2**31 - 1), st.integers(-(2**63), 2**63 - 1)), min_size=1, max_size=4)),
+    max_size=4)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(FETCH_REQUEST_MIN_VERSION, FETCH_REQUEST_MAX_VERSION), int32, st.one_of(st.none(), st.text(max_size=30)),
+       int32, int32, int32, st.sampled_from([0, 1]), int32, fetch_topics)
+def test_hand_encoded_fetch_request_is_kios_encoding(version, correlation_id, client_id, max_wait_ms, min_bytes,
+                                                     max_bytes, isolation_level, partition_max_bytes, topics) -> None:
+    kio_frame = encode_request(build_entity(request_class("fetch", version), {
+        "replica_id": -1, "max_wait": max_wait_ms, "min_bytes": min_bytes, "max_bytes": max_bytes,
+        "isolation_level": isolation_level, "session_id": 0, "session_epoch": -1,
+        "topics": [{"topic": topic, "partitions": [
+            {"partition": p, "fetch_offset": offset, "partition_max_bytes": partition_max_bytes,
+             "current_leader_epoch": -1, "log_start_offset": -1} for p, offset in partitions]}
+            for topic, partitions in topics],
+        "forgotten_topics_data": [], "rack_id": ""}), correlation_id=correlation_id, client_id=client_id)
+    assert encode_fetch_request(
+        version, correlation_id, client_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes,
+        isolation_level=isolation_level, topics=topics, partition_max_bytes=partition_max_bytes) == kio_frame
+
+
+def test_fetch_request_outside_the_encodable_versions_is_refused() -> None:
+    for version in (FETCH_REQUEST_MIN_VERSION - 1, FETCH_REQUEST_MAX_VERSION + 1):
+        with pytest.raises(ValueError, match="not encodable"):
+            encode_fetch_request(version, 1, "c", max_wait_ms=0, min_bytes=1, max_bytes=1, isolation_level=0,
+                                 topics=[], partition_max_bytes=1)

@@ -25,10 +25,8 @@ Rules a ``CompletedFetch`` keeps:
   control batch) ends it.
 - With ``LogAppendTime`` every record of a batch carries the batch's max timestamp.
 
-Records are :class:`~pulllog.client.types.ConsumerRecord`. A frozen dataclass's ``__init__``
-sets each field through ``object.__setattr__`` (about 1.2 us for 8 fields, as long as the
-rest of the decoding); we fill the slots through their descriptors instead (about 0.35 us),
-which yields the very same frozen, hashable objects.
+Records are :class:`~pulllog.client.types.ConsumerRecord`, made by
+:func:`pulllog.log.decoding.decode_records` (in C where the extension is built).
 """
 
 from __future__ import annotations
@@ -41,7 +39,8 @@ from crc32c import crc32c
 from kio.schema.errors import ErrorCode
 
 from ..log.compression import CompressionError, decompress
-from ..log.records import BATCH_HEADER_SIZE, LOG_OVERHEAD, ControlType, decode_varint
+from ..log.decoding import decode_records
+from ..log.records import BATCH_HEADER_SIZE, LOG_OVERHEAD, ControlType
 from .errors import KafkaError
 from .types import ConsumerRecord, TopicPartition
 
@@ -70,164 +69,6 @@ class CorruptRecordError(KafkaError):
         self.retriable = False  # fetching the same bytes again does not help
         self.topic_partition = tp
         self.offset = offset
-
-
-# ---------------------------------------------------------------------------- records
-
-_new = object.__new__
-(_set_topic, _set_partition, _set_offset, _set_timestamp, _set_timestamp_type, _set_key, _set_value,
- _set_headers) = (getattr(ConsumerRecord, name).__set__ for name in (
-    "topic", "partition", "offset", "timestamp", "timestamp_type", "key", "value", "headers"))
-
-
-def make_record(topic: str, partition: int, offset: int, timestamp: int, timestamp_type: int,
-                key: bytes | None, value: bytes | None,
-                headers: tuple[tuple[str, bytes | None], ...]) -> ConsumerRecord:
-    """``ConsumerRecord(...)`` at a third of the cost (see the module docstring)."""
-    r = _new(ConsumerRecord)
-    _set_topic(r, topic)
-    _set_partition(r, partition)
-    _set_offset(r, offset)
-    _set_timestamp(r, timestamp)
-    _set_timestamp_type(r, timestamp_type)
-    _set_key(r, key)
-    _set_value(r, value)
-    _set_headers(r, headers)
-    return r
-
-
-def decode_records(data: bytes, pos: int, end: int, count: int, base_offset: int, base_timestamp: int,
-                   timestamp_type: int, log_append_time: int, topic: str, partition: int,
-                   ) -> list[ConsumerRecord]:
-    """Decode ``count`` records from ``data[pos:end]`` (uncompressed record bytes).
-
-    One function with the varint cases written out, because a function call per field costs
-    as much as decoding it. Raises IndexError or ValueError on malformed bytes; the caller
-    turns them into CorruptRecordError.
-    """
-    out: list[ConsumerRecord] = []
-    append = out.append
-    new = _new
-    cls = ConsumerRecord
-    varint = decode_varint  # the slow path: 3 bytes and more
-    set_topic, set_partition, set_offset, set_timestamp = _set_topic, _set_partition, _set_offset, _set_timestamp
-    set_timestamp_type, set_key, set_value, set_headers = _set_timestamp_type, _set_key, _set_value, _set_headers
-    no_headers: tuple[tuple[str, bytes | None], ...] = ()
-    for _ in range(count):
-        # length
-        b = data[pos]
-        if b < 0x80:
-            length = (b >> 1) ^ -(b & 1)
-            pos += 1
-        else:
-            c = data[pos + 1]
-            if c < 0x80:
-                v = (b & 0x7F) | (c << 7)
-                length = (v >> 1) ^ -(v & 1)
-                pos += 2
-            else:
-                length, pos = varint(data, pos)
-        record_end = pos + length
-        pos += 1  # record attributes: unused
-        # timestampDelta
-        b = data[pos]
-        if b < 0x80:
-            ts_delta = (b >> 1) ^ -(b & 1)
-            pos += 1
-        else:
-            c = data[pos + 1]
-            if c < 0x80:
-                v = (b & 0x7F) | (c << 7)
-                ts_delta = (v >> 1) ^ -(v & 1)
-                pos += 2
-            else:
-                ts_delta, pos = varint(data, pos)
-        # offsetDelta
-        b = data[pos]
-        if b < 0x80:
-            offset_delta = (b >> 1) ^ -(b & 1)
-            pos += 1
-        else:
-            c = data[pos + 1]
-            if c < 0x80:
-                v = (b & 0x7F) | (c << 7)
-                offset_delta = (v >> 1) ^ -(v & 1)
-                pos += 2
-            else:
-                offset_delta, pos = varint(data, pos)
-        # key
-        b = data[pos]
-        if b < 0x80:
-            n = (b >> 1) ^ -(b & 1)
-            pos += 1
-        else:
-            c = data[pos + 1]
-            if c < 0x80:
-                v = (b & 0x7F) | (c << 7)
-                n = (v >> 1) ^ -(v & 1)
-                pos += 2
-            else:
-                n, pos = varint(data, pos)
-        if n >= 0:
-            key: bytes | None = data[pos:pos + n]
-            pos += n
-        else:
-            key = None
-        # value
-        b = data[pos]
-        if b < 0x80:
-            n = (b >> 1) ^ -(b & 1)
-            pos += 1
-        else:
-            c = data[pos + 1]
-            if c < 0x80:
-                v = (b & 0x7F) | (c << 7)
-                n = (v >> 1) ^ -(v & 1)
-                pos += 2
-            else:
-                n, pos = varint(data, pos)
-        if n >= 0:
-            value: bytes | None = data[pos:pos + n]
-            pos += n
-        else:
-            value = None
-        # headers
-        b = data[pos]
-        if b == 0:
-            headers = no_headers
-            pos += 1
-        else:
-            n, pos = varint(data, pos)
-            items = []
-            for _h in range(n):
-                hn, pos = varint(data, pos)
-                if hn < 0:
-                    raise ValueError("a record header key is null")
-                hkey = data[pos:pos + hn].decode("utf-8", "replace")
-                pos += hn
-                hn, pos = varint(data, pos)
-                if hn >= 0:
-                    hvalue: bytes | None = data[pos:pos + hn]
-                    pos += hn
-                else:
-                    hvalue = None
-                items.append((hkey, hvalue))
-            headers = tuple(items)
-        if pos != record_end:
-            raise ValueError(f"a record declared {length} bytes but its fields took {length + pos - record_end}")
-        r = new(cls)
-        set_topic(r, topic)
-        set_partition(r, partition)
-        set_offset(r, base_offset + offset_delta)
-        set_timestamp(r, log_append_time if timestamp_type else base_timestamp + ts_delta)
-        set_timestamp_type(r, timestamp_type)
-        set_key(r, key)
-        set_value(r, value)
-        set_headers(r, headers)
-        append(r)
-    if pos != end:
-        raise ValueError(f"{end - pos} bytes left over after {count} records")
-    return out
 
 
 # ---------------------------------------------------------------------------- one partition's data
@@ -420,7 +261,7 @@ class CompletedFetch:
                 start, stop = 0, len(payload)
             else:
                 payload, start, stop = data, pos + BATCH_HEADER_SIZE, end
-            return decode_records(payload, start, stop, count, base_offset, base_timestamp,
+            return decode_records(ConsumerRecord, payload, start, stop, count, base_offset, base_timestamp,
                                   1 if attributes & _TIMESTAMP_TYPE_MASK else 0, max_timestamp,
                                   self._topic, self._partition)
         except (CompressionError, IndexError, ValueError) as exc:

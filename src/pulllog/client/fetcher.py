@@ -44,6 +44,7 @@ The main task (:meth:`Fetcher.run`) starts resets and fetch loops and owns them 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections import deque
@@ -54,6 +55,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ..net.client import BrokerUnreachableError, ConnectionClosedError, UnsupportedByBrokerError
+from ..net.fetch import FETCH_REQUEST_MAX_VERSION, FETCH_REQUEST_MIN_VERSION, encode_fetch_request
 from .cluster import Cluster
 from .completed_fetch import CompletedFetch
 from .errors import KafkaError, UnknownTopicError
@@ -321,27 +323,23 @@ class Fetcher:
     async def _fetch(self, node: int, states: list[PartitionState]) -> None:
         cfg = self.config
         conn = await self.cluster.connection(node)
-        version = conn.version("fetch", 4, 12)
+        version = conn.version("fetch", FETCH_REQUEST_MIN_VERSION, FETCH_REQUEST_MAX_VERSION)
         # Rotate, then group by topic in order of first appearance (see the module docstring).
         self._rotation = (self._rotation + 1) % len(states)
         order = states[self._rotation:] + states[:self._rotation]
         sent: dict[tuple[str, int], tuple[PartitionState, int, int]] = {}
-        topics: dict[str, list[dict[str, int]]] = {}
+        topics: dict[str, list[tuple[int, int]]] = {}
         for state in order:
             offset = state.fetch_offset
             assert offset is not None
             sent[(state.tp.topic, state.tp.partition)] = (state, state.epoch, offset)
-            topics.setdefault(state.tp.topic, []).append({
-                "partition": state.tp.partition, "fetch_offset": offset, "partition_max_bytes": cfg.max_partition_bytes,
-                "current_leader_epoch": -1, "log_start_offset": -1})
-        request = {
-            "replica_id": -1, "max_wait": cfg.max_wait_ms, "min_bytes": cfg.min_bytes, "max_bytes": cfg.max_bytes,
-            "isolation_level": 1 if cfg.read_committed else 0, "session_id": 0, "session_epoch": -1,
-            "topics": [{"topic": t, "partitions": parts} for t, parts in topics.items()],
-            "forgotten_topics_data": [], "rack_id": "",
-        }
+            topics.setdefault(state.tp.topic, []).append((state.tp.partition, offset))
+        encode = functools.partial(
+            encode_fetch_request, version, max_wait_ms=cfg.max_wait_ms, min_bytes=cfg.min_bytes,
+            max_bytes=cfg.max_bytes, isolation_level=1 if cfg.read_committed else 0, topics=list(topics.items()),
+            partition_max_bytes=cfg.max_partition_bytes)
         async with asyncio.timeout((cfg.request_timeout_ms + cfg.max_wait_ms) / 1000):
-            response = await conn.request("fetch", version, request)
+            response = await conn.request_encoded("fetch", version, encode)
         self._handle_fetch_response(response, sent)
 
     def _handle_fetch_response(self, response: Any,

@@ -155,6 +155,8 @@ def decode_varint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, i
         except IndexError:
             raise InvalidRecordError("varint runs past the end of the buffer") from None
         pos += 1
+        if shift == 63 and b & 0x7F > 1:  # Kafka's varlong is 64 bits: a tenth byte holds only bit 63
+            raise InvalidRecordError("varint does not fit in 64 bits")
         result |= (b & 0x7F) << shift
         if not b & 0x80:
             break

@@ -16,6 +16,7 @@ import itertools
 import logging
 import os
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -35,6 +36,11 @@ _API_KEYS = {
     "describe_log_dirs": 35, "create_partitions": 37, "delete_groups": 42, "incremental_alter_configs": 44, "offset_delete": 47,
 }
 _SIZE = struct.Struct(">i")
+# asyncio's StreamReader pauses the socket once it buffers twice its limit (64 KiB by
+# default): every Fetch response of a few hundred KB then paused and resumed reading (two
+# epoll_ctl calls and their bookkeeping per response). The read loop takes frames off as they
+# arrive, so the limit only bounds a burst, not what a connection holds.
+_READ_LIMIT = 4 << 20
 
 
 class BrokerUnreachableError(ConnectionError):
@@ -77,7 +83,8 @@ class KafkaConnection:
     async def connect(cls, host: str, port: int, *, client_id: str = "pulllog", timeout: float = 10.0) -> "KafkaConnection":
         conn = cls(host, port, client_id)
         try:
-            conn._reader, conn._writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+            conn._reader, conn._writer = await asyncio.wait_for(
+                asyncio.open_connection(host, port, limit=_READ_LIMIT), timeout)
         except (OSError, asyncio.TimeoutError) as exc:
             if isinstance(exc, asyncio.TimeoutError):
                 reason = "timed out"
@@ -123,6 +130,18 @@ class KafkaConnection:
         correlation_id = next(self._ids)
         body = build(request_class(api, version), data)
         frame = encode_request(body, correlation_id=correlation_id, client_id=self.client_id)
+        return await self._send(api, version, correlation_id, frame, expect_response)
+
+    async def request_encoded(self, api: str, version: int, encode: Callable[[int, str | None], bytes]) -> Any:
+        """``request`` for a frame encoded by hand: ``encode(correlation_id, client_id)``
+        returns the whole frame, size prefix included (e.g. net.fetch.encode_fetch_request)."""
+        if self._closed or self._writer is None:
+            raise ConnectionClosedError(f"connection to {self.address} is closed") from self._error
+        correlation_id = next(self._ids)
+        return await self._send(api, version, correlation_id, encode(correlation_id, self.client_id), True)
+
+    async def _send(self, api: str, version: int, correlation_id: int, frame: bytes, expect_response: bool) -> Any:
+        assert self._writer is not None
         future: asyncio.Future[Any] | None = None
         if expect_response:
             future = asyncio.get_running_loop().create_future()

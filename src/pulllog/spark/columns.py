@@ -28,10 +28,9 @@ Rules this module keeps:
 - With LogAppendTime every record of a batch carries the batch's max timestamp, as Kafka's
   consumer reports it.
 
-Decoding is columnar: records go straight into per-column Python lists (no object per
-record), and the varints every record has (length, timestamp and offset deltas, key and value
-lengths) take a one-byte (two for the lengths) fast path inline, because a function call per
-field costs as much as decoding it.
+Records are decoded by the consumer's decoder (:func:`pulllog.log.decoding.decode_records`,
+in C where the extension is built), then moved into per-column Python lists. Records of a
+batch outside ``[start, end)`` are decoded too (and so validated) but not kept.
 """
 
 from __future__ import annotations
@@ -42,7 +41,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..log.compression import Compression, CompressionError, decompress
-from ..log.records import BATCH_HEADER_SIZE, BatchHeader, CorruptRecordError, decode_varint
+from ..client.types import ConsumerRecord
+from ..log.decoding import decode_records
+from ..log.records import BATCH_HEADER_SIZE, BatchHeader, CorruptRecordError
 
 __all__ = ["ARROW_SCHEMA", "COLUMNS", "SPARK_DDL", "ColumnBuilder", "empty_batch"]
 
@@ -106,106 +107,31 @@ class ColumnBuilder:
 
     def _decode(self, data: bytes, count: int, base_offset: int, base_timestamp: int,
                 log_append_time: int | None, start: int, end: int) -> None:
-        offsets, timestamps, ts_types = self.offsets, self.timestamps, self.timestamp_types
-        keys, values = self.keys, self.values
-        h_offsets, h_keys, h_values = self.header_offsets, self.header_keys, self.header_values
-        ts_type = 0 if log_append_time is None else 1
-        varint = decode_varint  # the slow path: 3 bytes and more
-        nbytes = 0
-        pos = 0
-        for _ in range(count):
-            b = data[pos]
-            if b < 0x80:
-                length = (b >> 1) ^ -(b & 1)
-                pos += 1
-            else:
-                c = data[pos + 1]
-                if c < 0x80:
-                    v = (b & 0x7F) | (c << 7)
-                    length = (v >> 1) ^ -(v & 1)
-                    pos += 2
-                else:
-                    length, pos = varint(data, pos)
-            record_end = pos + length
-            pos += 1  # record attributes: unused
-            b = data[pos]
-            if b < 0x80:
-                ts_delta = (b >> 1) ^ -(b & 1)
-                pos += 1
-            else:
-                ts_delta, pos = varint(data, pos)
-            b = data[pos]
-            if b < 0x80:
-                od = (b >> 1) ^ -(b & 1)
-                pos += 1
-            else:
-                od, pos = varint(data, pos)
-            offset = base_offset + od
-            if offset < start or offset >= end:
-                pos = record_end
-                continue
-            b = data[pos]
-            if b < 0x80:
-                n = (b >> 1) ^ -(b & 1)
-                pos += 1
-            else:
-                c = data[pos + 1]
-                if c < 0x80:
-                    v = (b & 0x7F) | (c << 7)
-                    n = (v >> 1) ^ -(v & 1)
-                    pos += 2
-                else:
-                    n, pos = varint(data, pos)
-            if n >= 0:
-                key: bytes | None = data[pos:pos + n]
-                pos += n
-                nbytes += n
-            else:
-                key = None
-            b = data[pos]
-            if b < 0x80:
-                n = (b >> 1) ^ -(b & 1)
-                pos += 1
-            else:
-                c = data[pos + 1]
-                if c < 0x80:
-                    v = (b & 0x7F) | (c << 7)
-                    n = (v >> 1) ^ -(v & 1)
-                    pos += 2
-                else:
-                    n, pos = varint(data, pos)
-            if n >= 0:
-                value: bytes | None = data[pos:pos + n]
-                pos += n
-                nbytes += n
-            else:
-                value = None
-            b = data[pos]
-            if b == 0:  # no headers: the common case
-                pos += 1
-            else:
-                n_headers, pos = varint(data, pos)
-                for _h in range(n_headers):
-                    n, pos = varint(data, pos)
-                    if n < 0:
-                        raise ValueError("a record header key may not be null")
-                    h_keys.append(data[pos:pos + n].decode("utf-8", "replace"))
-                    pos += n
-                    n, pos = varint(data, pos)
-                    if n >= 0:
-                        h_values.append(data[pos:pos + n])
-                        pos += n
-                    else:
-                        h_values.append(None)
-            if pos != record_end:
-                raise ValueError(f"record at offset {offset} declared {length} bytes but its fields took more or less")
-            offsets.append(offset)
-            timestamps.append(base_timestamp + ts_delta if log_append_time is None else log_append_time)
-            ts_types.append(ts_type)
-            keys.append(key)
-            values.append(value)
-            h_offsets.append(len(h_keys))
-        self.value_bytes += nbytes
+        records = decode_records(ConsumerRecord, data, 0, len(data), count, base_offset, base_timestamp,
+                                 0 if log_append_time is None else 1, log_append_time or 0, self.topic,
+                                 self.partition)
+        if records and (records[0].offset < start or records[-1].offset >= end):
+            records = [r for r in records if start <= r.offset < end]
+        if not records:
+            return
+        self.offsets += [r.offset for r in records]
+        self.timestamps += [r.timestamp for r in records]
+        self.timestamp_types += [r.timestamp_type for r in records]
+        keys = [r.key for r in records]
+        values = [r.value for r in records]
+        self.keys += keys
+        self.values += values
+        self.value_bytes += sum(map(len, filter(None, keys))) + sum(map(len, filter(None, values)))
+        h_offsets = self.header_offsets
+        if any(r.headers for r in records):
+            h_keys, h_values = self.header_keys, self.header_values
+            for r in records:
+                for key, value in r.headers:
+                    h_keys.append(key)
+                    h_values.append(value)
+                h_offsets.append(len(h_keys))
+        else:
+            h_offsets += [h_offsets[-1]] * len(records)
 
     def to_batch(self) -> pa.RecordBatch:
         """The records so far as one Arrow batch in ``ARROW_SCHEMA``; the builder is emptied."""
