@@ -220,8 +220,8 @@ class Member:
                     for r in records:
                         self.consumed.add(self.name, tp.partition, r.offset)
 
-    async def stop(self) -> None:
-        """Stop consuming and close: commit, revoke, LeaveGroup."""
+    async def stop_reading(self) -> None:
+        """Stop calling getmany(), leaving the consumer open: an application that stalls."""
         if self._task is not None:
             self._task.cancel()
             try:
@@ -229,6 +229,13 @@ class Member:
             except asyncio.CancelledError:
                 pass
             self._task = None
+
+    def resume_reading(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._consume(), name=f"consume-{self.name}")
+
+    async def stop(self) -> None:
+        """Stop consuming and close: commit, revoke, LeaveGroup."""
+        await self.stop_reading()
         await self.consumer.close()
         self.ownership.gone(self.name)
 
@@ -485,6 +492,28 @@ async def test_a_member_paused_beyond_its_session_loses_its_partitions_and_its_c
             await other.stop()
     assert failed[0]["error"] == CommitFailedError.__name__, failed
     assert "rebalanc" in failed[0]["message"], failed
+    ownership.assert_one_owner_per_partition(2, complete=lambda g: False)
+
+
+async def test_a_member_that_stops_reading_for_rebalance_timeout_ms_leaves_and_rejoins_at_its_next_read(
+        pulllog_broker: Any) -> None:
+    # Kafka's max.poll.interval.ms: heartbeats alone do not keep partitions with a member whose
+    # application has stopped reading; its partitions go to a member that reads.
+    numbered_topic(pulllog_broker, "stalling", 2, 10)
+    ownership = Ownership()
+    stalled = await Member("stalled", pulllog_broker, "g-stalling", ["stalling"], ownership,
+                           rebalance_timeout_ms=2000).start()
+    reader = await Member("reader", pulllog_broker, "g-stalling", ["stalling"], ownership).start()
+    try:
+        await eventually(lambda: ownership.stable_with(["reader", "stalled"], 2), "the two share the topic")
+        await stalled.stop_reading()
+        await eventually(lambda: ownership.stable_with(["reader"], 2), "the reader owns both partitions")
+        assert stalled.consumer.generation == -1
+        stalled.resume_reading()
+        await eventually(lambda: stalled.lost_calls, "the stalled member was told its partitions are lost")
+        await eventually(lambda: ownership.stable_with(["reader", "stalled"], 2), "the two share the topic again")
+    finally:
+        await stop_all(stalled, reader)
     ownership.assert_one_owner_per_partition(2, complete=lambda g: False)
 
 

@@ -115,8 +115,11 @@ class Consumer:
     that sends no heartbeat for this long is removed and its partitions move (the broker
     allows 6000 and up); ``heartbeat_interval_ms``: how often the background heartbeat
     goes; ``rebalance_timeout_ms`` (Kafka's max.poll.interval.ms): how long the group waits
-    for members to rejoin, and how long a revoke waits for the application to finish the
-    batch in its hands. ``partition_assignment_strategy``: names ("range", "roundrobin",
+    for members to rejoin, how long a revoke waits for the application to finish the
+    batch in its hands, and the longest the application may go without asking for records
+    (``getmany``, ``getone``, ``async for``): past it the consumer leaves the group, so the
+    partitions move to members that are reading, and it joins again at the next read.
+    ``partition_assignment_strategy``: names ("range", "roundrobin",
     "cooperative-sticky") or assignor functions (see
     :func:`~pulllog.client.membership.resolve_assignors`), in order of preference.
     ``group_instance_id`` makes the consumer a static member. The rebalance callbacks get
@@ -191,6 +194,8 @@ class Consumer:
         self._reading: PartitionState | None = None  # the partition getone() reads until its chunk ends
         self._held: set[PartitionState] = set()  # records handed out since the application last came back
         self._returned = asyncio.Event()  # the application came back for more records
+        self._polls = 0  # calls to getmany/getone/__anext__: the group checks they keep coming
+        self._waiting = 0  # reads waiting for the fetcher right now (polling, too)
         self._closed = False
         self._group_config = None if group_id is None else GroupConfig(
             group_id=group_id, group_instance_id=group_instance_id, session_timeout_ms=session_timeout_ms,
@@ -510,6 +515,7 @@ class Consumer:
 
     async def __anext__(self) -> ConsumerRecord:
         """The next record, waiting for one as long as it takes; ends only when the consumer closes."""
+        self._polls += 1
         if self._held:
             self._ack(None)
         while True:
@@ -518,12 +524,11 @@ class Consumer:
             record = self._next_record(None)
             if record is not None:
                 return record
-            fetcher = self._running()
-            fetcher.data_ready.clear()
-            await fetcher.data_ready.wait()
+            await self._wait_for_data(self._running(), None)
 
     async def getone(self, *partitions: TopicPartition) -> ConsumerRecord:
         """The next record (of these partitions, if given), waiting as long as it takes."""
+        self._polls += 1
         only = frozenset(partitions) or None
         if self._held:
             self._ack(only)
@@ -531,9 +536,7 @@ class Consumer:
             record = self._next_record(only)
             if record is not None:
                 return record
-            fetcher = self._running()
-            fetcher.data_ready.clear()
-            await fetcher.data_ready.wait()
+            await self._wait_for_data(self._running(), None)
 
     async def getmany(self, *partitions: TopicPartition, timeout_ms: int = 0,
                       max_records: int | None = None) -> dict[TopicPartition, list[ConsumerRecord]]:
@@ -542,6 +545,7 @@ class Consumer:
         some; returns ``{}`` if none came."""
         if max_records is not None and max_records < 1:
             raise ValueError(f"max_records={max_records}: must be at least 1 (or None for max_poll_records)")
+        self._polls += 1
         only = frozenset(partitions) or None
         if self._held:
             self._ack(only)
@@ -553,14 +557,31 @@ class Consumer:
                 return out
             remaining = deadline - time.monotonic()
             if remaining <= 0:
+                self._resume_group_if_idled_out()
                 return out
-            fetcher = self._running()
-            fetcher.data_ready.clear()
             try:
-                async with asyncio.timeout(remaining):
-                    await fetcher.data_ready.wait()
+                await self._wait_for_data(self._running(), remaining)
             except TimeoutError:
                 return self._drain(only, limit)
+
+    async def _wait_for_data(self, fetcher: Fetcher, timeout: float | None) -> None:
+        """Wait until the fetcher has buffered more; meanwhile the application counts as
+        polling (max.poll.interval.ms does not run out while it waits here)."""
+        self._resume_group_if_idled_out()
+        fetcher.data_ready.clear()
+        self._waiting += 1
+        try:
+            async with asyncio.timeout(timeout):
+                await fetcher.data_ready.wait()
+        finally:
+            self._waiting -= 1
+
+    def _resume_group_if_idled_out(self) -> None:
+        """The application polls again after the group membership left the group because it
+        had not polled for rebalance_timeout_ms: join again (Kafka rejoins in the next poll)."""
+        membership = self._membership
+        if membership is not None and membership.poll_expired:
+            membership.resume_after_poll_timeout()
 
     def _raise_errors(self, fetcher: Fetcher, only: frozenset[TopicPartition] | None) -> None:
         if fetcher.fatal is not None:
@@ -702,6 +723,9 @@ class _GroupPartitions:
                 c._fetcher.failed.discard(state)
         if c._fetcher is not None:
             c._fetcher.wake()
+
+    def poll_activity(self) -> tuple[int, bool]:
+        return self._consumer._polls, self._consumer._waiting > 0
 
     def pause(self, partitions: set[TopicPartition]) -> None:
         for tp in partitions:

@@ -253,6 +253,9 @@ class PartitionHost(Protocol):
     def fail(self, error: BaseException) -> None:
         """A fatal group error: raise it to the application's next read."""
 
+    def poll_activity(self) -> tuple[int, bool]:
+        """(reads so far, whether a read is waiting for records now): Kafka's poll timer."""
+
 
 # ---------------------------------------------------------------------------- errors
 
@@ -318,6 +321,10 @@ class GroupMembership:
         self._tg: asyncio.TaskGroup | None = None
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._pending_commits: set[asyncio.Task[None]] = set()
+        # max.poll.interval.ms (rebalance_timeout_ms): when the application last read
+        self.poll_expired = False  # left the group for not reading; joins again at the next read
+        self._reads_seen = -1
+        self._last_read_at = time.monotonic()
 
     @property
     def is_leader(self) -> bool:
@@ -408,10 +415,11 @@ class GroupMembership:
                 if now >= self._next_metadata_check:
                     self._next_metadata_check = now + self.config.metadata_max_age_ms / 1000
                     await self._check_metadata()
-                if self._rejoin_reason is not None or self.state is not MemberState.STABLE:
-                    await self._rebalance()
-                    continue
-                timeout = max(self._next_metadata_check - time.monotonic(), 0.0)
+                if not self.poll_expired:  # else out of the group until the application reads again
+                    if self._rejoin_reason is not None or self.state is not MemberState.STABLE:
+                        await self._rebalance()
+                        continue
+                    timeout = max(self._next_metadata_check - time.monotonic(), 0.0)
             try:
                 async with asyncio.timeout(timeout):
                     await self._wakeup.wait()
@@ -638,6 +646,9 @@ class GroupMembership:
         interval = self.config.heartbeat_interval_ms / 1000
         while True:
             await asyncio.sleep(interval)
+            if self._poll_interval_expired():
+                await self._leave_for_not_reading()
+                continue
             # While JoinGroup is held the coordinator counts the member as alive.
             if self.state not in (MemberState.STABLE, MemberState.SYNCING) or self.generation < 0:
                 continue
@@ -652,6 +663,51 @@ class GroupMembership:
             if generation != self.generation or member_id != self.member_id or self.state is MemberState.JOINING:
                 continue  # the answer is about a generation this member has left behind
             self._on_error(code, "Heartbeat", rejoin=False)
+
+    def _poll_interval_expired(self) -> bool:
+        """Kafka's poll timer: has a member of the group gone rebalance_timeout_ms (Kafka's
+        max.poll.interval.ms) without the application reading or waiting for records?"""
+        reads, waiting = self.host.poll_activity()
+        now = time.monotonic()
+        if waiting or reads != self._reads_seen or self.poll_expired:
+            self._reads_seen, self._last_read_at = reads, now
+            return False
+        if not self.in_group or self.generation < 0:
+            return False
+        return now - self._last_read_at > self.config.rebalance_timeout_ms / 1000
+
+    async def _leave_for_not_reading(self) -> None:
+        """A stalled application must not keep partitions that others could read: leave the
+        group (a dynamic member says so with LeaveGroup; a static one is dropped after its
+        session timeout, as in Kafka), and join again at the next read, where the partitions
+        held are reported lost, as they may have moved on meanwhile."""
+        cfg = self.config
+        log.warning("group %s: the application did not ask for records (getmany, getone, async for) within "
+                    "rebalance_timeout_ms=%d (Kafka's max.poll.interval.ms); leaving the group so its partitions "
+                    "move to members that read, and joining again at the next read. Handle records faster, take "
+                    "fewer per call (max_poll_records), or raise rebalance_timeout_ms",
+                    cfg.group_id, cfg.rebalance_timeout_ms)
+        self.poll_expired = True
+        member_id = self.member_id
+        self.host.pause(self.host.owned())  # hand out no more of them: they are not this member's now
+        self.generation = -1
+        self.state = MemberState.UNJOINED
+        if cfg.group_instance_id is not None or not member_id:
+            return
+        self.member_id = ""
+        try:
+            code = await self.client.leave(member_id, "consumer poll timeout has expired")
+            if code != ErrorCode.none:
+                log.info("group %s: LeaveGroup answered %s", cfg.group_id, _name(code))
+        except (KafkaError, ConnectionError, TimeoutError) as exc:
+            log.info("group %s: LeaveGroup failed (%s); the group notices after the session timeout",
+                     cfg.group_id, exc)
+
+    def resume_after_poll_timeout(self) -> None:
+        """The application reads again after ``_leave_for_not_reading``: join the group again."""
+        self.poll_expired = False
+        self._last_read_at = time.monotonic()
+        self.request_rejoin("the application reads again after its poll timeout")
 
     # ------------------------------------------------------------------ offsets
 
