@@ -150,6 +150,7 @@ class KafkaConnection:
         try:
             await self._writer.drain()
         except ConnectionError as exc:
+            self._pending.pop(correlation_id, None)  # we raise instead: nobody would read its future
             self._fail(exc)
             raise ConnectionClosedError(f"connection to {self.address} was lost: {exc}") from None
         if future is None:
