@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 from pathlib import Path
 
 import pytest
@@ -112,3 +113,36 @@ async def test_out_of_order_with_nothing_pending_fails_the_batch_with_what_to_do
             await future
     assert failed.value.code.value == 45
     assert "create a new one" in str(failed.value)
+
+
+async def test_idempotent_producer_carries_on_in_order_across_a_broker_restart(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # The broker stops mid-stream with batches in flight (their answers lost or never
+    # written) and comes back on the same port from the same log: the producer's retries
+    # reconnect and each record is stored once, in send order.
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    data = tmp_path / "data"
+    caplog.set_level(logging.DEBUG, logger="pulllog.client.producer")
+    broker = BrokerThread(data, port=port).start()
+    try:
+        broker.call(lambda: broker.broker.topics.create("restart", 1))
+        sets = _sets()
+        async with Producer(f"127.0.0.1:{port}", batch_size=1, retry_backoff_ms=20, request_timeout_ms=3_000,
+                            max_in_flight=5) as producer:
+            futures = []
+            for i, values in enumerate(sets):
+                futures.append(await producer.send_batch("restart", values, partition=0))
+                if i == SETS // 2:
+                    await asyncio.to_thread(broker.stop)
+                    broker = await asyncio.to_thread(BrokerThread(data, port=port).start)
+            results = await asyncio.gather(*futures)
+        stored = _stored(broker, "restart")
+    finally:
+        broker.stop()
+    assert any(r.getMessage().startswith("retrying") for r in caplog.records), "the restart must have cost retries"
+    assert stored == [v for values in sets for v in values]
+    assert [r.base_offset for r in results] == [s * PER_SET for s in range(SETS)]
