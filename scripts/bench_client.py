@@ -7,11 +7,11 @@ and broker do not share a core's event loop), one topic of one partition, acks=1
 the row says otherwise:
 
 * one record per request: ``batch_size=1`` makes every record its own batch, and a
-  partition has one batch in flight, so each record is one Produce round trip;
+  partition has up to ``max_in_flight`` (5) of them in flight, each its own request;
   with acks=0 nothing waits for an answer, as the paper's producer did not;
 * natural batching (``linger_ms=0``): records pile up in the partition's open batch while
   the previous batch is in flight, up to 16 KiB (Kafka's default) and up to 256 KiB
-  (pulllog's default, since one batch per partition per round trip is the ceiling);
+  (pulllog's default: an open batch waits while its partition has one in flight);
 * ``send_and_wait()``: one record at a time, each waiting for its acknowledgement;
 * ``send_batch()``: message sets of 50 records, one future per set;
 * aiokafka's ``send()`` (per-message futures, its defaults, the same batching idea) and

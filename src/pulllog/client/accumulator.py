@@ -5,8 +5,8 @@ sender task does the rest::
 
     open ──(full, or drained by the sender)──> ready ──(sent)──> in flight ──> done
                                                  ^                   │
-                                                 └───(retriable error: back to the
-                                                      head of the queue after backoff)
+                                                 └───(retriable error: back into the
+                                                      queue in its place, after backoff)
 
 * **open**: the partition's one batch that accepts records. ``send()`` encodes each record
   straight into its records section (RecordBatch v2 record format, see
