@@ -107,6 +107,7 @@ Scenario = Callable[[str, int, bytes], Awaitable[None]]
 
 
 async def pulllog_send(bootstrap: str, n: int, value: bytes, **options: object) -> None:
+    options.setdefault("acks", 1)  # the rows' acks (the Producer's own default is "all", idempotent)
     async with Producer(bootstrap, **options) as producer:  # type: ignore[arg-type]
         futures = [await producer.send(TOPIC, value) for _ in range(n)]
         await producer.flush()
@@ -115,14 +116,14 @@ async def pulllog_send(bootstrap: str, n: int, value: bytes, **options: object) 
 
 
 async def pulllog_send_and_wait(bootstrap: str, n: int, value: bytes) -> None:
-    async with Producer(bootstrap) as producer:
+    async with Producer(bootstrap, acks=1) as producer:
         for _ in range(n):
             await producer.send_and_wait(TOPIC, value)
 
 
 async def pulllog_send_batch(bootstrap: str, n: int, value: bytes) -> None:
     records = [value] * SET_SIZE
-    async with Producer(bootstrap) as producer:
+    async with Producer(bootstrap, acks=1) as producer:
         futures = [await producer.send_batch(TOPIC, records) for _ in range(n // SET_SIZE)]
         await producer.flush()
     assert all(f.exception() is None for f in futures)
