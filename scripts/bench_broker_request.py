@@ -119,7 +119,7 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
 
 
 def pulllog_client_case(port: int, requests: int, window: int) -> None:
-    """pulllog's own Producer at batch 1 (one request in flight): what bench_paper runs."""
+    """pulllog's own Producer at batch 1 (up to 5 requests in flight): what bench_paper runs."""
     import asyncio
 
     from pulllog.client.producer import Producer

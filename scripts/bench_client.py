@@ -7,11 +7,11 @@ and broker do not share a core's event loop), one topic of one partition, acks=1
 the row says otherwise:
 
 * one record per request: ``batch_size=1`` makes every record its own batch, and a
-  partition has one batch in flight, so each record is one Produce round trip;
+  partition has up to ``max_in_flight`` (5) of them in flight, each its own request;
   with acks=0 nothing waits for an answer, as the paper's producer did not;
 * natural batching (``linger_ms=0``): records pile up in the partition's open batch while
   the previous batch is in flight, up to 16 KiB (Kafka's default) and up to 256 KiB
-  (pulllog's default, since one batch per partition per round trip is the ceiling);
+  (pulllog's default: an open batch waits while its partition has one in flight);
 * ``send_and_wait()``: one record at a time, each waiting for its acknowledgement;
 * ``send_batch()``: message sets of 50 records, one future per set;
 * aiokafka's ``send()`` (per-message futures, its defaults, the same batching idea) and
@@ -107,6 +107,7 @@ Scenario = Callable[[str, int, bytes], Awaitable[None]]
 
 
 async def pulllog_send(bootstrap: str, n: int, value: bytes, **options: object) -> None:
+    options.setdefault("acks", 1)  # the rows' acks (the Producer's own default is "all", idempotent)
     async with Producer(bootstrap, **options) as producer:  # type: ignore[arg-type]
         futures = [await producer.send(TOPIC, value) for _ in range(n)]
         await producer.flush()
@@ -115,14 +116,14 @@ async def pulllog_send(bootstrap: str, n: int, value: bytes, **options: object) 
 
 
 async def pulllog_send_and_wait(bootstrap: str, n: int, value: bytes) -> None:
-    async with Producer(bootstrap) as producer:
+    async with Producer(bootstrap, acks=1) as producer:
         for _ in range(n):
             await producer.send_and_wait(TOPIC, value)
 
 
 async def pulllog_send_batch(bootstrap: str, n: int, value: bytes) -> None:
     records = [value] * SET_SIZE
-    async with Producer(bootstrap) as producer:
+    async with Producer(bootstrap, acks=1) as producer:
         futures = [await producer.send_batch(TOPIC, records) for _ in range(n // SET_SIZE)]
         await producer.flush()
     assert all(f.exception() is None for f in futures)

@@ -13,7 +13,7 @@ aiokafka (the pure-Python reference):
 * **batch 1**: every message is its own batch, so its own Produce request (the paper's
   "batch size 1": all overhead). pulllog: ``send()`` with ``batch_size=1``; librdkafka:
   ``batch.num.messages=1``; aiokafka: ``create_batch()`` + ``send_batch()`` of one message.
-  pulllog and aiokafka keep one request per partition in flight; librdkafka pipelines.
+  aiokafka keeps one request per partition in flight; pulllog and librdkafka pipeline (5).
 * **batch 50**: message sets of 50 (the paper's "batch size 50"), one set per request.
   pulllog: ``send_batch()`` of 50 values with ``batch_size=1`` (each set is a batch);
   librdkafka: ``batch.num.messages=50``, ``linger.ms=5``; aiokafka: ``create_batch()`` of 50.
@@ -192,6 +192,7 @@ class Run:
     index_bytes: int = 0
     batches: int = 0
     curve: list[tuple[float, float]] = field(default_factory=list)
+    client_cpu_s: float = 0.0  # this process (the client, librdkafka's threads included)
 
     @property
     def msgs_per_s(self) -> float:
@@ -382,16 +383,19 @@ def run_all(args: argparse.Namespace, broker: BrokerProcess, clients: list[str])
                 topic = f"{client}-{case.replace(' ', '')}-{run}"
                 curve = Curve(n)
                 cpu = broker.cpu_seconds()
+                client_cpu = time.process_time()
                 started = time.perf_counter()
                 call(PRODUCERS[client], broker.bootstrap, topic, n, case, curve)
                 seconds = time.perf_counter() - started if not curve.points else curve.points[-1][0]
+                client_cpu = time.process_time() - client_cpu
                 cpu = broker.cpu_seconds() - cpu
                 log_bytes, index_bytes, batches, records = broker.storage(topic)
                 assert records == n, f"{client} {case}: {records} records on disk, expected {n}"
                 runs.append(Run(client, case, run, n, seconds, cpu, log_bytes, index_bytes, batches,
-                                curve.throughput()))
+                                curve.throughput(), client_cpu))
                 print(f"  run {run + 1}: {client:10} produce {case:8} {n / seconds:>10,.0f} msgs/s  "
-                      f"broker {cpu / n * 1e6:6.2f} s per M", file=sys.stderr, flush=True)
+                      f"broker {cpu / n * 1e6:6.2f} s per M  client {client_cpu / n * 1e6:6.2f} s per M  "
+                      f"{n / batches:6.1f} msgs/request", file=sys.stderr, flush=True)
             curve = Curve(args.messages)
             cpu = broker.cpu_seconds()
             call(CONSUMERS[client], broker.bootstrap, source, args.messages, curve)
@@ -412,8 +416,8 @@ def tables(runs: list[Run], clients: list[str], header: str) -> str:
     lines = [header, "",
              "## Producer: 200-byte messages, one partition, acks=1", "",
              ("| client | case | msgs/s (median) | range | MB/s | records / request | broker CPU s per M msgs "
-              "| broker CPU µs per request | disk bytes / msg (.log) | overhead bytes / msg (+ indexes) |"),
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "| broker CPU µs per request | client CPU s per M msgs | disk bytes / msg (.log) | overhead bytes / msg (+ indexes) |"),
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for client in clients:
         for case in CASES:
             group = [r for r in runs if r.client == client and r.case == case]
@@ -422,13 +426,14 @@ def tables(runs: list[Run], clients: list[str], header: str) -> str:
             rates = [r.msgs_per_s for r in group]
             mid = _median_run(group)
             cpu = statistics.median(r.broker_cpu_s for r in group)
+            client_cpu = statistics.median(r.client_cpu_s for r in group)
             n = mid.messages
             per_msg = mid.log_bytes / n
             overhead = (mid.log_bytes + mid.index_bytes) / n - VALUE_SIZE
             lines.append(
                 f"| {client} | {case} | {statistics.median(rates):,.0f} | {min(rates):,.0f}–{max(rates):,.0f} | "
                 f"{statistics.median(rates) * VALUE_SIZE / 1e6:,.1f} | {n / mid.batches:,.1f} | "
-                f"{cpu / n * 1e6:.2f} | {cpu / mid.batches * 1e6:,.1f} | {per_msg:.1f} | {overhead:.1f} |")
+                f"{cpu / n * 1e6:.2f} | {cpu / mid.batches * 1e6:,.1f} | {client_cpu / n * 1e6:.2f} | {per_msg:.1f} | {overhead:.1f} |")
     consumed = next((r.messages for r in runs if r.case == "consume"), 0)
     lines += ["", (f"## Consumer: the same {consumed:,} messages (batches of 50), "
                    f"fetches of {FETCH_BYTES:,} bytes, {POLL_RECORDS} records per poll"), "",

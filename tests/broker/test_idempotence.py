@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import socket
-import threading
 import time
 from pathlib import Path
 
@@ -17,6 +15,7 @@ from pulllog.log import build_batch
 from pulllog.testing import BrokerThread
 
 from kafka_wire import WireClient, fetch, produce
+from lossy_proxy import LossyProxy
 
 NONE, OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH, INVALID_RECORD = 0, 45, 47, 87
 
@@ -137,108 +136,6 @@ def test_idle_producer_ids_expire(tmp_path: Path) -> None:
         assert b.call(b.broker.expire_producer_ids) == 1
         # Forgotten: a retry is no longer recognised, any sequence is accepted (KIP-360).
         assert send(c, "expire", pid, epoch, 0, [b"a"]) == (NONE, 1)
-
-
-class LossyProxy:
-    """A TCP proxy in front of the broker that, for the first ``drops`` of every ``every``-th
-    Produce request, forwards the request but cuts the connection instead of forwarding the
-    answer: the batches are in the log, the producer does not know it and must retry."""
-
-    def __init__(self, broker_port: int, every: int, drops: int) -> None:
-        self.broker_port, self.every, self.drops_left = broker_port, every, drops
-        self.produce_requests = 0
-        self.dropped = 0
-        self._lock = threading.Lock()
-        self._server = socket.create_server(("127.0.0.1", 0))
-        self.port = self._server.getsockname()[1]
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self._sockets: list[socket.socket] = []
-        self._spawn(self._accept)
-
-    def _spawn(self, fn, *args) -> None:  # type: ignore[no-untyped-def]
-        t = threading.Thread(target=fn, args=args, daemon=True)
-        self._threads.append(t)
-        t.start()
-
-    def _accept(self) -> None:
-        self._server.settimeout(0.2)
-        while not self._stop.is_set():
-            try:
-                client, _ = self._server.accept()
-            except socket.timeout:
-                continue
-            except OSError:
-                return
-            upstream = socket.create_connection(("127.0.0.1", self.broker_port))
-            self._sockets += [client, upstream]
-            doomed: set[int] = set()
-            self._spawn(self._requests, client, upstream, doomed)
-            self._spawn(self._responses, upstream, client, doomed)
-
-    @staticmethod
-    def _frame(sock) -> bytes | None:  # type: ignore[no-untyped-def]
-        head = b""
-        while len(head) < 4:
-            chunk = sock.recv(4 - len(head))
-            if not chunk:
-                return None
-            head += chunk
-        size = int.from_bytes(head, "big")
-        body = bytearray()
-        while len(body) < size:
-            chunk = sock.recv(min(1 << 16, size - len(body)))
-            if not chunk:
-                return None
-            body += chunk
-        return head + bytes(body)
-
-    def _requests(self, src, dst, doomed: set[int]) -> None:  # type: ignore[no-untyped-def]
-        try:
-            while (frame := self._frame(src)) is not None:
-                api_key = int.from_bytes(frame[4:6], "big")
-                correlation_id = int.from_bytes(frame[8:12], "big")
-                if api_key == 0:
-                    with self._lock:
-                        self.produce_requests += 1
-                        if self.drops_left and self.produce_requests % self.every == 0:
-                            self.drops_left -= 1
-                            doomed.add(correlation_id)
-                dst.sendall(frame)
-        except OSError:
-            pass
-        finally:
-            _close(src, dst)
-
-    def _responses(self, src, dst, doomed: set[int]) -> None:  # type: ignore[no-untyped-def]
-        try:
-            while (frame := self._frame(src)) is not None:
-                if int.from_bytes(frame[4:8], "big") in doomed:
-                    with self._lock:
-                        self.dropped += 1
-                    return  # the answer is lost with the connection
-                dst.sendall(frame)
-        except OSError:
-            pass
-        finally:
-            _close(src, dst)
-
-    def close(self) -> None:
-        self._stop.set()
-        self._server.close()
-        for sock in self._sockets:
-            _close(sock)
-        for t in self._threads:
-            t.join(5)
-
-
-def _close(*socks) -> None:  # type: ignore[no-untyped-def]
-    for sock in socks:
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        sock.close()
 
 
 def produce_with_librdkafka(bootstrap: str, topic: str, values: list[bytes]) -> None:

@@ -758,3 +758,30 @@ async def test_idempotence_stamps_producer_id_epoch_and_increasing_sequences(pul
 def test_idempotence_with_acks_1_is_refused() -> None:
     with pytest.raises(ValueError, match="enable_idempotence=True needs acks='all'"):
         Producer(acks=1, enable_idempotence=True)
+
+
+@pytest.mark.parametrize(("options", "acks", "idempotent"), [
+    ({}, -1, True),  # Kafka 3.0+: idempotence on, acks=all
+    ({"acks": "all"}, -1, True),
+    ({"acks": 1}, 1, False),  # acks 0 or 1 set, idempotence not: it turns off
+    ({"acks": 0}, 0, False),
+    ({"enable_idempotence": False}, -1, False),  # acks stays "all"
+    ({"max_in_flight": 6}, -1, False),  # beyond the broker's window of 5 batches
+    ({"enable_idempotence": True, "max_in_flight": 5}, -1, True),
+])
+def test_acks_and_idempotence_default_as_in_kafka_3(options: dict[str, object], acks: int, idempotent: bool) -> None:
+    producer = Producer(**options)  # type: ignore[arg-type]
+    assert (producer.acks, producer.enable_idempotence) == (acks, idempotent)
+
+
+def test_idempotence_with_more_than_5_in_flight_is_refused() -> None:
+    with pytest.raises(ValueError, match="max_in_flight <= 5"):
+        Producer(enable_idempotence=True, max_in_flight=6)
+
+
+async def test_the_default_producer_is_idempotent_on_the_wire(pulllog_broker: BrokerThread) -> None:
+    async with Producer(pulllog_broker.bootstrap_servers) as producer:
+        await (await producer.send_batch("default-idem", [b"a", b"b"]))
+    headers = [b.header for b in stored_batches(pulllog_broker, "default-idem")]
+    assert [(h.producer_id, h.base_sequence) for h in headers] == [(producer.producer_id, 0)]
+    assert producer.producer_id >= 0

@@ -150,7 +150,9 @@ def _report(kind: str, topic: str, result: PerfResult, as_json: bool, settings: 
 @click.option("--record-size", type=int, required=True, help="Bytes per record (the value; no key).")
 @click.option("--throughput", type=float, default=-1, show_default=True,
               help="Cap in records/s; -1 sends as fast as the client can.")
-@click.option("--acks", type=click.Choice(["0", "1", "all", "-1"]), default="1", show_default=True)
+@click.option("--acks", type=click.Choice(["0", "1", "all", "-1"]), default="1", show_default=True,
+              help="1 as in the paper's runs (not the clients' default 'all'); with 'all' pulllog's "
+                   "producer is idempotent (librdkafka's is not unless configured so).")
 @click.option("--batch-size", type=int, default=None,
               help="Bytes per batch (batch.size). Default: the client's own (pulllog 256 KiB, librdkafka 1 MB).")
 @click.option("--linger-ms", type=float, default=0, show_default=True, help="linger.ms")

@@ -1,8 +1,9 @@
 """``pulllog produce TOPIC``: one record per input line, from stdin or ``--file``.
 
 The summary (records sent, rate) goes to stderr so stdout stays clean for pipes. Every
-record is acknowledged (per ``--acks``) before the command exits 0; if any failed, it says
-how many and why, and exits 1.
+record is acknowledged (per ``--acks``, by default "all" with the producer idempotent, as
+the Producer's own defaults) before the command exits 0; if any failed, it says how many
+and why, and exits 1.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ __all__ = ["produce"]
               help="Split each line at the first SEP into key and value.")
 @click.option("--partition", type=int, default=None, help="Send every record to this partition.")
 @click.option("--header", "headers", multiple=True, metavar="KEY=VALUE", help="A header on every record (repeatable).")
-@click.option("--acks", type=click.Choice(["0", "1", "all", "-1"]), default="1", show_default=True)
+@click.option("--acks", type=click.Choice(["0", "1", "all", "-1"]), default="all", show_default=True,
+              help="all: idempotent, each record stored once and in order even across retries; "
+                   "0 or 1: not idempotent (a retry may store a record twice).")
 @click.option("--compression", type=click.Choice(["none", "gzip", "snappy", "lz4", "zstd"]), default="none",
               show_default=True)
 @click.option("--batch-size", type=int, default=16384, show_default=True)

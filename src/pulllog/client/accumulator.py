@@ -5,8 +5,8 @@ sender task does the rest::
 
     open ──(full, or drained by the sender)──> ready ──(sent)──> in flight ──> done
                                                  ^                   │
-                                                 └───(retriable error: back to the
-                                                      head of the queue after backoff)
+                                                 └───(retriable error: back into the
+                                                      queue in its place, after backoff)
 
 * **open**: the partition's one batch that accepts records. ``send()`` encodes each record
   straight into its records section (RecordBatch v2 record format, see
@@ -17,9 +17,15 @@ sender task does the rest::
   compressed as one block, the 61-byte header written, and one CRC-32C computed over
   attributes .. end. A retry resends the same bytes (same producer id, epoch and
   sequence), so a retried batch is never re-encoded.
-* **in flight**: at most one batch per partition is in flight (``PartitionQueue.in_flight``).
-  This is the ordering rule: a batch that fails retriably goes back to the head of its
-  queue, and nothing behind it can overtake it because nothing behind it was sent.
+* **in flight**: up to ``Producer.max_in_flight`` batches per partition (``PartitionQueue.in_flight``,
+  oldest first), each in its own request: a request carries at most one batch per partition.
+  Every batch gets ``order``, its place in the partition, when it closes; batches are sent
+  in that order. A batch that fails retriably goes back into ``ready`` *by order*, not
+  simply to the head: answers for batches behind it may fail too (a lost connection fails
+  them all, a gap gets OUT_OF_ORDER_SEQUENCE_NUMBER), in any order, and they are resent in
+  their original order with their original bytes. With idempotence the broker refuses a
+  batch that does not follow the last one it stored, so the log keeps the send order; the
+  producer's rules for that are in ``pulllog.client.producer`` (Ordering and retries).
 * **done**: acknowledged or failed; the batch's one ``ProduceResult`` resolves, which
   completes the futures of all its records and sets at once (``pulllog.client.record_future``),
   and the batch's bytes go back to ``buffer_memory``.
@@ -160,7 +166,7 @@ class ProducerBatch:
     __slots__ = (
         "topic", "partition", "records", "count", "base_timestamp", "max_timestamp",
         "set_futures", "reserved", "created", "attempts", "retry_at", "wire", "base_sequence", "last_error",
-        "result", "done",
+        "result", "done", "order",
     )
 
     def __init__(self, topic: str, partition: int, base_timestamp: int, created: float,
@@ -183,6 +189,7 @@ class ProducerBatch:
         # the outcome all its records' futures read (send() keeps no per-record state here)
         self.result = ProduceResult(topic, partition, loop)
         self.done: asyncio.Future[None] = self.result.done
+        self.order = -1  # its place among the partition's batches, given when it closes
 
     @property
     def size(self) -> int:
@@ -333,17 +340,25 @@ class ProducerBatch:
 
 
 class PartitionQueue:
-    """The batches of one partition, oldest first, and whether one of them is in flight."""
+    """The batches of one partition: ready to send and in flight, each oldest first."""
 
-    __slots__ = ("topic", "partition", "open", "ready", "in_flight", "next_sequence")
+    __slots__ = ("topic", "partition", "open", "ready", "in_flight", "next_sequence", "closed")
 
     def __init__(self, topic: str, partition: int) -> None:
         self.topic = topic
         self.partition = partition
         self.open: ProducerBatch | None = None
-        self.ready: deque[ProducerBatch] = deque()
-        self.in_flight = False
+        self.ready: deque[ProducerBatch] = deque()  # by order: retries first, then new batches
+        self.in_flight: list[ProducerBatch] = []  # sent, no answer yet; by order (at most max_in_flight)
         self.next_sequence = 0  # idempotence: the sequence number of the next record
+        self.closed = 0  # batches closed so far: the next one's order
+
+    def unacknowledged_before(self, batch: ProducerBatch) -> bool:
+        """Is an earlier batch of this partition in flight or waiting for its retry?"""
+        order = batch.order
+        if self.ready and self.ready[0].order < order:
+            return True
+        return bool(self.in_flight) and self.in_flight[0].order < order
 
 
 class BufferPool:
@@ -510,22 +525,53 @@ class RecordAccumulator:
         if batch is None:
             return
         q.open = None
+        batch.order = q.closed
+        q.closed += 1
         q.ready.append(batch)
         self._on_batch_closed(q.topic, q.partition)
         self._wake()
 
+    def sent(self, q: PartitionQueue, batch: ProducerBatch) -> None:
+        """The sender took ``batch`` (the head of ``q.ready``) into a request."""
+        q.ready.popleft()
+        flying = q.in_flight
+        if flying and flying[-1].order > batch.order:  # a retry overtakes nothing: keep the list by order
+            _insert_by_order(flying, batch)
+        else:
+            flying.append(batch)
+
     def retry_later(self, batch: ProducerBatch, retry_at: float) -> None:
+        """Back into ``ready`` in its place by order, behind earlier batches that failed too."""
         q = self.queue(batch.topic, batch.partition)
         batch.retry_at = retry_at
         batch.attempts += 1
-        q.ready.appendleft(batch)
-        q.in_flight = False
+        _discard(q.in_flight, batch)
+        ready = q.ready
+        if not ready or ready[0].order > batch.order:
+            ready.appendleft(batch)  # the usual case: the oldest failed first
+        else:
+            _insert_by_order(ready, batch)
 
     def finish(self, batch: ProducerBatch) -> PartitionQueue:
         """The batch is done: free its memory (the caller then sets its outcome, batch.result)."""
         q = self.queue(batch.topic, batch.partition)
-        q.in_flight = False
+        _discard(q.in_flight, batch)
         self.incomplete.discard(batch)
         self.pool.release(batch.reserved)
         batch.reserved = 0
         return q
+
+
+def _insert_by_order(batches: list[ProducerBatch] | deque[ProducerBatch], batch: ProducerBatch) -> None:
+    for i, other in enumerate(batches):
+        if other.order > batch.order:
+            batches.insert(i, batch)
+            return
+    batches.append(batch)
+
+
+def _discard(batches: list[ProducerBatch], batch: ProducerBatch) -> None:
+    if batches and batches[0] is batch:
+        del batches[0]  # answers mostly come oldest first
+    elif batch in batches:
+        batches.remove(batch)

@@ -27,37 +27,44 @@ How records move (see ``pulllog.client.accumulator`` for the batch states):
   metadata refreshes run, so nothing the producer starts outlives it.
 * **Batching.** Each partition has one open batch. It becomes sendable when it is full
   (``batch_size``), when it is ``linger_ms`` old, or at ``flush()``. With ``linger_ms=0``
-  a batch is sendable at once, yet batches still form under load: a partition has at most
-  one batch in flight, and records for it accumulate in the open batch until the broker
-  answers. A Produce request carries one batch per partition (as Kafka requires) for all
-  ready partitions led by the same broker, up to ``max_request_size``; at most
-  ``max_in_flight`` requests per broker connection. ``send()`` yields to the event loop
-  once per new batch, so the sender ships full batches while a tight loop keeps sending.
+  an open batch is sendable at once if nothing of its partition is in flight; otherwise it
+  keeps filling until an answer comes (or it is full), so batches still form under load.
+  Closed batches (full ones, and sets that filled a batch) pipeline: up to ``max_in_flight``
+  batches per partition are in flight, each in its own request, as a Produce request
+  carries one batch per partition (as Kafka requires) for all ready partitions led by the
+  same broker, up to ``max_request_size``; at most ``max_in_flight`` requests per broker
+  connection. ``send()`` yields to the event loop once per new batch, so the sender ships
+  full batches while a tight loop keeps sending.
 * **Partitioning** (``pulllog.client.partitioner``): explicit partition, else murmur2 of
   the key as the Java client and librdkafka's ``murmur2_random`` do, else sticky. A
   record without a key that would overflow the sticky partition's open batch closes it
   and is partitioned again, so it starts the next batch on the next sticky partition.
-* **Ordering and retries.** Ordering per partition is kept by allowing one batch per
-  partition in flight: a batch that fails with a retriable error (NOT_LEADER_OR_FOLLOWER,
-  UNKNOWN_TOPIC_OR_PARTITION, a lost connection, a request timeout, ...) goes back to the
-  head of its partition's queue and is resent after ``retry_backoff_ms``, and nothing
-  behind it was sent meanwhile. We chose this over Kafka's idempotent window of five
-  batches per partition because that window depends on the broker rejecting
-  out-of-sequence batches, and pulllog's broker does not check sequences yet. The cost:
-  a partition moves at most one batch per round trip. That is why ``batch_size`` defaults
-  to 256 KiB rather than the Java client's 16 KiB (which keeps five batches in flight): it
-  only caps how big a batch may grow while the previous one is in flight, so it costs no
-  latency, and on one partition it more than doubles what ``send()`` and ``send_batch()``
-  move (per-request costs are shared by ~1,200 200-byte records instead of ~78;
-  scripts/bench_paper.py and bench_client.py show it). Errors that say
-  metadata is stale also refresh it. A batch fails for good after ``retries`` retries, on
-  a non-retriable error (its future gets a ``KafkaError`` naming the code, e.g.
-  MESSAGE_TOO_LARGE, with the broker's message), or ``delivery_timeout_ms`` after it was
-  created (``DeliveryTimeoutError``). A request that timed out may still have been
-  appended, so a retry can duplicate it (at-least-once, as in Kafka without idempotence).
-* **Idempotence** (``enable_idempotence=True``): InitProducerId at start, and each batch
-  carries the producer id, epoch and a base sequence (per partition, counted in records)
-  assigned when it is first sent and kept on retries. Requires ``acks="all"``.
+* **Ordering and retries.** A batch that fails with a retriable error (NOT_LEADER_OR_FOLLOWER,
+  UNKNOWN_TOPIC_OR_PARTITION, a lost connection, a request timeout, ...) goes back into its
+  partition's queue in its original place (by the order batches closed: later batches
+  that failed too stay behind it) and is resent after ``retry_backoff_ms`` with the same
+  bytes. With idempotence (the default, see below) order and exactly-once storage hold
+  with several batches in flight: the broker stores a batch only if its sequence follows
+  the last one stored, answers a resent batch it already has with its original offset, and
+  refuses a gap with OUT_OF_ORDER_SEQUENCE_NUMBER. That answer is retried while an earlier
+  batch of the partition is unacknowledged (the gap is that batch); otherwise it fails the
+  batch. A retried batch is sent only once no earlier batch of its partition is in flight,
+  and nothing newer of the partition is sent while a retry waits. Without idempotence a
+  retried batch can land after batches that were in flight behind it (as in Kafka); with
+  ``max_in_flight=1`` a partition has one batch in flight and order is strict. Errors
+  that say metadata is stale also refresh it. A batch fails for good after ``retries``
+  retries, on a non-retriable error (its future gets a ``KafkaError`` naming the code,
+  e.g. MESSAGE_TOO_LARGE, with the broker's message), or ``delivery_timeout_ms`` after
+  it was created (``DeliveryTimeoutError``). Without idempotence a request that timed out
+  may still have been appended, so a retry can duplicate it (at-least-once, as in Kafka).
+* **Idempotence** (``enable_idempotence``, on by default as in Kafka 3.0+, with
+  ``acks="all"``): InitProducerId at start, and each batch carries the producer id, epoch
+  and a base sequence (per partition, counted in records) assigned when it is first sent
+  and kept on retries. Left unset, it turns off when ``acks`` is 0 or 1 or
+  ``max_in_flight`` is above 5 (the broker remembers 5 batches per producer and
+  partition); set to True with those it is a ValueError. A batch that fails for good
+  leaves a gap the broker refuses: later batches of the partition then fail with
+  OUT_OF_ORDER_SEQUENCE_NUMBER (Kafka would bump the epoch and carry on; not done yet).
 * **Back-pressure.** ``buffer_memory`` bounds the bytes of records not yet acknowledged;
   a ``send()`` that does not fit waits, up to ``max_block_ms``, then raises
   ``BufferExhaustedError``. ``max_block_ms`` also bounds the wait for a new topic's
@@ -162,9 +169,14 @@ class BatchMetadata:
         return range(self.base_offset, self.base_offset + self.count) if self.base_offset >= 0 else range(0)
 
 
-def _parse_acks(acks: int | str | None, idempotent: bool) -> int:
+# The broker remembers an idempotent producer's last 5 batches per partition
+# (pulllog.log.producer_state): a retry is recognised only if it is among them.
+MAX_IDEMPOTENT_IN_FLIGHT = 5
+
+
+def _parse_acks(acks: int | str | None) -> int | None:
     if acks is None:
-        return -1 if idempotent else 1
+        return None
     value = -1 if isinstance(acks, str) and acks.strip().lower() == "all" else acks
     try:
         value = int(value)
@@ -172,9 +184,27 @@ def _parse_acks(acks: int | str | None, idempotent: bool) -> int:
         value = None  # type: ignore[assignment]
     if value not in (0, 1, -1):
         raise ValueError(f"acks={acks!r}: use 0 (no acknowledgement), 1 (the leader) or 'all' / -1")
-    if idempotent and value != -1:
-        raise ValueError(f"enable_idempotence=True needs acks='all', not acks={acks!r}")
     return value
+
+
+def _idempotence(acks: int | str | None, enable_idempotence: bool | None, max_in_flight: int) -> tuple[int, bool]:
+    """acks and idempotence by Kafka 3.0+'s rules: both default to on ("all"); idempotence left
+    unset turns off by itself when acks is 0 or 1 or max_in_flight is above 5, and set to
+    True it refuses them."""
+    value = _parse_acks(acks)
+    if enable_idempotence is None:
+        return (-1, max_in_flight <= MAX_IDEMPOTENT_IN_FLIGHT) if value is None else (
+            value, value == -1 and max_in_flight <= MAX_IDEMPOTENT_IN_FLIGHT)
+    if enable_idempotence:
+        if value not in (None, -1):
+            raise ValueError(f"enable_idempotence=True needs acks='all', not acks={acks!r}; "
+                             "drop acks (it defaults to 'all') or set enable_idempotence=False")
+        if max_in_flight > MAX_IDEMPOTENT_IN_FLIGHT:
+            raise ValueError(f"enable_idempotence=True allows max_in_flight <= {MAX_IDEMPOTENT_IN_FLIGHT}, "
+                             f"not {max_in_flight}: the broker recognises retries only among a producer's "
+                             f"last {MAX_IDEMPOTENT_IN_FLIGHT} batches")
+        return -1, True
+    return (-1 if value is None else value), False
 
 
 class Producer:
@@ -198,11 +228,11 @@ class Producer:
         request_timeout_ms: int = 30_000,
         max_in_flight: int = 5,
         partitioner: str | PartitionerCallable | Partitioner = "sticky",
-        enable_idempotence: bool = False,
+        enable_idempotence: bool | None = None,
         metadata_max_age_ms: int = 300_000,
     ) -> None:
         """
-        acks: 1 (default; "all" with idempotence), 0, -1 or "all".
+        acks: "all" / -1 (default: every in-sync replica), 1 (the leader) or 0 (no answer).
         compression: None, "gzip", "snappy", "lz4" or "zstd" (one block per batch).
         batch_size: target bytes of records per batch; a larger record gets its own batch.
         linger_ms: how long an open batch waits for more records before it is sendable.
@@ -212,9 +242,15 @@ class Producer:
         retries / retry_backoff_ms: resends of a batch after retriable errors, and the pause.
         delivery_timeout_ms: the most a record may wait from send() to its outcome.
         request_timeout_ms: how long a Produce request may wait for its answer.
-        max_in_flight: Produce requests awaiting a response, per broker connection.
+        max_in_flight: Produce requests awaiting a response per broker connection, and batches
+            per partition (Kafka's max.in.flight.requests.per.connection). With idempotence
+            (at most 5) the log keeps the send order whatever fails. Without it (acks 0 or 1,
+            or enable_idempotence=False) a batch that is retried may land after batches sent
+            behind it, as in Kafka: set max_in_flight=1 for strict order without idempotence.
         partitioner: "sticky" (default), "round_robin", or fn(key, all, available) -> int.
-        enable_idempotence: producer id, epoch and sequence numbers in every batch.
+        enable_idempotence: producer id, epoch and sequence numbers in every batch, so a retry
+            is stored once and in order. None (default) as Kafka 3.0+: on, unless acks is 0
+            or 1 or max_in_flight > 5; True with those is a ValueError.
         metadata_max_age_ms: refresh partition leaders at least this often while sending.
         """
         for name, value, lo in (("batch_size", batch_size, 0), ("buffer_memory", buffer_memory, 1),
@@ -228,7 +264,7 @@ class Producer:
         if linger_ms < 0:
             raise ValueError(f"linger_ms={linger_ms!r}: must be >= 0")
         self.client_id = client_id
-        self.acks = _parse_acks(acks, enable_idempotence)
+        self.acks, enable_idempotence = _idempotence(acks, enable_idempotence, max_in_flight)
         self.compression = Compression.parse(compression)
         # a batch must fit a request: header and request framing take the rest
         self.batch_size = max(1, min(batch_size, max_request_size - 256))
@@ -242,6 +278,8 @@ class Producer:
         self.request_timeout_ms = request_timeout_ms
         self.max_in_flight = max_in_flight
         self.enable_idempotence = enable_idempotence
+        # batches in flight per partition: with idempotence within the broker's window of 5
+        self._partition_in_flight = min(max_in_flight, MAX_IDEMPOTENT_IN_FLIGHT) if enable_idempotence else max_in_flight
         self.metadata_max_age_s = metadata_max_age_ms / 1000
         self._partitioner = make_partitioner(partitioner)
         self._sticky = isinstance(self._partitioner, StickyPartitioner)
@@ -635,11 +673,14 @@ class Producer:
         linger = self.linger_s
         timeout = self.delivery_timeout_s
         topics = self._cluster.topics
+        partition_limit = self._partition_in_flight
+        idempotent = self.enable_idempotence
         requests: dict[int, list[ProducerBatch]] = {}
         request_bytes: dict[int, int] = {}
         for q in list(acc.queues.values()):
-            if q.in_flight:
-                continue
+            flying = len(q.in_flight)
+            if flying >= partition_limit:
+                continue  # its answers wake us
             if q.ready:
                 batch = q.ready[0]
                 while batch.created + timeout <= now:
@@ -653,6 +694,10 @@ class Producer:
                 if batch.retry_at > now:
                     wake_in = _sooner(wake_in, batch.retry_at - now)
                     continue
+                if idempotent and batch.attempts and flying and q.in_flight[0].order < batch.order:
+                    # a retry goes only once everything before it is answered (Kafka does the
+                    # same): an earlier batch that fails too must be resent first
+                    continue
             elif q.open is not None and q.open.count:
                 batch = q.open
                 if batch.created + timeout <= now:
@@ -662,6 +707,11 @@ class Producer:
                 age = now - batch.created
                 if age < linger and not flushing:
                     wake_in = _sooner(wake_in, linger - age)
+                    continue
+                if flying and not linger and not flushing:
+                    # linger_ms=0: an open batch goes at once only if the partition has nothing
+                    # in flight; otherwise it fills until an answer (or it is full), so batches
+                    # still form under load. Full batches do not wait: they pipeline.
                     continue
             else:
                 continue
@@ -680,12 +730,13 @@ class Producer:
                 continue
             if q.open is batch:
                 acc.close(q)
-            q.ready.popleft()
-            q.in_flight = True
+            acc.sent(q, batch)
             if batch.wire is None:
                 self._seal(batch, q)
             requests.setdefault(node, []).append(batch)
             request_bytes[node] = request_bytes.get(node, 0) + len(batch.wire)  # type: ignore[arg-type]
+            if flying + 1 < partition_limit and q.ready:
+                wake_in = 0.0  # one batch per partition per request: the next goes in the next one
         for node, batches in requests.items():
             self._in_flight_by_node[node] = self._in_flight_by_node.get(node, 0) + 1
             tg.create_task(self._produce(node, batches), name=f"pulllog-producer-request[{node}]")
@@ -775,6 +826,8 @@ class Producer:
                     self._complete(batch, int(result.base_offset), _ms(result.log_append_time))
                 elif result.error_code == ErrorCode.duplicate_sequence_number:
                     self._complete(batch, -1, -1)  # already appended by an earlier attempt
+                elif result.error_code == ErrorCode.out_of_order_sequence_number:
+                    self._out_of_order(batch, result)
                 else:
                     error = _produce_error(batch, result)
                     self._retry_or_fail([batch], error, retriable=error.retriable,
@@ -782,6 +835,22 @@ class Producer:
         finally:
             self._in_flight_by_node[node] -= 1
             self._wakeup.set()
+
+    def _out_of_order(self, batch: ProducerBatch, result: Any) -> None:
+        """OUT_OF_ORDER_SEQUENCE_NUMBER: expected while an earlier batch of the partition is
+        unacknowledged (it failed, or is in flight and may fail: the broker refused this one
+        because that one is missing), so resend this one after it. Otherwise the broker lost
+        the sequence (an earlier batch failed for good, or the log was truncated): fail."""
+        assert self._acc is not None
+        q = self._acc.queue(batch.topic, batch.partition)
+        error = _produce_error(batch, result)
+        if q.unacknowledged_before(batch):
+            self._retry_or_fail([batch], error, retriable=True)
+            return
+        self._retry_or_fail([batch], KafkaError(error.code, (
+            f"{error}; no earlier batch of this partition is pending, so the broker's sequence no longer "
+            "matches this producer's (an earlier batch failed for good, or the log was truncated): later "
+            "records of this partition may fail too; close the producer and create a new one")), retriable=False)
 
     def _retry_or_fail(self, batches: list[ProducerBatch], error: BaseException, *, retriable: bool,
                        stale: bool = False) -> None:

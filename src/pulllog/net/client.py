@@ -150,8 +150,13 @@ class KafkaConnection:
         try:
             await self._writer.drain()
         except ConnectionError as exc:
+            self._pending.pop(correlation_id, None)  # we raise instead: nobody would read its future
             self._fail(exc)
             raise ConnectionClosedError(f"connection to {self.address} was lost: {exc}") from None
+        except BaseException:
+            if future is not None:
+                future.cancel()  # cancelled while writing: its answer (or the connection's end) is ignored
+            raise
         if future is None:
             return None
         return await future

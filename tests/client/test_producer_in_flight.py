@@ -1,0 +1,148 @@
+"""Several batches of one partition in flight: the Producer keeps send order and, with
+idempotence, stores every record once, while a proxy loses requests or their answers.
+
+Each test sends numbered values through a ``LossyProxy`` with ``batch_size=1``, so every
+message set of ``send_batch()`` is its own batch and its own request, and checks the
+partition's log on the broker itself. ``max_outstanding`` shows the producer really had
+several requests of the partition in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from pathlib import Path
+
+import pytest
+
+from pulllog import Producer
+from pulllog.testing import BrokerThread
+
+from lossy_proxy import LossyProxy
+
+SETS, PER_SET = 400, 5
+
+
+def _sets() -> list[list[bytes]]:
+    return [[b"%06d" % (s * PER_SET + i) for i in range(PER_SET)] for s in range(SETS)]
+
+
+def _stored(broker: BrokerThread, topic: str) -> list[bytes]:
+    def read() -> list[bytes]:
+        log = broker.broker.topics.partition(topic, 0).log
+        out, offset = [], log.log_start_offset
+        while offset < log.log_end_offset:
+            batches = log.read_batches(offset, 8 << 20)
+            out += [r.value for b in batches for r in b.records()]
+            offset = batches[-1].last_offset + 1
+        return out
+
+    return broker.call(read)
+
+
+async def _produce(bootstrap: str, topic: str, sets: list[list[bytes]], **options: object) -> list[int]:
+    """Send every set, wait for all outcomes; return the base offsets (all must succeed)."""
+    async with Producer(bootstrap, batch_size=1, retry_backoff_ms=10, **options) as producer:  # type: ignore[arg-type]
+        futures = [await producer.send_batch(topic, values, partition=0) for values in sets]
+        results = await asyncio.gather(*futures)
+    return [r.base_offset for r in results]
+
+
+def _run(tmp_path: Path, proxy_options: dict[str, object], producer_options: dict[str, object]) -> tuple[
+        list[bytes], list[int], LossyProxy]:
+    with BrokerThread(tmp_path / "data") as broker:
+        proxy = LossyProxy(broker.port, **proxy_options)  # type: ignore[arg-type]
+        try:
+            broker.call(lambda: setattr(broker.broker, "config", dataclasses.replace(
+                broker.broker.config, advertised_port=proxy.port)))
+            broker.call(lambda: broker.broker.topics.create("ordered", 1))
+            offsets = asyncio.run(_produce(f"127.0.0.1:{proxy.port}", "ordered", _sets(), **producer_options))
+            return _stored(broker, "ordered"), offsets, proxy
+        finally:
+            proxy.close()
+
+
+@pytest.mark.parametrize("lose", ["answer", "request"])
+def test_idempotent_producer_with_five_in_flight_stores_each_record_once_in_send_order(
+        tmp_path: Path, lose: str) -> None:
+    # lose="answer": retries of batches the broker already has (answered with their offsets);
+    # lose="request": a gap, so the batches behind it get OUT_OF_ORDER_SEQUENCE_NUMBER and
+    # must be resent after it, in order.
+    stored, offsets, proxy = _run(tmp_path, {"every": 37, "drops": 4, "lose": lose},
+                                  {"max_in_flight": 5, "request_timeout_ms": 1_500})
+    sent = [v for values in _sets() for v in values]
+    assert proxy.dropped >= 3, "the test must have lost some requests or answers"
+    assert proxy.max_outstanding > 1, "the producer never had two batches of the partition in flight"
+    assert len(stored) == len(set(stored)), f"{len(stored) - len(set(stored))} record(s) stored twice"
+    assert stored == sent
+    assert offsets == [s * PER_SET for s in range(SETS)], "each set's future reports where it was stored"
+
+
+@pytest.mark.parametrize("lose", ["answer", "request"])
+def test_one_in_flight_without_idempotence_keeps_send_order(tmp_path: Path, lose: str) -> None:
+    stored, _offsets, proxy = _run(tmp_path, {"every": 37, "drops": 4, "lose": lose},
+                                   {"acks": 1, "max_in_flight": 1, "request_timeout_ms": 1_500})
+    sent = [v for values in _sets() for v in values]
+    assert proxy.dropped >= 3
+    assert proxy.max_outstanding == 1
+    # at least once: a lost answer's set is stored again by its retry (right after itself),
+    # but no set is ever stored after a later one
+    assert sorted(set(stored)) == sent
+    set_numbers = [int(v) // PER_SET for v in stored]
+    assert all(a <= b for a, b in zip(set_numbers, set_numbers[1:])), "a set was stored after a later one"
+
+
+async def test_out_of_order_with_nothing_pending_fails_the_batch_with_what_to_do(pulllog_broker) -> None:
+    # The broker already has sequences 0..2 of this producer id: the producer's own
+    # sequence 0 is a gap that no earlier batch of its can fill, so it must not retry forever.
+    from pulllog.client.errors import KafkaError
+    from pulllog.log import build_batch
+
+    from kafka_wire import WireClient, produce
+
+    async with Producer(pulllog_broker.bootstrap_servers, retries=3) as producer:
+        await producer.partitions_for("gap")
+        with WireClient(pulllog_broker.port) as client:
+            data = build_batch([(None, b"x")] * 3, producer_id=producer.producer_id,
+                               producer_epoch=producer.producer_epoch, base_sequence=0)
+            part = produce(client, "gap", 0, data, acks=-1).responses[0].partition_responses[0]
+            assert part.error_code.value == 0
+        future = await producer.send_batch("gap", [b"a"], partition=0)
+        with pytest.raises(KafkaError) as failed:
+            await future
+    assert failed.value.code.value == 45
+    assert "create a new one" in str(failed.value)
+
+
+async def test_idempotent_producer_carries_on_in_order_across_a_broker_restart(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # The broker stops mid-stream with batches in flight (their answers lost or never
+    # written) and comes back on the same port from the same log: the producer's retries
+    # reconnect and each record is stored once, in send order.
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    data = tmp_path / "data"
+    caplog.set_level(logging.DEBUG, logger="pulllog.client.producer")
+    broker = BrokerThread(data, port=port).start()
+    try:
+        broker.call(lambda: broker.broker.topics.create("restart", 1))
+        sets = _sets()
+        async with Producer(f"127.0.0.1:{port}", batch_size=1, retry_backoff_ms=20, request_timeout_ms=3_000,
+                            max_in_flight=5) as producer:
+            futures = []
+            for i, values in enumerate(sets):
+                futures.append(await producer.send_batch("restart", values, partition=0))
+                if i == SETS // 2:
+                    await asyncio.to_thread(broker.stop)
+                    broker = await asyncio.to_thread(BrokerThread(data, port=port).start)
+            results = await asyncio.gather(*futures)
+        stored = _stored(broker, "restart")
+    finally:
+        broker.stop()
+    assert any(r.getMessage().startswith("retrying") for r in caplog.records), "the restart must have cost retries"
+    assert stored == [v for values in sets for v in values]
+    assert [r.base_offset for r in results] == [s * PER_SET for s in range(SETS)]
