@@ -146,3 +146,28 @@ async def test_idempotent_producer_carries_on_in_order_across_a_broker_restart(
     assert any(r.getMessage().startswith("retrying") for r in caplog.records), "the restart must have cost retries"
     assert stored == [v for values in sets for v in values]
     assert [r.base_offset for r in results] == [s * PER_SET for s in range(SETS)]
+
+
+async def test_a_batch_the_broker_refuses_does_not_stop_the_idempotent_producer(pulllog_broker) -> None:
+    # MESSAGE_TOO_LARGE stores nothing of the batch, so its sequence numbers are a gap the
+    # broker would refuse every later batch of the partition for (OUT_OF_ORDER_SEQUENCE_NUMBER).
+    # As Kafka's producer (KIP-360), pulllog's takes a new epoch and carries on, in order.
+    from pulllog import Admin
+    from pulllog.client.errors import KafkaError
+
+    async with Admin(pulllog_broker.bootstrap_servers) as admin:
+        await admin.create_topic("bounded", partitions=1, configs={"max.message.bytes": "2000"})
+    values = [b"%04d" % i for i in range(300)]
+    async with Producer(pulllog_broker.bootstrap_servers, batch_size=1) as producer:  # one batch per send
+        assert producer.enable_idempotence
+        epoch = producer.producer_epoch
+        futures = [await producer.send("bounded", v, partition=0) for v in values[:100]]
+        too_large = await producer.send("bounded", b"x" * 5000, partition=0)
+        futures += [await producer.send("bounded", v, partition=0) for v in values[100:]]
+        offsets = [(await f).offset for f in futures]
+        with pytest.raises(KafkaError) as refused:
+            await too_large
+        assert producer.producer_epoch == epoch + 1
+    assert refused.value.code.value == 10  # MESSAGE_TOO_LARGE
+    assert offsets == list(range(300))
+    assert _stored(pulllog_broker, "bounded") == values

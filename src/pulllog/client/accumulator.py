@@ -78,6 +78,9 @@ _OVERESTIMATE = RECORD_OVERHEAD - 10  # a typical record's framing is ~10 bytes:
 # maxTimestamp, producerId, producerEpoch, baseSequence, recordsCount.
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _CRC_START = 21
+# producerId, producerEpoch, baseSequence: where they sit in the header (offset 43)
+_PRODUCER_FIELDS = struct.Struct(">qhi")
+_PRODUCER_FIELDS_AT = 43
 _MAGIC = 2
 
 _TABLE_SIZE = 1 << 14
@@ -334,6 +337,17 @@ class ProducerBatch:
         self.wire = bytes(header) + payload
         self.records = None  # the sealed bytes are all a retry needs
         return self.wire
+
+    def restamp(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
+        """The sealed batch under a new producer epoch and sequence (after an epoch bump):
+        patch producerId, producerEpoch and baseSequence and compute the CRC again; the
+        records are untouched."""
+        assert self.wire is not None
+        wire = bytearray(self.wire)
+        _PRODUCER_FIELDS.pack_into(wire, _PRODUCER_FIELDS_AT, producer_id, producer_epoch, base_sequence)
+        struct.pack_into(">I", wire, 17, crc32c(memoryview(wire)[_CRC_START:]))
+        self.wire = bytes(wire)
+        self.base_sequence = base_sequence
 
     def __repr__(self) -> str:
         return f"ProducerBatch({self.topic}-{self.partition}, records={self.count}, bytes={self.size})"

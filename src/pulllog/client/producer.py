@@ -301,6 +301,10 @@ class Producer:
         self._metadata_retry_at = 0.0
         self._last_metadata = 0.0
         self._in_flight_by_node: dict[int, int] = {}
+        # KIP-360: a sealed batch failed for good, so its sequence numbers are a gap every later
+        # batch would be refused for; once nothing is in flight the producer takes a new epoch
+        self._epoch_bump_needed = False
+        self._epoch_bump_task: asyncio.Task[None] | None = None
         self.producer_id = -1
         self.producer_epoch = -1
 
@@ -675,6 +679,11 @@ class Producer:
         topics = self._cluster.topics
         partition_limit = self._partition_in_flight
         idempotent = self.enable_idempotence
+        if self._epoch_bump_needed:
+            # send nothing under the old epoch; bump it once every answer is in (their wake-up)
+            if self._epoch_bump_task is None and not any(self._in_flight_by_node.values()):
+                self._epoch_bump_task = tg.create_task(self._bump_epoch(), name="pulllog-producer-epoch-bump")
+            return None
         requests: dict[int, list[ProducerBatch]] = {}
         request_bytes: dict[int, int] = {}
         for q in list(acc.queues.values()):
@@ -754,6 +763,45 @@ class Producer:
             batch.seal(self.compression, self.producer_id, self.producer_epoch, sequence)
         else:
             batch.seal(self.compression, -1, -1, -1)
+
+    async def _bump_epoch(self) -> None:
+        """KIP-360, as Kafka's producer: the same producer id with the next epoch (InitProducerId
+        v3+ with the current id and epoch), under which every partition starts again at
+        sequence 0; batches sealed under the old epoch that wait for a retry are restamped, in
+        order. Records stay in send order; only the failed batch is missing."""
+        acc = self._acc
+        assert acc is not None
+        try:
+            conn = await self._cluster.any_connection()
+            version = conn.version("init_producer_id", 3, 4)
+            data = {"transactional_id": None, "transaction_timeout": 60_000,
+                    "producer_id": self.producer_id, "producer_epoch": self.producer_epoch}
+            async with asyncio.timeout(self.request_timeout_ms / 1000):
+                resp = await conn.request("init_producer_id", version, data)
+            if resp.error_code != ErrorCode.none:
+                raise KafkaError(resp.error_code, f"{resp.error_code.name.upper()}: InitProducerId failed")
+            old = (self.producer_id, self.producer_epoch)
+            self.producer_id, self.producer_epoch = int(resp.producer_id), int(resp.producer_epoch)
+            for q in acc.queues.values():
+                q.next_sequence = 0
+                for batch in q.ready:  # retries first, in send order; unsealed ones get theirs when sent
+                    if batch.wire is not None:
+                        batch.restamp(self.producer_id, self.producer_epoch, q.next_sequence)
+                        q.next_sequence = (q.next_sequence + batch.count) % 2**31
+            self._epoch_bump_needed = False
+            log.info("producer %d epoch %d -> producer %d epoch %d after a batch failed for good",
+                     *old, self.producer_id, self.producer_epoch)
+        except UnsupportedByBrokerError as exc:
+            # an old broker: go on under this epoch (later batches of the failed batch's
+            # partition are refused with OUT_OF_ORDER_SEQUENCE_NUMBER, and say so)
+            log.warning("cannot take a new producer epoch (%s); records after a failed batch may fail too", exc)
+            self._epoch_bump_needed = False
+        except (BrokerUnreachableError, ConnectionError, OSError, TimeoutError, KafkaError) as exc:
+            log.info("taking a new producer epoch failed (%s); retrying", exc)
+            await asyncio.sleep(max(self.retry_backoff_s, 0.01))
+        finally:
+            self._epoch_bump_task = None
+            self._wakeup.set()
 
     async def _refresh_metadata(self) -> None:
         topics = sorted(self._metadata_wanted | set(self._partitions))
@@ -844,7 +892,7 @@ class Producer:
         assert self._acc is not None
         q = self._acc.queue(batch.topic, batch.partition)
         error = _produce_error(batch, result)
-        if q.unacknowledged_before(batch):
+        if q.unacknowledged_before(batch) or self._epoch_bump_needed:
             self._retry_or_fail([batch], error, retriable=True)
             return
         self._retry_or_fail([batch], KafkaError(error.code, (
@@ -895,6 +943,8 @@ class Producer:
         assert self._acc is not None
         if batch.done.done():
             return
+        if self.enable_idempotence and batch.wire is not None and self._state != _CLOSED:
+            self._epoch_bump_needed = True  # its sequence numbers will never be written
         self._acc.finish(batch)
         batch.result.set_failed(error)
         for _first, _count, _ts, future in batch.set_futures:
