@@ -764,7 +764,9 @@ async def test_a_revoke_waits_until_the_application_has_finished_its_batch(pulll
 async def test_without_a_crash_a_rebalance_hands_no_record_out_twice(pulllog_broker: Any) -> None:
     """Duplicates come only from crashes: a revoke waits for the record in the application's
     hands, hands out no more of the partition, and commits exactly what was processed."""
-    everything = numbered_topic(pulllog_broker, "smooth", 2, 150)
+    # enough records that the slow first member is still reading when the rebalance (a
+    # heartbeat interval or two) hands the second member a partition
+    everything = numbered_topic(pulllog_broker, "smooth", 2, 400)
     consumed = Consumed()
     ownership = Ownership()
 
