@@ -240,6 +240,8 @@ class Producer:
         acks: "all" / -1 (default: every in-sync replica), 1 (the leader) or 0 (no answer).
         compression: None, "gzip", "snappy", "lz4" or "zstd" (one block per batch).
         batch_size: target bytes of records per batch; a larger record gets its own batch.
+            Keep it below the topics' max.message.bytes: a batch the broker refuses as
+            MESSAGE_TOO_LARGE fails whole (Kafka's producer would split it; not done yet).
         linger_ms: how long an open batch waits for more records before it is sendable.
         buffer_memory: bytes of records not yet acknowledged before send() waits.
         max_block_ms: how long send() waits for buffer space or a new topic's metadata.
