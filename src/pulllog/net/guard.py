@@ -120,6 +120,20 @@ def read_uvarint(buffer: bytes, position: int, end: int) -> tuple[int, int]:
             raise MalformedError(f"varint at byte {start} is longer than 5 bytes")
 
 
+def skip_tag_buffer(buffer: bytes, position: int, end: int) -> int:
+    """A tag buffer (KIP-482) whose fields are all skipped -> the position after it."""
+    if position < end and buffer[position] == 0:  # nearly always: no tagged fields
+        return position + 1
+    count, position = read_uvarint(buffer, position, end)
+    for _ in range(count):
+        _tag, position = read_uvarint(buffer, position, end)
+        size, position = read_uvarint(buffer, position, end)
+        if size > end - position:
+            raise _truncated("tagged field", position, size, end)
+        position += size
+    return position
+
+
 def _advance(size: int) -> Skipper:
     def skip_fixed(buffer: bytes, position: int, end: int, edits: list[Edit]) -> int:
         if end - position < size:

@@ -65,7 +65,7 @@ import struct
 from collections.abc import Sequence
 from typing import Any, Final, NamedTuple
 
-from .guard import MalformedError
+from .guard import MalformedError, read_uvarint, skip_tag_buffer
 
 __all__ = [
     "PRODUCE_MAX_VERSION",
@@ -243,37 +243,6 @@ def _short(what: str, position: int, need: int, end: int) -> MalformedError:
     return MalformedError(f"{what} at byte {position} needs {need} bytes but only {end - position} remain")
 
 
-def _read_uvarint(frame: bytes, position: int, end: int) -> tuple[int, int]:
-    """Kafka's unsigned varint, at most 5 bytes -> (value, next position)."""
-    value = shift = 0
-    start = position
-    while True:
-        if position >= end:
-            raise _short("varint", start, position - start + 1, end)
-        byte = frame[position]
-        position += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, position
-        shift += 7
-        if shift > 28:
-            raise MalformedError(f"varint at byte {start} is longer than 5 bytes")
-
-
-def _skip_tags(frame: bytes, position: int, end: int) -> int:
-    """A tag buffer; Produce v9 defines no tagged fields, so every one is skipped (KIP-482)."""
-    if position < end and frame[position] == 0:
-        return position + 1
-    count, position = _read_uvarint(frame, position, end)
-    for _ in range(count):
-        _tag, position = _read_uvarint(frame, position, end)
-        size, position = _read_uvarint(frame, position, end)
-        if size > end - position:
-            raise _short("tagged field", position, size, end)
-        position += size
-    return position
-
-
 def _read_count(frame: bytes, position: int, end: int, flexible: bool, what: str) -> tuple[int, int]:
     """A non-nullable array's element count, which the bytes left must be able to hold."""
     start = position
@@ -282,7 +251,7 @@ def _read_count(frame: bytes, position: int, end: int, flexible: bool, what: str
             count = frame[position] - 1
             position += 1
         else:
-            count, position = _read_uvarint(frame, position, end)
+            count, position = read_uvarint(frame, position, end)
             count -= 1
     else:
         if end - position < 4:
@@ -304,7 +273,7 @@ def _read_length(frame: bytes, position: int, end: int, flexible: bool, width: i
             length = frame[position] - 1
             position += 1
         else:
-            length, position = _read_uvarint(frame, position, end)
+            length, position = read_uvarint(frame, position, end)
             length -= 1
     else:
         if end - position < width:
@@ -357,13 +326,13 @@ def decode_produce_request(frame: bytes, position: int, version: int) -> Produce
                 records = frame[position : position + length]
                 position += length
             if flexible:
-                position = _skip_tags(frame, position, end)
+                position = skip_tag_buffer(frame, position, end)
             partition_data.append(_new(PartitionProduceData, (index, records)))
         if flexible:
-            position = _skip_tags(frame, position, end)
+            position = skip_tag_buffer(frame, position, end)
         topic_data.append(_new(TopicProduceData, (name, partition_data)))
     if flexible:
-        position = _skip_tags(frame, position, end)
+        position = skip_tag_buffer(frame, position, end)
     if position != end:
         raise MalformedError(
             f"{end - position} unexpected bytes after the body (ends at byte {position} of {end}): "

@@ -60,7 +60,7 @@ from .errors import (
     UnsupportedVersionError,
     api_name,
 )
-from .guard import MalformedError, body_skipper, read_uvarint
+from .guard import MalformedError, body_skipper, skip_tag_buffer
 from .produce import (
     PRODUCE_MAX_VERSION,
     PRODUCE_MIN_VERSION,
@@ -164,7 +164,7 @@ def _header_tail(
             if position < len(frame) and frame[position] == 0:  # no tagged fields: the usual
                 position += 1
             else:
-                position = _skip_tag_buffer(frame, position)
+                position = skip_tag_buffer(frame, position, len(frame))
     except (MalformedError, UnicodeDecodeError) as error:
         raise InvalidRequestError(
             f"{api_name(api_key)} v{api_version} request header does not decode: {error}",
@@ -187,18 +187,6 @@ def _read_client_id(frame: bytes) -> tuple[str | None, int]:
     if 10 + length > end:
         raise MalformedError(f"client_id of {length} bytes runs past the end of the frame")
     return frame[10 : 10 + length].decode(), 10 + length
-
-
-def _skip_tag_buffer(frame: bytes, position: int) -> int:
-    end = len(frame)
-    count, position = read_uvarint(frame, position, end)
-    for _ in range(count):
-        _tag, position = read_uvarint(frame, position, end)
-        size, position = read_uvarint(frame, position, end)
-        if size > end - position:
-            raise MalformedError(f"header tagged field of {size} bytes runs past the frame")
-        position += size
-    return position
 
 
 def _best_effort_client_id(frame: bytes) -> str | None:
@@ -431,7 +419,7 @@ def decode_response(frame: bytes | bytearray | memoryview, response_type: type[R
         if len(frame) < 4:
             raise MalformedError(f"response of {len(frame)} bytes has no correlation id")
         (correlation_id,) = _INT32.unpack_from(frame, 0)
-        position = 4 if header_version == 0 else _skip_tag_buffer(frame, 4)
+        position = 4 if header_version == 0 else skip_tag_buffer(frame, 4, len(frame))
         rewritten = check_body(frame, position)
         if rewritten is None:
             body, _ = read_body(frame, position)
