@@ -15,6 +15,7 @@ from pulllog.log import build_batch
 from pulllog.testing import BrokerThread
 
 from kafka_wire import WireClient, fetch, produce
+from log_contents import all_values
 from lossy_proxy import LossyProxy
 
 NONE, OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH, INVALID_RECORD = 0, 45, 47, 87
@@ -214,17 +215,10 @@ def test_retries_of_answers_lost_in_transit_are_stored_once(tmp_path: Path, clie
             client(f"127.0.0.1:{proxy.port}", "lossy", sent)
             assert proxy.dropped >= 3, "the test must have lost some answers"
             log = broker.call(lambda: broker.broker.topics.partition("lossy", 0).log)
-            stored = broker.call(lambda: [r.value for b in _all_batches(log) for r in b.records()])
+            stored = broker.call(lambda: all_values(log))
             assert len(stored) == len(set(stored)), f"{len(stored) - len(set(stored))} message(s) stored twice"
             assert stored == sent
         finally:
             proxy.close()
 
 
-def _all_batches(log):  # type: ignore[no-untyped-def]
-    out, offset = [], log.log_start_offset
-    while offset < log.log_end_offset:
-        batches = log.read_batches(offset, 8 << 20)
-        out += batches
-        offset = batches[-1].last_offset + 1
-    return out

@@ -19,6 +19,7 @@ import pytest
 from pulllog import Producer
 from pulllog.testing import BrokerThread
 
+from log_contents import all_values
 from lossy_proxy import LossyProxy
 
 SETS, PER_SET = 400, 5
@@ -28,17 +29,8 @@ def _sets() -> list[list[bytes]]:
     return [[b"%06d" % (s * PER_SET + i) for i in range(PER_SET)] for s in range(SETS)]
 
 
-def _stored(broker: BrokerThread, topic: str) -> list[bytes]:
-    def read() -> list[bytes]:
-        log = broker.broker.topics.partition(topic, 0).log
-        out, offset = [], log.log_start_offset
-        while offset < log.log_end_offset:
-            batches = log.read_batches(offset, 8 << 20)
-            out += [r.value for b in batches for r in b.records()]
-            offset = batches[-1].last_offset + 1
-        return out
-
-    return broker.call(read)
+def _stored(broker: BrokerThread, topic: str) -> list[bytes | None]:
+    return broker.call(lambda: all_values(broker.broker.topics.partition(topic, 0).log))
 
 
 async def _produce(bootstrap: str, topic: str, sets: list[list[bytes]], **options: object) -> list[int]:

@@ -14,6 +14,8 @@ import pytest
 from pulllog.log import Log, LogConfig, build_batch
 from pulllog.log.records import iter_batches
 
+from log_contents import all_values
+
 
 def fill(directory: Path, batches: int, config: LogConfig | None = None) -> list[tuple[int, int]]:
     """Append, then 'crash' (no close, so no clean-shutdown marker). Returns batch positions."""
@@ -38,16 +40,6 @@ def verify(segment: Path) -> tuple[int, str]:
 
     result = CliRunner().invoke(main, ["inspect", "segment", str(segment), "--verify"])
     return result.exit_code, result.output
-
-
-def all_values(log: Log) -> list[bytes]:
-    out, offset = [], log.log_start_offset
-    while offset < log.log_end_offset:
-        batches = log.read_batches(offset)
-        for b in batches:
-            out.extend(r.value for r in b.records())
-        offset = batches[-1].last_offset + 1
-    return out
 
 
 def test_torn_tail_mid_batch_is_truncated(tmp_path: Path) -> None:
