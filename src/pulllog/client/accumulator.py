@@ -389,11 +389,6 @@ class BufferPool:
     def used(self) -> int:
         return self.total - self.available
 
-    @property
-    def waiting(self) -> bool:
-        """Someone waits for space: newcomers queue behind them."""
-        return bool(self.waiters)
-
     def try_reserve(self, size: int) -> bool:
         if size <= self.available and not self.waiters:
             self.available -= size

@@ -23,8 +23,9 @@ _MAX_EPOCH = 2**15 - 1
 async def handle(broker: "Broker", ctx: RequestContext) -> Any:
     body = ctx.body
     if body.transactional_id is not None:
-        data = {"throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed
-                if False else ErrorCode.coordinator_not_available, "producer_id": -1, "producer_epoch": -1}
+        # no transaction coordinator yet (transactions are a later issue)
+        data = {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available,
+                "producer_id": -1, "producer_epoch": -1}
         return build(response_class("init_producer_id", ctx.version), data)
     existing = int(getattr(body, "producer_id", -1))
     existing_epoch = int(getattr(body, "producer_epoch", -1))
