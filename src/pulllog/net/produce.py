@@ -243,21 +243,24 @@ def _short(what: str, position: int, need: int, end: int) -> MalformedError:
     return MalformedError(f"{what} at byte {position} needs {need} bytes but only {end - position} remain")
 
 
+def _read_size(frame: bytes, position: int, end: int, flexible: bool, width: int, what: str) -> tuple[int, int]:
+    """A size prefix: in flexible versions a compact uvarint (N + 1; 0 is null, read as -1),
+    else a signed big-endian int of ``width`` bytes."""
+    if flexible:
+        if position < end and frame[position] < 0x80:  # one byte: nearly every size
+            return frame[position] - 1, position + 1
+        value, position = read_uvarint(frame, position, end)
+        return value - 1, position
+    if end - position < width:
+        raise _short(what, position, width, end)
+    (value,) = (_LENGTH16 if width == 2 else _LENGTH32)(frame, position)
+    return value, position + width
+
+
 def _read_count(frame: bytes, position: int, end: int, flexible: bool, what: str) -> tuple[int, int]:
     """A non-nullable array's element count, which the bytes left must be able to hold."""
     start = position
-    if flexible:
-        if position < end and frame[position] < 0x80:
-            count = frame[position] - 1
-            position += 1
-        else:
-            count, position = read_uvarint(frame, position, end)
-            count -= 1
-    else:
-        if end - position < 4:
-            raise _short(f"{what} count", position, 4, end)
-        (count,) = _LENGTH32(frame, position)
-        position += 4
+    count, position = _read_size(frame, position, end, flexible, 4, f"{what} count")
     if count < 0:
         raise MalformedError(f"{what} at byte {start} is null or negative ({count}); Kafka requires an array")
     if count > end - position:  # every element takes at least one byte
@@ -268,20 +271,9 @@ def _read_count(frame: bytes, position: int, end: int, flexible: bool, what: str
 def _read_length(frame: bytes, position: int, end: int, flexible: bool, width: int) -> tuple[int, int]:
     """A string (``width`` 2) or bytes (4) length: -1 means null; the bytes must be there."""
     start = position
-    if flexible:
-        if position < end and frame[position] < 0x80:
-            length = frame[position] - 1
-            position += 1
-        else:
-            length, position = read_uvarint(frame, position, end)
-            length -= 1
-    else:
-        if end - position < width:
-            raise _short("length", position, width, end)
-        (length,) = (_LENGTH16 if width == 2 else _LENGTH32)(frame, position)
-        position += width
-        if length < -1:
-            raise MalformedError(f"negative length {length} at byte {start}")
+    length, position = _read_size(frame, position, end, flexible, width, "length")
+    if length < -1:  # only a fixed-width length can be (a compact one is at least -1)
+        raise MalformedError(f"negative length {length} at byte {start}")
     if length > end - position:
         raise _short("string/bytes", position, length, end)
     return length, position
