@@ -33,6 +33,7 @@ import logging
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -87,7 +88,7 @@ class Member:
     assignment: bytes = b""
     join_future: asyncio.Future[JoinResult] | None = None
     sync_future: asyncio.Future[tuple[ErrorCode, bytes]] | None = None
-    heartbeat: "DelayedHeartbeat | None" = None
+    heartbeat: "DelayedTimeout | None" = None
 
     def metadata_for(self, protocol: str) -> bytes:
         for name, metadata in self.protocols:
@@ -195,28 +196,15 @@ class DelayedJoin(DelayedOperation):
         self.coordinator._complete_join(group)
 
 
-class DelayedPendingMember(DelayedOperation):
-    """A member told its id (MEMBER_ID_REQUIRED) has its session timeout to join with it;
-    after that it is forgotten, so that the join phase stops waiting for it."""
+class DelayedTimeout(DelayedOperation):
+    """A deadline and nothing else: ``on_timeout`` runs unless the operation is cancelled
+    first. A member's session (each heartbeat cancels it and starts the next), and the
+    session timeout of a member told its id (MEMBER_ID_REQUIRED), after which it is
+    forgotten so that the join phase stops waiting for it."""
 
-    def __init__(self, coordinator: "GroupCoordinator", group: Group, member_id: str, session_ms: int) -> None:
-        super().__init__(session_ms)
-        self.coordinator, self.group, self.member_id = coordinator, group, member_id
-
-    def try_complete(self) -> bool:
-        return False
-
-    def on_complete(self) -> None:
-        pass
-
-    def on_expiration(self) -> None:
-        self.coordinator._forget_pending_member(self.group, self.member_id)
-
-
-class DelayedHeartbeat(DelayedOperation):
-    def __init__(self, coordinator: "GroupCoordinator", group: Group, member: Member) -> None:
-        super().__init__(member.session_timeout_ms)
-        self.coordinator, self.group, self.member = coordinator, group, member
+    def __init__(self, delay_ms: int, on_timeout: Callable[[], None]) -> None:
+        super().__init__(delay_ms)
+        self.on_timeout = on_timeout
 
     def try_complete(self) -> bool:
         return False
@@ -225,7 +213,7 @@ class DelayedHeartbeat(DelayedOperation):
         pass
 
     def on_expiration(self) -> None:
-        self.coordinator._session_expired(self.group, self.member)
+        self.on_timeout()
 
 
 class GroupCoordinator:
@@ -329,7 +317,7 @@ class GroupCoordinator:
     def _schedule_heartbeat(self, group: Group, member: Member) -> None:
         if member.heartbeat is not None:
             member.heartbeat.cancel()
-        member.heartbeat = DelayedHeartbeat(self, group, member)
+        member.heartbeat = DelayedTimeout(member.session_timeout_ms, partial(self._session_expired, group, member))
         self.purgatory.try_complete_else_watch(member.heartbeat, [("member", group.group_id, member.member_id)])
 
     def _write_group_metadata(self, group: Group) -> None:
@@ -388,7 +376,8 @@ class GroupCoordinator:
             if group_instance_id is None and require_known_member_id:
                 group.pending_members.add(new_id)
                 self.purgatory.try_complete_else_watch(
-                    DelayedPendingMember(self, group, new_id, session_timeout_ms), [("pending", group_id, new_id)])
+                    DelayedTimeout(session_timeout_ms, partial(self._forget_pending_member, group, new_id)),
+                    [("pending", group_id, new_id)])
                 return JoinResult(ErrorCode.member_id_required, member_id=new_id)
             member_id = new_id
         if member_id in group.pending_members:
