@@ -21,20 +21,19 @@ import subprocess
 import sys
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer as RdConsumer
-from confluent_kafka import Producer as RdProducer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
 from pulllog.client.consumer import CommitFailedError, Consumer
 from pulllog.client.types import TopicPartition
 from pulllog.testing import BrokerThread
+
+from group_helpers import Consumed, Ownership, create_topic, numbered_topic, produce_numbered
 
 TIMEOUT_S = 60.0
 SESSION_TIMEOUT_MS = 6000  # the broker's minimum
@@ -49,29 +48,7 @@ GROUP_OPTIONS: dict[str, Any] = {
 MEMBER_SCRIPT = Path(__file__).with_name("pulllog_member.py")
 
 
-# ---------------------------------------------------------------------------- topics and records
-
-
-def create_topic(bootstrap: str, name: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until its future is done
-    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(TIMEOUT_S)
-
-
-def produce_numbered(bootstrap: str, topic: str, partitions: int, per_partition: int) -> set[tuple[int, int]]:
-    """``per_partition`` records into each partition (of an empty topic); returns every
-    (partition, offset) written."""
-    producer = RdProducer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    for n in range(per_partition):
-        for p in range(partitions):
-            producer.produce(topic, f"{p}:{n}".encode(), partition=p)
-        producer.poll(0)
-    assert producer.flush(TIMEOUT_S) == 0, "records were still in flight"
-    return {(p, o) for p in range(partitions) for o in range(per_partition)}
-
-
-def numbered_topic(broker: Any, topic: str, partitions: int, per_partition: int) -> set[tuple[int, int]]:
-    create_topic(broker.bootstrap_servers, topic, partitions)
-    return produce_numbered(broker.bootstrap_servers, topic, partitions, per_partition)
+# ---------------------------------------------------------------------------- waiting
 
 
 async def eventually(condition: Callable[[], Any], what: str, timeout_s: float = TIMEOUT_S) -> Any:
@@ -83,89 +60,6 @@ async def eventually(condition: Callable[[], Any], what: str, timeout_s: float =
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s:.0f} s waiting until {what}")
         await asyncio.sleep(0.05)
-
-
-# ---------------------------------------------------------------------------- ownership
-
-
-@dataclass
-class Ownership:
-    """What each member held after each of its assignments, by generation (thread-safe:
-    librdkafka members report from their own threads)."""
-
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    held: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
-    by_generation: dict[int, dict[str, frozenset[int]]] = field(default_factory=lambda: defaultdict(dict))
-    revocations: dict[str, list[frozenset[int]]] = field(default_factory=lambda: defaultdict(list))
-    timeline: list[tuple[str, str, int, tuple[int, ...]]] = field(default_factory=list)
-
-    def assigned(self, member: str, generation: int, partitions: Iterable[int], *, incremental: bool = False) -> None:
-        parts = set(partitions)
-        with self.lock:
-            self.held[member] = self.held[member] | parts if incremental else parts
-            self.by_generation[generation][member] = frozenset(self.held[member])
-            self.timeline.append((member, "assigned", generation, tuple(sorted(parts))))
-
-    def revoked(self, member: str, partitions: Iterable[int]) -> None:
-        parts = frozenset(partitions)
-        with self.lock:
-            self.held[member] -= parts
-            self.revocations[member].append(parts)
-            self.timeline.append((member, "revoked", -1, tuple(sorted(parts))))
-
-    def gone(self, member: str) -> None:
-        with self.lock:
-            self.held.pop(member, None)
-            self.timeline.append((member, "gone", -1, ()))
-
-    def holdings(self) -> dict[str, frozenset[int]]:
-        with self.lock:
-            return {m: frozenset(p) for m, p in self.held.items()}
-
-    def latest(self) -> tuple[int, dict[str, frozenset[int]]]:
-        with self.lock:
-            generation = max(self.by_generation, default=-1)
-            return generation, dict(self.by_generation.get(generation, {}))
-
-    def stable_with(self, members: Iterable[str], partitions: int) -> int | None:
-        """The latest generation, if exactly ``members`` reported in it and together own every
-        partition; else None."""
-        generation, reported = self.latest()
-        if set(reported) != set(members):
-            return None
-        owned = set().union(*reported.values()) if reported else set()
-        return generation if owned == set(range(partitions)) else None
-
-    def assert_one_owner_per_partition(self, partitions: int, *, complete: Callable[[int], bool]) -> None:
-        """No partition has two owners in any generation; in the generations ``complete``
-        names, every partition has an owner."""
-        with self.lock:
-            generations = {g: dict(ms) for g, ms in self.by_generation.items()}
-        assert generations, "no member reported an assignment"
-        for g, members in sorted(generations.items()):
-            owners: dict[int, list[str]] = defaultdict(list)
-            for member, parts in members.items():
-                for p in parts:
-                    owners[p].append(member)
-            doubled = {p: ms for p, ms in owners.items() if len(ms) > 1}
-            assert not doubled, f"generation {g}: partitions with two owners {doubled}; timeline {self.timeline}"
-            if complete(g):
-                missing = set(range(partitions)) - set(owners)
-                assert not missing, f"generation {g}: partitions nobody owns {sorted(missing)}; timeline {self.timeline}"
-
-
-@dataclass
-class Consumed:
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    by_member: dict[str, list[tuple[int, int]]] = field(default_factory=lambda: defaultdict(list))
-
-    def add(self, member: str, partition: int, offset: int) -> None:
-        with self.lock:
-            self.by_member[member].append((partition, offset))
-
-    def union(self) -> set[tuple[int, int]]:
-        with self.lock:
-            return {po for pos in self.by_member.values() for po in pos}
 
 
 # ---------------------------------------------------------------------------- members
@@ -363,7 +257,7 @@ def tps(topic: str, partitions: Iterable[int]) -> set[TopicPartition]:
 
 async def test_members_joining_and_leaving_keep_exactly_one_owner_per_partition_in_every_generation(
         pulllog_broker: Any) -> None:
-    everything = numbered_topic(pulllog_broker, "joins", 12, 20)
+    everything = numbered_topic(pulllog_broker.bootstrap_servers, "joins", 12, 20)
     ownership, consumed = Ownership(), Consumed()
 
     def member(name: str) -> Member:
@@ -396,7 +290,7 @@ async def test_members_joining_and_leaving_keep_exactly_one_owner_per_partition_
 
 async def test_a_member_killed_without_leaving_loses_its_partitions_after_the_session_timeout(
         pulllog_broker: Any) -> None:
-    numbered_topic(pulllog_broker, "kills", 12, 5)
+    numbered_topic(pulllog_broker.bootstrap_servers, "kills", 12, 5)
     ownership = Ownership()
     with ChildMember("doomed", pulllog_broker, "g-kills", "kills", ownership) as doomed:
         await eventually(lambda: ownership.stable_with(["doomed"], 12), "the child owns all 12 partitions")
@@ -422,7 +316,7 @@ async def test_a_member_killed_without_leaving_loses_its_partitions_after_the_se
 
 async def test_a_consumer_killed_mid_batch_is_replaced_from_its_last_commit_and_nothing_is_skipped(
         pulllog_broker: Any) -> None:
-    everything = numbered_topic(pulllog_broker, "crash", 4, 300)
+    everything = numbered_topic(pulllog_broker.bootstrap_servers, "crash", 4, 300)
     # A commits after each batch of at most 40 records, and stops for good right after its
     # 100th record: at least two commits done, and a batch processed but not committed.
     with ChildMember("a", pulllog_broker, "g-crash", "crash", batch=40, commit=True, hang_after=100) as a:
@@ -452,7 +346,7 @@ async def test_a_consumer_killed_mid_batch_is_replaced_from_its_last_commit_and_
 
 
 async def test_auto_commit_commits_a_batch_only_once_the_application_asks_for_more(pulllog_broker: Any) -> None:
-    numbered_topic(pulllog_broker, "processed", 1, 100)
+    numbered_topic(pulllog_broker.bootstrap_servers, "processed", 1, 100)
     tp = TopicPartition("processed", 0)
     async with Consumer(pulllog_broker.bootstrap_servers, group_id="g-processed", **GROUP_OPTIONS) as consumer:
         consumer.subscribe("processed")
@@ -475,7 +369,7 @@ async def eventually_async(fetch: Callable[[], Any], expected: Any, what: str) -
 
 async def test_a_member_paused_beyond_its_session_loses_its_partitions_and_its_commit_fails(
         pulllog_broker: Any) -> None:
-    numbered_topic(pulllog_broker, "paused", 2, 10)
+    numbered_topic(pulllog_broker.bootstrap_servers, "paused", 2, 10)
     ownership = Ownership()
     with ChildMember("sleepy", pulllog_broker, "g-paused", "paused", ownership) as sleepy:
         await eventually(lambda: ownership.stable_with(["sleepy"], 2), "the child owns both partitions")
@@ -499,7 +393,7 @@ async def test_a_member_that_stops_reading_for_rebalance_timeout_ms_leaves_and_r
         pulllog_broker: Any) -> None:
     # Kafka's max.poll.interval.ms: heartbeats alone do not keep partitions with a member whose
     # application has stopped reading; its partitions go to a member that reads.
-    numbered_topic(pulllog_broker, "stalling", 2, 10)
+    numbered_topic(pulllog_broker.bootstrap_servers, "stalling", 2, 10)
     ownership = Ownership()
     stalled = await Member("stalled", pulllog_broker, "g-stalling", ["stalling"], ownership,
                            rebalance_timeout_ms=2000).start()
@@ -520,7 +414,7 @@ async def test_a_member_that_stops_reading_for_rebalance_timeout_ms_leaves_and_r
 async def test_a_broker_restart_keeps_the_committed_offsets(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     with BrokerThread(data_dir) as broker:
-        everything = numbered_topic(broker, "durable", 3, 40)
+        everything = numbered_topic(broker.bootstrap_servers, "durable", 3, 40)
         async with Consumer(broker.bootstrap_servers, group_id="g-durable", enable_auto_commit=False,
                             **GROUP_OPTIONS) as consumer:
             consumer.subscribe(["durable"])
@@ -554,7 +448,7 @@ async def test_a_broker_restart_keeps_the_committed_offsets(tmp_path: Path) -> N
 async def test_a_mixed_group_of_pulllog_and_librdkafka_members_consumes_everything_with_one_owner_per_partition(
         pulllog_broker: Any, leader: str) -> None:
     """The first member to join leads the group and runs the range assignor for everyone."""
-    everything = numbered_topic(pulllog_broker, "mixed", 12, 30)
+    everything = numbered_topic(pulllog_broker.bootstrap_servers, "mixed", 12, 30)
     ownership, consumed = Ownership(), Consumed()
     members: list[Member | RdMember] = []
     order = ["pulllog-1", "rdkafka-1", "pulllog-2", "rdkafka-2"]
@@ -577,7 +471,7 @@ async def test_a_mixed_group_of_pulllog_and_librdkafka_members_consumes_everythi
 
 
 async def test_cooperative_sticky_moves_only_the_partitions_that_must_move(pulllog_broker: Any) -> None:
-    numbered_topic(pulllog_broker, "sticky", 12, 5)
+    numbered_topic(pulllog_broker.bootstrap_servers, "sticky", 12, 5)
     ownership = Ownership()
 
     def member(name: str) -> Member:
@@ -610,8 +504,8 @@ async def test_cooperative_sticky_moves_only_the_partitions_that_must_move(pulll
 
 
 async def test_a_pattern_subscription_picks_up_a_topic_created_later(pulllog_broker: Any) -> None:
-    numbered_topic(pulllog_broker, "metrics-cpu", 2, 3)
-    numbered_topic(pulllog_broker, "logs", 1, 3)
+    numbered_topic(pulllog_broker.bootstrap_servers, "metrics-cpu", 2, 3)
+    numbered_topic(pulllog_broker.bootstrap_servers, "logs", 1, 3)
     seen: set[tuple[str, int, int]] = set()
     async with Consumer(pulllog_broker.bootstrap_servers, group_id="g-pattern", metadata_max_age_ms=500,
                         **GROUP_OPTIONS) as consumer:
@@ -624,7 +518,7 @@ async def test_a_pattern_subscription_picks_up_a_topic_created_later(pulllog_bro
 
         await read_until(lambda: len(seen) == 6)
         assert consumer.subscription() == {"metrics-cpu"}
-        numbered_topic(pulllog_broker, "metrics-disk", 3, 2)
+        numbered_topic(pulllog_broker.bootstrap_servers, "metrics-disk", 3, 2)
         await read_until(lambda: len(seen) == 12)
         assert consumer.subscription() == {"metrics-cpu", "metrics-disk"}
         assert consumer.assignment() == tps("metrics-cpu", range(2)) | tps("metrics-disk", range(3))
@@ -633,7 +527,7 @@ async def test_a_pattern_subscription_picks_up_a_topic_created_later(pulllog_bro
 
 async def test_a_static_member_restarting_within_its_session_timeout_gets_its_partitions_back_without_a_rebalance(
         pulllog_broker: Any) -> None:
-    numbered_topic(pulllog_broker, "static", 12, 5)
+    numbered_topic(pulllog_broker.bootstrap_servers, "static", 12, 5)
     ownership = Ownership()
     options = {"group_instance_id": "static-1", "session_timeout_ms": 20_000}
     static = await Member("static", pulllog_broker, "g-static", ["static"], ownership, **options).start()
@@ -662,7 +556,7 @@ async def test_adding_partitions_to_a_subscribed_topic_rebalances_the_group(pull
     """The leader watches the partition counts it assigned from and rejoins when they change."""
     from confluent_kafka.admin import NewPartitions
 
-    numbered_topic(pulllog_broker, "growing", 2, 3)
+    numbered_topic(pulllog_broker.bootstrap_servers, "growing", 2, 3)
     ownership = Ownership()
     members = [await Member(name, pulllog_broker, "g-growing", ["growing"], ownership, metadata_max_age_ms=500).start()
                for name in ("a", "b")]
@@ -677,7 +571,7 @@ async def test_adding_partitions_to_a_subscribed_topic_rebalances_the_group(pull
 
 
 async def test_commit_nowait_commits_in_the_background_and_close_waits_for_it(pulllog_broker: Any) -> None:
-    numbered_topic(pulllog_broker, "nowait", 1, 10)
+    numbered_topic(pulllog_broker.bootstrap_servers, "nowait", 1, 10)
     tp = TopicPartition("nowait", 0)
     async with Consumer(pulllog_broker.bootstrap_servers, group_id="g-nowait", enable_auto_commit=False,
                         **GROUP_OPTIONS) as consumer:
@@ -718,7 +612,7 @@ async def test_unsubscribe_leaves_the_group_and_assign_resumes_from_the_committe
 
 
 async def test_a_committed_offset_beyond_the_log_end_resets_per_auto_offset_reset(pulllog_broker: Any) -> None:
-    numbered_topic(pulllog_broker, "beyond", 1, 5)
+    numbered_topic(pulllog_broker.bootstrap_servers, "beyond", 1, 5)
     tp = TopicPartition("beyond", 0)
     async with Consumer(pulllog_broker.bootstrap_servers, group_id="g-beyond", **GROUP_OPTIONS) as consumer:
         await consumer.commit({tp: 1000})  # a consumer with no members yet may commit anything
@@ -731,7 +625,7 @@ async def test_a_revoke_waits_until_the_application_has_finished_its_batch(pulll
     """Kafka's pattern without auto-commit: commit in on_partitions_revoked. The callback runs
     only once the application asked for more records, so the positions it commits cover only
     processed records."""
-    numbered_topic(pulllog_broker, "patient", 1, 100)
+    numbered_topic(pulllog_broker.bootstrap_servers, "patient", 1, 100)
     tp = TopicPartition("patient", 0)
     finished_at: list[float] = []
     revoked: list[tuple[float, int]] = []
@@ -766,7 +660,7 @@ async def test_without_a_crash_a_rebalance_hands_no_record_out_twice(pulllog_bro
     hands, hands out no more of the partition, and commits exactly what was processed."""
     # enough records that the slow first member is still reading when the rebalance (a
     # heartbeat interval or two) hands the second member a partition
-    everything = numbered_topic(pulllog_broker, "smooth", 2, 400)
+    everything = numbered_topic(pulllog_broker.bootstrap_servers, "smooth", 2, 400)
     consumed = Consumed()
     ownership = Ownership()
 

@@ -41,7 +41,7 @@ CONFLUENT_GROUP_TIMINGS = {
     "max.poll.interval.ms": 30000,
 }
 
-CRASH_MEMBER = Path(__file__).with_name("crash_member.py")
+CRASH_MEMBER = Path(__file__).parent / "group" / "crash_member.py"
 
 
 def wait_until(condition: Callable[[], Any], what: str, timeout_s: float = TIMEOUT_S, interval_s: float = 0.05) -> Any:
@@ -178,13 +178,18 @@ class Ownership:
         owned = set().union(*reported.values()) if reported else set()
         return generation if owned == set(range(partitions)) else None
 
-    def assert_one_owner_per_partition(self, partitions: int, *, complete_in_every_generation: bool = True) -> None:
-        """In every generation no partition has two owners; with an eager protocol every
-        partition also has an owner in every generation.
+    def latest(self) -> tuple[int, dict[str, frozenset[int]]]:
+        """The latest generation and what each member reported in it."""
+        generation = self.latest_generation()
+        return generation, self.generation(generation)
 
-        A generation in which the leader assigned nothing at all is not one the broker got
-        wrong: aiokafka and kafka-python leaders may assign before their first metadata lists
-        the topic, then rejoin at once. Such a generation is only checked for double owners."""
+    def assert_one_owner_per_partition(self, partitions: int, *, complete: Callable[[int], bool] | None = None) -> None:
+        """In every generation no partition has two owners, and in the generations
+        ``complete`` names every partition has an owner. By default that is every generation
+        (what an eager protocol promises) except one in which the leader assigned nothing at
+        all before the last: that is not one the broker got wrong, as aiokafka and
+        kafka-python leaders may assign before their first metadata lists the topic, then
+        rejoin at once. Such a generation is only checked for double owners."""
         with self.lock:
             generations = sorted(self.by_generation)
         assert generations, "no member reported an assignment"
@@ -192,9 +197,7 @@ class Ownership:
             owners = self.owners_in(g)
             doubled = {p: ms for p, ms in owners.items() if len(ms) > 1}
             assert not doubled, f"generation {g}: partitions with two owners {doubled}; timeline {self.timeline}"
-            if not owners and g != generations[-1]:
-                continue
-            if complete_in_every_generation or g == generations[-1]:
+            if complete(g) if complete is not None else bool(owners) or g == generations[-1]:
                 missing = set(range(partitions)) - set(owners)
                 assert not missing, f"generation {g}: partitions nobody owns {sorted(missing)}; timeline {self.timeline}"
 
