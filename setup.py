@@ -1,7 +1,7 @@
 """Build configuration beyond pyproject.toml: pulllog's optional C accelerator.
 
-``pulllog.log._crecords`` decodes record batches for the consumer. It is optional: where no
-C compiler is found the build goes on without it and ``pulllog.log.decoding`` uses its
+``pulllog.records._crecords`` decodes record batches for the consumer. It is optional: where no
+C compiler is found the build goes on without it and ``pulllog.records.decoding`` uses its
 pure-Python decoder (``tests/log/test_decoding.py`` fails on a machine with a compiler
 that did not build it, unless PULLLOG_NO_EXTENSIONS=1 is set).
 """
@@ -11,8 +11,8 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "pulllog.log._crecords",
-            sources=["src/pulllog/log/_crecords.c"],
+            "pulllog.records._crecords",
+            sources=["src/pulllog/records/_crecords.c"],
             extra_compile_args=["-O2"],
             optional=True,
         ),

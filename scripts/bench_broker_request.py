@@ -151,7 +151,7 @@ def main() -> None:
     args = parser.parse_args()
     windows = args.window or [1, 16]
 
-    from pulllog.log.records import build_batch
+    from pulllog.records.batch import build_batch
 
     value = os.urandom(200)
     records = build_batch([(None, value)])

@@ -53,7 +53,7 @@ import aiokafka
 
 from pulllog.client.accumulator import ProducerBatch
 from pulllog.client.producer import Producer
-from pulllog.log import Compression, build_batch
+from pulllog.records import Compression, build_batch
 
 MESSAGE_SIZE = 200
 SET_SIZE = 50

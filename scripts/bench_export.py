@@ -106,7 +106,7 @@ def phases(bootstrap: str, topic: str, out: Path) -> list[tuple[str, int, float]
         with asyncio.Runner() as runner:
             reader = wire._RangeReader(bootstrap, r, wire.DEFAULT_FETCH_MAX_BYTES, 500, 60)
             try:
-                from pulllog.log.records import iter_batches
+                from pulllog.records.batch import iter_batches
                 while not reader.done:
                     chunk = runner.run(reader.fetch())
                     for _pos, h in iter_batches(chunk):

@@ -91,7 +91,7 @@ def raw_consume(port: int, n_bytes_total: int, max_bytes: int) -> tuple[float, i
     does almost nothing, so the broker's cost per byte shows."""
     import struct
 
-    from pulllog.log.records import iter_batches
+    from pulllog.records.batch import iter_batches
     from pulllog.net.build import build, request_class
     from pulllog.net.protocol import encode_request
 

@@ -26,7 +26,8 @@ import time
 from pathlib import Path
 
 import pulllog
-from pulllog.log import Log, LogConfig, build_batch
+from pulllog.log import Log, LogConfig
+from pulllog.records import build_batch
 
 VALUE = b"x" * 200
 
@@ -52,7 +53,7 @@ def run(data: list[bytes], directory: Path) -> float:
 def state_work(n: int) -> float:
     """The checks alone, without I/O: check_append + record_append per batch (us)."""
     from pulllog.log.producer_state import ProducerStateManager
-    from pulllog.log.records import read_header
+    from pulllog.records.batch import read_header
 
     headers = [[(0, read_header(b))] for b in batches(n, True)]
     with tempfile.TemporaryDirectory(prefix="bench-idem-") as tmp:
@@ -67,7 +68,7 @@ def state_work(n: int) -> float:
 
 def plain_work(n: int) -> float:
     """What Log.append adds for a batch without a producer id: the loop that looks for one (us)."""
-    from pulllog.log.records import read_header
+    from pulllog.records.batch import read_header
 
     one = [(0, read_header(batches(1, False)[0]))]
     start = time.process_time()

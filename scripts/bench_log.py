@@ -24,7 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from pulllog.log import Log, LogConfig, build_batch
+from pulllog.log import Log, LogConfig
+from pulllog.records import build_batch
 
 RECORD_SIZE = 200
 
@@ -58,7 +59,7 @@ def bench_read(directory: Path) -> tuple[float, int]:
         data = piece.read()
         total += len(data)
         # the next fetch starts after the last whole batch, as a consumer's would
-        from pulllog.log.records import iter_batches
+        from pulllog.records.batch import iter_batches
 
         last = None
         for _pos, header in iter_batches(data):

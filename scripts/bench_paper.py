@@ -72,7 +72,7 @@ import confluent_kafka
 from pulllog.client.consumer import Consumer
 from pulllog.client.producer import Producer
 from pulllog.client.types import TopicPartition
-from pulllog.log.decoding import IMPLEMENTATION as RECORD_DECODER
+from pulllog.records.decoding import IMPLEMENTATION as RECORD_DECODER
 
 VALUE_SIZE = 200
 SET_SIZE = 50
@@ -514,7 +514,7 @@ def machine() -> str:
     load = os.getloadavg()[0]
     return (f"{dt.datetime.now():%Y-%m-%d %H:%M}, {cpu}, {os.cpu_count()} cpu(s), {platform.system()} "
             f"{platform.release()}, Python {platform.python_version()}, librdkafka {confluent_kafka.libversion()[0]}, "
-            f"aiokafka {aiokafka.__version__}, pulllog's record decoder: {RECORD_DECODER} (see pulllog.log.decoding), "
+            f"aiokafka {aiokafka.__version__}, pulllog's record decoder: {RECORD_DECODER} (see pulllog.records.decoding), "
             f"load average {load:.1f} at start")
 
 

@@ -37,8 +37,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from pulllog.broker.purgatory import DelayedOperation, DelayedOperationPurgatory  # noqa: E402
-from pulllog.broker.timing_wheel import Timer, TimerTask  # noqa: E402
+from pulllog.purgatory.delayed import DelayedOperation, DelayedOperationPurgatory  # noqa: E402
+from pulllog.purgatory.timing_wheel import Timer, TimerTask  # noqa: E402
 
 CANCEL_SPREAD_MS = 30_000
 EXPIRE_SPREAD_MS = 1_000

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from pulllog.log import Log, RecordBatch
+from pulllog.log import Log
+from pulllog.records import RecordBatch
 
 
 def all_batches(log: Log) -> list[RecordBatch]:

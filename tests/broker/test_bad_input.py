@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pulllog.log import build_batch
+from pulllog.records import build_batch
 from pulllog.testing import BrokerThread
 
 from kafka_wire import WireClient, fetch, produce
@@ -179,7 +179,7 @@ def test_random_request_bodies_never_take_the_broker_down(broker, api_key: int, 
 
 
 def test_control_batches_from_clients_are_refused(broker) -> None:
-    from pulllog.log.records import ControlType, build_control_batch
+    from pulllog.records.batch import ControlType, build_control_batch
 
     with WireClient(broker.port) as c:
         marker = build_control_batch(ControlType.COMMIT, producer_id=1, producer_epoch=0)

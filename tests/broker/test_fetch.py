@@ -8,8 +8,8 @@ import time
 import pytest
 from kafka_wire import WireClient, fetch, produce
 
-from pulllog.log import build_batch
-from pulllog.log.records import iter_batches
+from pulllog.records import build_batch
+from pulllog.records.batch import iter_batches
 
 
 def records_bytes(part) -> bytes:

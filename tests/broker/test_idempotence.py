@@ -11,7 +11,7 @@ from pathlib import Path
 import confluent_kafka
 import pytest
 
-from pulllog.log import build_batch
+from pulllog.records import build_batch
 from pulllog.testing import BrokerThread
 
 from kafka_wire import WireClient, fetch, produce
@@ -35,7 +35,7 @@ def send(client: WireClient, topic: str, pid: int, epoch: int, seq: int, values:
 
 
 def stored_values(client: WireClient, topic: str) -> list[bytes]:
-    from pulllog.log.records import RecordBatch, iter_batches
+    from pulllog.records.batch import RecordBatch, iter_batches
 
     records = fetch(client, topic, 0, 0).responses[0].partitions[0].records or b""
     return [r.value for _pos, h in iter_batches(records) for r in RecordBatch.from_bytes(records, _pos).records()]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import struct
 
-from pulllog.log import build_batch
+from pulllog.records import build_batch
 from pulllog.net.build import build, request_class, response_class
 from pulllog.net.protocol import decode_response, encode_request
 from pulllog.testing import BrokerThread

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pulllog.cli.main import main
-from pulllog.log.compression import Compression
-from pulllog.log.records import ControlType, build_batch, build_control_batch, compute_crc
+from pulllog.records.compression import Compression
+from pulllog.records.batch import ControlType, build_batch, build_control_batch, compute_crc
 
 T0 = 1714564800000  # 2024-05-01T12:00:00.000Z
 SEGMENT = "00000000000000000000"
@@ -221,7 +221,7 @@ def test_json_bytes_say_whether_they_are_utf8_or_base64(partition: Path) -> None
 
 
 def test_log_append_time_records_carry_the_batch_timestamp(partition: Path) -> None:
-    from pulllog.log.records import TimestampType
+    from pulllog.records.batch import TimestampType
 
     batch = build_batch(
         [(b"k", b"v", T0)], timestamp_type=TimestampType.LOG_APPEND_TIME, timestamp=T0

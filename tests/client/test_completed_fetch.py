@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from pulllog.client import completed_fetch
 from pulllog.client.completed_fetch import CompletedFetch, CorruptRecordError
 from pulllog.client.types import ConsumerRecord, TopicPartition
-from pulllog.log import decoding
-from pulllog.log.compression import Compression
-from pulllog.log.records import ControlType, RecordBatch, TimestampType, build_batch, build_control_batch
+from pulllog.records import decoding
+from pulllog.records.compression import Compression
+from pulllog.records.batch import ControlType, RecordBatch, TimestampType, build_batch, build_control_batch
 
 TP = TopicPartition("t", 3)
 

@@ -27,9 +27,9 @@ from pulllog.client.consumer import (
     OffsetOutOfRangeError,
 )
 from pulllog.client.types import ConsumerRecord, TopicPartition
-from pulllog.log import build_batch
-from pulllog.log.compression import Compression
-from pulllog.log.records import ControlType, build_control_batch, iter_batches
+from pulllog.records import build_batch
+from pulllog.records.compression import Compression
+from pulllog.records.batch import ControlType, build_control_batch, iter_batches
 from pulllog.testing import BrokerThread
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]

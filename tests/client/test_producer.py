@@ -40,8 +40,8 @@ from pulllog.client.producer import (
     ProducerClosedError,
 )
 from pulllog.client.types import RecordMetadata
-from pulllog.log import Compression, RecordBatch, build_batch
-from pulllog.log.records import iter_batches
+from pulllog.records import Compression, RecordBatch, build_batch
+from pulllog.records.batch import iter_batches
 from pulllog.testing import BrokerThread
 
 CODECS = [None, "gzip", "snappy", "lz4", "zstd"]

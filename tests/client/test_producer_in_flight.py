@@ -89,7 +89,7 @@ async def test_out_of_order_with_nothing_pending_fails_the_batch_with_what_to_do
     # The broker already has sequences 0..2 of this producer id: the producer's own
     # sequence 0 is a gap that no earlier batch of its can fill, so it must not retry forever.
     from pulllog.client.errors import KafkaError
-    from pulllog.log import build_batch
+    from pulllog.records import build_batch
 
     from kafka_wire import WireClient, produce
 

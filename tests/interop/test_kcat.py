@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from pulllog.log.compression import Compression
+from pulllog.records.compression import Compression
 
 KCAT = shutil.which("kcat") or shutil.which("kafkacat")
 

@@ -10,15 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pulllog.log import Compression, Log, LogConfig, LogSegment, Record, build_batch
+from pulllog.records import Compression, Record, build_batch
+from pulllog.log import Log, LogConfig, LogSegment
 from pulllog.log.cleaner import CleanerStats, clean, group_segments_by_size
-from pulllog.log.records import (
-    ControlType,
-    RecordBatch,
-    TimestampType,
-    build_control_batch,
-    iter_batches,
-)
+from pulllog.records.batch import ControlType, RecordBatch, TimestampType, build_control_batch, iter_batches
 
 T0 = 1_700_000_000_000
 DAY = 24 * 3600 * 1000

@@ -5,7 +5,8 @@ from __future__ import annotations
 import confluent_kafka
 import pytest
 
-from pulllog.log import Compression, Log
+from pulllog.records import Compression
+from pulllog.log import Log
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 

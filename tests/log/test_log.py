@@ -7,16 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from pulllog.log import (
-    InvalidRecordError,
-    Log,
-    LogConfig,
-    OffsetOutOfRangeError,
-    RecordErrors,
-    RecordTooLargeError,
-    build_batch,
-)
-from pulllog.log.records import CorruptRecordError, TimestampType, iter_batches
+from pulllog.records import InvalidRecordError, build_batch
+from pulllog.log import Log, LogConfig, OffsetOutOfRangeError, RecordErrors, RecordTooLargeError
+from pulllog.records.batch import CorruptRecordError, TimestampType, iter_batches
 
 
 class Clock:
@@ -289,7 +282,7 @@ def test_delete_records_moves_the_log_start_offset(tmp_path: Path) -> None:
 
 
 def test_topic_compression_type_recompresses_on_append(tmp_path: Path) -> None:
-    from pulllog.log import Compression
+    from pulllog.records import Compression
 
     log = Log.open(tmp_path / "t-0", cfg(compression_type="zstd"))
     sent = [(b"k%d" % i, b"value" * 20, 1000 + i, [("h", b"x")]) for i in range(10)]
@@ -302,7 +295,7 @@ def test_topic_compression_type_recompresses_on_append(tmp_path: Path) -> None:
 
 
 def test_topic_compression_producer_keeps_the_batch_as_sent(tmp_path: Path) -> None:
-    from pulllog.log import Compression
+    from pulllog.records import Compression
 
     log = Log.open(tmp_path / "t-0")
     raw = build_batch([(b"k", b"v" * 100)], compression=Compression.LZ4)

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pulllog.log import Log, LogConfig, build_batch
+from pulllog.log import Log, LogConfig
+from pulllog.records import build_batch
 from pulllog.log.cleaner import clean
 from pulllog.log.producer_state import (
     InvalidProducerEpochError,

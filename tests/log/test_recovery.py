@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from pulllog.log import Log, LogConfig, build_batch
-from pulllog.log.records import iter_batches
+from pulllog.log import Log, LogConfig
+from pulllog.records import build_batch
+from pulllog.records.batch import iter_batches
 
 from log_contents import all_values
 
@@ -146,7 +147,8 @@ def test_recovery_checks_only_what_is_past_the_recovery_point(tmp_path: Path) ->
 WRITER = textwrap.dedent(
     """
     import sys
-    from pulllog.log import Log, build_batch
+    from pulllog.log import Log
+    from pulllog.records import build_batch
     log = Log.open(sys.argv[1])
     i = 0
     while True:

@@ -6,9 +6,9 @@ import datetime as dt
 
 import pytest
 
-from pulllog.log import decoding
-from pulllog.log.compression import Compression
-from pulllog.log.records import CorruptRecordError, TimestampType, build_batch, read_header
+from pulllog.records import decoding
+from pulllog.records.compression import Compression
+from pulllog.records.batch import CorruptRecordError, TimestampType, build_batch, read_header
 from pulllog.spark import columns
 from pulllog.spark.columns import ARROW_SCHEMA, ColumnBuilder
 

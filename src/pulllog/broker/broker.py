@@ -36,7 +36,7 @@ from ..log.log import wall_clock_ms
 from ..net.protocol import RequestDecoder
 from .config import BrokerConfig
 from .handlers import registry
-from .purgatory import DelayedOperationPurgatory
+from ..purgatory.delayed import DelayedOperationPurgatory
 from .server import Connection
 from .topics import Topic, TopicManager
 

@@ -45,7 +45,7 @@ from ..net.framing import FrameDecoder
 from ..net.protocol import API_VERSIONS, encode_response
 from .handlers import RequestContext
 from .handlers.api_versions import advertised_versions
-from .purgatory import OperationCancelled
+from ..purgatory.delayed import OperationCancelled
 
 if TYPE_CHECKING:
     from .broker import Broker

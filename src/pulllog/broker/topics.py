@@ -163,6 +163,11 @@ class TopicManager:
             raise UnknownTopicError(f"topic {name!r} has no partition {index}")
         return topic.partitions[index]
 
+    def partition_logs(self, name: str) -> list[Log] | None:
+        """The topic's partition logs in partition order, or None when it does not exist."""
+        topic = self.topics.get(name)
+        return None if topic is None else [p.log for p in topic.partitions]
+
     def by_id(self, topic_id: uuid.UUID) -> Topic | None:
         for topic in self.topics.values():
             if topic.topic_id == topic_id:

@@ -28,8 +28,8 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.text import Text
 
-from pulllog.log.compression import Compression
-from pulllog.log.records import BatchHeader, ControlRecord, ControlType, TimestampType
+from pulllog.records.compression import Compression
+from pulllog.records.batch import BatchHeader, ControlRecord, ControlType, TimestampType
 
 from .errors import EXIT_PROBLEM, EXIT_USAGE, CliError
 from .segment_scan import (

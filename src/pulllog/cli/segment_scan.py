@@ -4,7 +4,7 @@ A partition directory ``<topic>-<partition>/`` holds segments named by their bas
 zero-padded to 20 digits; every segment has three files:
 
 ``00000000000000000000.log``
-    RecordBatch v2 batches back to back, exactly as on the wire (``pulllog.log.records``).
+    RecordBatch v2 batches back to back, exactly as on the wire (``pulllog.records.batch``).
 ``00000000000000000000.index``
     Sparse offset index, 8-byte entries: int32 offset relative to the base offset, int32
     position of a batch in the .log. Both strictly increase. An entry points at the start
@@ -45,8 +45,8 @@ from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from pulllog.log.compression import Compression
-from pulllog.log.records import (
+from pulllog.records.compression import Compression
+from pulllog.records.batch import (
     BATCH_HEADER_SIZE,
     LOG_OVERHEAD,
     BatchHeader,

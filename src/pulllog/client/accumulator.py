@@ -10,7 +10,7 @@ sender task does the rest::
 
 * **open**: the partition's one batch that accepts records. ``send()`` encodes each record
   straight into its records section (RecordBatch v2 record format, see
-  ``pulllog.log.records``), so nothing is encoded twice and the memory it holds is known.
+  ``pulllog.records.batch``), so nothing is encoded twice and the memory it holds is known.
   A record that would push the batch past ``batch_size`` closes it and opens the next one;
   a record larger than ``batch_size`` gets a batch of its own.
 * **ready**: closed batches in partition order. On its first send a batch is *sealed*:
@@ -51,8 +51,8 @@ from typing import Any
 
 from crc32c import crc32c
 
-from ..log.compression import Compression, compress
-from ..log.records import BATCH_HEADER_SIZE, LOG_OVERHEAD, encode_varint
+from ..records.compression import Compression, compress
+from ..records.batch import BATCH_HEADER_SIZE, LOG_OVERHEAD, encode_varint
 from .record_future import ProduceResult, RecordFuture
 
 __all__ = [
@@ -73,7 +73,7 @@ __all__ = [
 RECORD_OVERHEAD = 24
 _OVERESTIMATE = RECORD_OVERHEAD - 10  # a typical record's framing is ~10 bytes: fill batches by that
 
-# The batch header of pulllog.log.records, packed once per batch: baseOffset, batchLength,
+# The batch header of pulllog.records.batch, packed once per batch: baseOffset, batchLength,
 # partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta, baseTimestamp,
 # maxTimestamp, producerId, producerEpoch, baseSequence, recordsCount.
 _HEADER = struct.Struct(">qiibIhiqqqhii")

@@ -30,7 +30,7 @@ from typing import Any, ClassVar, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from ..net.client import KafkaConnection
+from .connection import KafkaConnection
 from .cluster import DEFAULT_BOOTSTRAP, Cluster
 from .errors import KafkaError, UnknownTopicError, UnsupportedByBrokerError, error_for
 from .types import TopicPartition
@@ -581,7 +581,7 @@ class Admin:
                        for g in resp.groups), key=lambda g: g.group_id)
 
     async def describe_group(self, group_id: str) -> GroupDescription:
-        from ..group.protocol import decode_assignment
+        from ..net.consumer_protocol import decode_assignment
 
         conn = await self._coordinator(group_id)
         _v, resp = await self._call(conn, "describe_groups", 0, 5, {

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
-from ..net.client import BrokerUnreachableError, KafkaConnection
+from .connection import BrokerUnreachableError, KafkaConnection
 from .errors import KafkaError, UnknownTopicError
 
 __all__ = ["Cluster", "KafkaError", "PartitionInfo", "TopicInfo", "UnknownTopicError", "parse_bootstrap"]

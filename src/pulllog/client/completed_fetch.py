@@ -2,7 +2,7 @@
 
 This is the consumer's hot loop, with no I/O (the Consumer feeds it bytes). A fetch response
 carries, per partition, a byte range of the leader's log: whole RecordBatch v2 batches (see
-:mod:`pulllog.log.records` for the layout) and possibly, at the end, the first part of one
+:mod:`pulllog.records.batch` for the layout) and possibly, at the end, the first part of one
 more batch that the broker cut at ``max_bytes``.
 
 Rules a ``CompletedFetch`` keeps:
@@ -26,7 +26,7 @@ Rules a ``CompletedFetch`` keeps:
 - With ``LogAppendTime`` every record of a batch carries the batch's max timestamp.
 
 Records are :class:`~pulllog.client.types.ConsumerRecord`, made by
-:func:`pulllog.log.decoding.decode_records` (in C where the extension is built).
+:func:`pulllog.records.decoding.decode_records` (in C where the extension is built).
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ from collections.abc import Iterable
 from crc32c import crc32c
 from kio.schema.errors import ErrorCode
 
-from ..log.compression import CompressionError, decompress
-from ..log.decoding import decode_records
-from ..log.records import BATCH_HEADER_SIZE, LOG_OVERHEAD, ControlType
+from ..records.compression import CompressionError, decompress
+from ..records.decoding import decode_records
+from ..records.batch import BATCH_HEADER_SIZE, LOG_OVERHEAD, ControlType
 from .errors import KafkaError
 from .types import ConsumerRecord, TopicPartition
 

@@ -41,7 +41,7 @@ from typing import Any, NamedTuple
 
 from kio.schema.errors import ErrorCode
 
-from ..net.client import BrokerUnreachableError
+from .connection import BrokerUnreachableError
 from .cluster import DEFAULT_BOOTSTRAP, Cluster
 from .completed_fetch import CorruptRecordError
 from .errors import KafkaError, UnknownTopicError

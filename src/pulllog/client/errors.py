@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from ..net.client import BrokerUnreachableError, ConnectionClosedError, UnsupportedByBrokerError
+from .connection import BrokerUnreachableError, ConnectionClosedError, UnsupportedByBrokerError
 
 __all__ = [
     "BrokerUnreachableError",

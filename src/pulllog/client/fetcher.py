@@ -54,7 +54,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ..net.client import BrokerUnreachableError, ConnectionClosedError, UnsupportedByBrokerError
+from .connection import BrokerUnreachableError, ConnectionClosedError, UnsupportedByBrokerError
 from ..net.fetch import FETCH_REQUEST_MAX_VERSION, FETCH_REQUEST_MIN_VERSION, encode_fetch_request
 from .cluster import Cluster
 from .completed_fetch import CompletedFetch

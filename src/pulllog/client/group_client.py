@@ -26,7 +26,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ..net.client import BrokerUnreachableError, ConnectionClosedError, KafkaConnection
+from .connection import BrokerUnreachableError, ConnectionClosedError, KafkaConnection
 from .cluster import Cluster
 from .errors import KafkaError, error_for
 from .types import TopicPartition

@@ -73,8 +73,8 @@ from typing import Any, NamedTuple, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from ..group.assignors import ASSIGNORS, Assignor
-from ..group.protocol import (
+from .assignors import ASSIGNORS, Assignor
+from ..net.consumer_protocol import (
     Assignment,
     Subscription,
     decode_assignment,

@@ -89,11 +89,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ..log.compression import Compression
-from ..net.client import (
-    BrokerUnreachableError,
-    UnsupportedByBrokerError,
-)
+from ..records.compression import Compression
+from .connection import BrokerUnreachableError, UnsupportedByBrokerError
 from .accumulator import (
     NEW_BATCH,
     RECORD_OVERHEAD,

@@ -31,21 +31,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from ..broker.purgatory import DelayedOperation, DelayedOperationPurgatory
-from ..log import Log, build_batch
+from ..log import Log
 from ..log.log import wall_clock_ms
+from ..net.consumer_protocol import decode_subscription
+from ..purgatory import DelayedOperation, DelayedOperationPurgatory
+from ..records import build_batch
 from . import records as rec
 from .state import Event, GroupState, next_state
-
-if TYPE_CHECKING:
-    from ..broker.topics import TopicManager
 
 __all__ = ["GroupCoordinator", "GroupError", "OFFSETS_TOPIC"]
 
@@ -154,14 +153,13 @@ class Group:
         return topics
 
 
-def _consumer_subscription_topics(data: bytes) -> list[str]:
-    """Topics of a ConsumerProtocolSubscription (version int16, topics array of strings)."""
+def _consumer_subscription_topics(data: bytes) -> tuple[str, ...]:
+    """Topics of a ConsumerProtocolSubscription; none when a member sent something else
+    (the coordinator stores member metadata opaquely and must not fail on it)."""
     try:
-        r = rec._Reader(data)
-        r.i16()
-        return [r.string() or "" for _ in range(r.i32())]
-    except Exception:
-        return []
+        return decode_subscription(data).topics
+    except ValueError:
+        return ()
 
 
 class DelayedJoin(DelayedOperation):
@@ -216,10 +214,22 @@ class DelayedTimeout(DelayedOperation):
         self.on_timeout()
 
 
+class TopicStore(Protocol):
+    """What the coordinator needs of the broker's topics: the logs of ``__consumer_offsets``,
+    and to create it on the first commit. The broker's TopicManager is one; the coordinator
+    sits below the broker and never sees the rest of it."""
+
+    def partition_logs(self, name: str) -> Sequence[Log] | None:
+        """The topic's partition logs in partition order, or None when it does not exist."""
+
+    def create(self, name: str, partitions: int, configs: Mapping[str, str] | None = None) -> object:
+        ...
+
+
 class GroupCoordinator:
     def __init__(
         self,
-        topics: "TopicManager",
+        topics: TopicStore,
         purgatory: DelayedOperationPurgatory[Any, Any],
         *,
         offsets_partitions: int = 50,
@@ -238,11 +248,13 @@ class GroupCoordinator:
     # ------------------------------------------------------------------ offsets topic
 
     def _offsets_log(self, group_id: str) -> Log:
-        if OFFSETS_TOPIC not in self.topics.topics:
+        logs = self.topics.partition_logs(OFFSETS_TOPIC)
+        if logs is None:
             self.topics.create(OFFSETS_TOPIC, self.offsets_partitions,
                                {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)})
-        topic = self.topics.topics[OFFSETS_TOPIC]
-        return topic.partitions[rec.partition_for(group_id, len(topic.partitions))].log
+            logs = self.topics.partition_logs(OFFSETS_TOPIC)
+            assert logs is not None
+        return logs[rec.partition_for(group_id, len(logs))]
 
     def _append(self, group_id: str, pairs: list[tuple[bytes, bytes | None]]) -> None:
         now = self.clock()
@@ -250,12 +262,11 @@ class GroupCoordinator:
 
     def load(self) -> int:
         """Replay ``__consumer_offsets`` into memory; returns how many groups were loaded."""
-        topic = self.topics.topics.get(OFFSETS_TOPIC)
-        if topic is None:
+        logs = self.topics.partition_logs(OFFSETS_TOPIC)
+        if logs is None:
             return 0
-        self.offsets_partitions = len(topic.partitions)
-        for partition in topic.partitions:
-            plog = partition.log
+        self.offsets_partitions = len(logs)
+        for plog in logs:
             offset = plog.log_start_offset
             while offset < plog.log_end_offset:
                 batches = plog.read_batches(offset, 4 << 20)

@@ -1,35 +1,20 @@
-"""The storage engine: record batches, segments, indexes, the partition log."""
+"""The storage engine: segments, indexes, the partition log, the cleaner, producer state.
 
-from .compression import Compression
+The bytes it stores are RecordBatch v2, defined one layer down in :mod:`pulllog.records`.
+"""
+
 from .config import ConfigError, LogConfig
 from .log import AppendInfo, Log, OffsetOutOfRangeError, RecordErrors, RecordTooLargeError
-from .records import (
-    BatchHeader,
-    CorruptRecordError,
-    InvalidRecordError,
-    Record,
-    RecordBatch,
-    UnsupportedMagicError,
-    build_batch,
-)
 from .segment import FileSlice, LogSegment
 
 __all__ = [
     "AppendInfo",
-    "BatchHeader",
-    "Compression",
     "ConfigError",
-    "CorruptRecordError",
     "FileSlice",
-    "InvalidRecordError",
     "Log",
     "LogConfig",
     "LogSegment",
     "OffsetOutOfRangeError",
-    "Record",
-    "RecordBatch",
     "RecordErrors",
     "RecordTooLargeError",
-    "UnsupportedMagicError",
-    "build_batch",
 ]

@@ -46,25 +46,8 @@ stay within 2**31 - 1 of the base. The cleaned result is never larger than its i
 the first clean of full segments rewrites them one for one (some may become empty files),
 and a later clean merges the now small results.
 
-Swap protocol (crash safety). For each group, with ``B`` the group's base offset::
-
-    step                                        on disk after the step     Log.open finds
-    1 write B.log/.index/.timeindex.cleaned,    old segments, *.cleaned    the old log: it
-      fsync                                                                deletes *.cleaned
-    2 rename .cleaned -> .swap, the .log last;  old segments, *.swap       a committed swap,
-      fsync the directory                                                  and finishes it
-    3 delete the old segments' files            some old segments, *.swap  the same
-    4 rename .swap -> final, the .log last;     B.index..., B.log.swap     the same
-      fsync the directory
-    5 Log.replace_segments(old, [new])          memory only
-
-``B.log.swap`` is the commit point. To finish a swap (``complete_interrupted_swaps``, run by
-``Log.open``), the swap file's offset range [B, next offset) is read; every old segment
-whose base offset falls in it is deleted (the swap holds all that was kept of them), the
-indexes at B are dropped, ``B.log.swap`` becomes ``B.log`` and ``Log.open`` rebuilds its
-indexes. An index ``.swap`` without a ``.log.swap`` never committed and is deleted. Old
-segments past the swap's range (possible when the cleaned tail lost every record) stay:
-their records were only superseded, so the log is still correct, just less compacted.
+Swap protocol (crash safety): see :mod:`pulllog.log.swap`; the cleaner writes ``*.cleaned``
+files and commits them with :func:`swap.commit_swap`.
 
 Readers: the log's segment tuple is replaced atomically, and a ``FileSlice`` keeps its old
 segment file open, so a read that started before the swap returns the old bytes.
@@ -80,12 +63,10 @@ import os
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .index import OffsetIndex, TimeIndex
-from .records import (
-    BATCH_HEADER_SIZE,
+from ..records.batch import (
     BatchHeader,
     ControlType,
     InvalidRecordError,
@@ -96,7 +77,8 @@ from .records import (
     compute_crc,
     read_header,
 )
-from .segment import LogSegment, parse_segment_name, segment_name
+from .segment import LogSegment
+from .swap import CLEANED_SUFFIX, commit_swap, remove_segment_files
 
 if TYPE_CHECKING:
     from .log import Log
@@ -105,15 +87,11 @@ __all__ = [
     "CleanerStats",
     "clean",
     "cleanable_segments",
-    "complete_interrupted_swaps",
     "group_segments_by_size",
 ]
 
 logger = logging.getLogger(__name__)
 
-CLEANED_SUFFIX = ".cleaned"
-SWAP_SUFFIX = ".swap"
-_SEGMENT_FILES = (".log", ".index", ".timeindex")
 _MAX_RELATIVE_OFFSET = 2**31 - 1
 _WRITE_CHUNK = 1 << 20
 _INT64 = struct.Struct(">q")
@@ -293,7 +271,7 @@ def _clean_group(
     now: int,
 ) -> CleanerStats:
     base = group[0].base_offset
-    _remove_files(log.directory, base, CLEANED_SUFFIX)  # a leftover would be appended to
+    remove_segment_files(log.directory, base, CLEANED_SUFFIX)  # a leftover would be appended to
     cleaned = LogSegment(log.directory, base, log.config, created_ms=now, suffix=CLEANED_SUFFIX)
     horizon = now + log.config.delete_retention_ms
     kept = removed = tombstones = empties = 0
@@ -440,73 +418,6 @@ def _set_timestamps(data: bytes, base_timestamp: int | None, max_timestamp: int)
 
 
 def _swap_in(log: Log, old: list[LogSegment], cleaned: LogSegment) -> None:
-    """Steps 2-5 of the swap protocol (module docstring)."""
-    cleaned.rename_suffix(CLEANED_SUFFIX, SWAP_SUFFIX)  # renames the .log last: the commit point
-    _fsync_dir(log.directory)
-    for segment in old:
-        segment.delete()  # open FileSlices keep reading: their FileIO stays open
-    cleaned.rename_suffix(SWAP_SUFFIX, "")
-    _fsync_dir(log.directory)
+    """Steps 2-5 of the swap protocol (:mod:`pulllog.log.swap`)."""
+    commit_swap(log.directory, old, cleaned)
     log.replace_segments(old, [cleaned])
-
-
-def complete_interrupted_swaps(directory: Path) -> set[int]:
-    """Finish every committed swap in ``directory`` and delete uncommitted swap files.
-
-    Returns the base offsets of the segments put in place; their indexes were dropped and
-    the caller must rebuild them (``LogSegment.recover``). Run before segments are opened,
-    after ``*.cleaned`` files are gone.
-    """
-    swapped: set[int] = set()
-    for swap_log in sorted(directory.glob(f"*.log{SWAP_SUFFIX}")):
-        base = parse_segment_name(swap_log.name)
-        if base is None:
-            continue
-        end = _next_offset_in(swap_log, base)
-        for path in list(directory.glob("*.log")):
-            other = parse_segment_name(path.name)
-            if other is not None and base < other < end:
-                _remove_files(directory, other, "")
-        for suffix in ("", SWAP_SUFFIX):
-            for kind in _SEGMENT_FILES[1:]:
-                (directory / f"{segment_name(base)}{kind}{suffix}").unlink(missing_ok=True)
-        os.replace(swap_log, directory / f"{segment_name(base)}.log")
-        swapped.add(base)
-        logger.warning("%s: finished an interrupted compaction swap at offset %d", directory.name, base)
-    for path in list(directory.glob(f"*{SWAP_SUFFIX}")):
-        path.unlink(missing_ok=True)  # an index .swap without its .log.swap: never committed
-    if swapped:
-        _fsync_dir(directory)
-    return swapped
-
-
-def _next_offset_in(path: Path, base: int) -> int:
-    """The offset after the last whole batch of a segment file (``base`` if none)."""
-    next_offset = base
-    with open(path, "rb", buffering=0) as f:
-        fd = f.fileno()
-        size = os.fstat(fd).st_size
-        pos = 0
-        while pos + BATCH_HEADER_SIZE <= size:
-            try:
-                header = read_header(os.pread(fd, BATCH_HEADER_SIZE, pos))
-            except InvalidRecordError:
-                break
-            if header.size < BATCH_HEADER_SIZE or pos + header.size > size:
-                break
-            next_offset = header.next_offset
-            pos += header.size
-    return next_offset
-
-
-def _remove_files(directory: Path, base: int, suffix: str) -> None:
-    for kind in _SEGMENT_FILES:
-        (directory / f"{segment_name(base)}{kind}{suffix}").unlink(missing_ok=True)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -44,11 +44,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .cleaner import complete_interrupted_swaps
+from .swap import complete_interrupted_swaps
 from .config import LogConfig
-from .compression import Compression
+from ..records.compression import Compression
 from .producer_state import BatchMetadata, ProducerStateManager
-from .records import (
+from ..records.batch import (
     BatchHeader,
     InvalidRecordError,
     RecordBatch,

@@ -71,7 +71,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from crc32c import crc32c
 
-from .records import CONTROL_MASK, NO_SEQUENCE, BatchHeader, InvalidRecordError
+from ..records.batch import CONTROL_MASK, NO_SEQUENCE, BatchHeader, InvalidRecordError
 
 if TYPE_CHECKING:
     from .segment import LogSegment

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from .config import LogConfig
 from .index import IndexCorruptError, OffsetIndex, TimeIndex
-from .records import (
+from ..records.batch import (
     BATCH_HEADER_SIZE,
     LOG_OVERHEAD,
     BatchHeader,

@@ -45,7 +45,7 @@ def frame(payload: bytes) -> bytes:
     return _SIZE.pack(len(payload)) + payload
 
 
-def _looks_like(prefix: bytes) -> str:
+def peer_hint(prefix: bytes) -> str:
     """A hint for the log line when the peer is clearly not a Kafka client."""
     if prefix[:1] == b"\x16" and prefix[1:2] == b"\x03":
         return " (this looks like a TLS handshake: is the client configured for SSL?)"
@@ -115,7 +115,7 @@ class FrameDecoder:
         return frames
 
     def _frame_error(self, size: int, prefix: bytes) -> FrameError:
-        hint = _looks_like(prefix)
+        hint = peer_hint(prefix)
         if size < 0:
             return NegativeFrameSizeError(
                 f"invalid request frame size {size}: the stream is corrupt{hint}; "

@@ -28,7 +28,7 @@ Rules this module keeps:
 - With LogAppendTime every record of a batch carries the batch's max timestamp, as Kafka's
   consumer reports it.
 
-Records are decoded by the consumer's decoder (:func:`pulllog.log.decoding.decode_records`,
+Records are decoded by the consumer's decoder (:func:`pulllog.records.decoding.decode_records`,
 in C where the extension is built), then moved into per-column Python lists. Records of a
 batch outside ``[start, end)`` are decoded too (and so validated) but not kept.
 """
@@ -40,10 +40,10 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..log.compression import Compression, CompressionError, decompress
+from ..records.compression import Compression, CompressionError, decompress
 from ..client.types import ConsumerRecord
-from ..log.decoding import decode_records
-from ..log.records import BATCH_HEADER_SIZE, BatchHeader, CorruptRecordError
+from ..records.decoding import decode_records
+from ..records.batch import BATCH_HEADER_SIZE, BatchHeader, CorruptRecordError
 
 __all__ = ["ARROW_SCHEMA", "COLUMNS", "SPARK_DDL", "ColumnBuilder", "empty_batch"]
 

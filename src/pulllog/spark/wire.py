@@ -31,7 +31,7 @@ import pyarrow as pa
 from kio.schema.errors import ErrorCode
 
 from ..client.cluster import Cluster
-from ..log.records import iter_batches
+from ..records.batch import iter_batches
 from .columns import ColumnBuilder
 from .offsets import EARLIEST, LATEST, OffsetRange, OffsetSpec, OffsetSpecError
 

@@ -4,15 +4,8 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from ...log import (
-    ConfigError,
-    CorruptRecordError,
-    InvalidRecordError,
-    OffsetOutOfRangeError,
-    RecordErrors,
-    RecordTooLargeError,
-    UnsupportedMagicError,
-)
+from ...log import ConfigError, OffsetOutOfRangeError, RecordErrors, RecordTooLargeError
+from ...records import CorruptRecordError, InvalidRecordError, UnsupportedMagicError
 from ...log.producer_state import InvalidProducerEpochError, InvalidProducerFieldsError, OutOfOrderSequenceError
 from ..topics import InvalidTopicError, TopicExistsError, UnknownTopicError
 

@@ -26,7 +26,7 @@ from ...net.fetch import (
     FileSlice,
     encode_fetch_response,
 )
-from ..purgatory import DelayedOperation
+from ...purgatory.delayed import DelayedOperation
 from . import RequestContext, handler
 
 if TYPE_CHECKING:

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
-from ...log import InvalidRecordError, RecordErrors
+from ...records import InvalidRecordError
+from ...log import RecordErrors
 from ...net.produce import PartitionProduceResponse, TopicProduceResponse, encode_produce_response
 from ..topics import InvalidTopicError, UnknownTopicError, validate_topic_name
 from . import RequestContext, handler

@@ -12,7 +12,7 @@ holds them until one of two things happens:
   :meth:`~DelayedOperation.try_complete` on the operations watching the key.
 * **Its deadline passes.** Every operation also sits in a hierarchical timing
   wheel (tick 1 ms, wheel size 20, overflow wheels created on demand; see
-  :mod:`pulllog.broker.timing_wheel` for how it works, with a worked example).
+  :mod:`pulllog.purgatory.timing_wheel` for how it works, with a worked example).
   When the deadline passes the timer forces the operation to complete, then calls
   :meth:`~DelayedOperation.on_expiration`.
 
@@ -75,7 +75,7 @@ import anyio
 import anyio.lowlevel
 from anyio.abc import TaskStatus
 
-from pulllog.broker.timing_wheel import Clock, Timer, TimerTask, monotonic_ms
+from pulllog.purgatory.timing_wheel import Clock, Timer, TimerTask, monotonic_ms
 
 __all__ = [
     "DelayedOperation",

@@ -7,7 +7,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pulllog.broker.timing_wheel import Timer, TimerTask, TimerTaskEntry, TimingWheel
+from pulllog.purgatory.timing_wheel import Timer, TimerTask, TimerTaskEntry, TimingWheel
 
 
 class FakeClock:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pulllog.group.assignors import cooperative_sticky, range_assign, roundrobin
-from pulllog.group.protocol import (
+from pulllog.client.assignors import cooperative_sticky, range_assign, roundrobin
+from pulllog.net.consumer_protocol import (
     Assignment,
     Subscription,
     decode_assignment,

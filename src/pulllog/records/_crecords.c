@@ -1,8 +1,8 @@
 /* The records section of a RecordBatch v2, decoded in C: the consumer's hot loop.
  *
- * An optional accelerator for pulllog.log.decoding, which holds the pure-Python decoder
+ * An optional accelerator for pulllog.records.decoding, which holds the pure-Python decoder
  * this file must agree with exactly (tests/log/test_decoding.py checks both on random and
- * on damaged input). The record layout is in pulllog/log/records.py; in short, each record
+ * on damaged input). The record layout is in pulllog/records/batch.py; in short, each record
  * is
  *
  *     length: varint, attributes: int8, timestampDelta: varlong, offsetDelta: varint,
@@ -42,7 +42,7 @@ static descrsetfunc cached_set[N_FIELDS];
  * a store, as the descriptor's own setter would do it, without its call and checks. */
 static Py_ssize_t cached_offset[N_FIELDS];
 static PyObject *empty_tuple = NULL;
-static PyObject *corrupt_error = NULL;  /* pulllog.log.records.CorruptRecordError, as the Python decoder raises */
+static PyObject *corrupt_error = NULL;  /* pulllog.records.errors.CorruptRecordError, as the Python decoder raises */
 
 static int
 load_descriptors(PyTypeObject *type)
@@ -92,7 +92,7 @@ corrupt(const char *message)
 }
 
 /* A zigzag varint at data[*pos], not reading at or past ``end``; the same checks, in
- * the same order, as pulllog.log.records.decode_varint. */
+ * the same order, as pulllog.records.batch.decode_varint. */
 static inline int
 read_varint(const unsigned char *data, Py_ssize_t *pos, Py_ssize_t end, int64_t *out)
 {
@@ -238,7 +238,7 @@ PyDoc_STRVAR(decode_records_doc,
 "decode_records(record_type, data, pos, end, count, base_offset, base_timestamp,\n"
 "               timestamp_type, log_append_time, topic, partition) -> list\n\n"
 "Decode ``count`` records from ``data[pos:end]`` (uncompressed record bytes) into\n"
-"``record_type`` objects; CorruptRecordError on malformed bytes. See pulllog.log.decoding.");
+"``record_type`` objects; CorruptRecordError on malformed bytes. See pulllog.records.decoding.");
 
 static PyObject *
 decode_records(PyObject *self, PyObject *args)
@@ -362,14 +362,14 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "pulllog.log._crecords",
-    "RecordBatch v2 records decoded in C (optional; see pulllog.log.decoding).", -1, methods,
+    PyModuleDef_HEAD_INIT, "pulllog.records._crecords",
+    "RecordBatch v2 records decoded in C (optional; see pulllog.records.decoding).", -1, methods,
 };
 
 PyMODINIT_FUNC
 PyInit__crecords(void)
 {
-    PyObject *records = PyImport_ImportModule("pulllog.log.records");
+    PyObject *records = PyImport_ImportModule("pulllog.records.errors");
     if (records == NULL) {
         return NULL;
     }

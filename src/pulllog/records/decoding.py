@@ -5,7 +5,7 @@ The consumer (:mod:`pulllog.client.completed_fetch`) and the Spark reader
 
 ``decode_records`` is the one place that chooses the implementation:
 
-- the C extension :mod:`pulllog.log._crecords` (``_crecords.c``), built by ``pip install``
+- the C extension :mod:`pulllog.records._crecords` (``_crecords.c``), built by ``pip install``
   where a C compiler is found, about six times faster (the consumer spends most of its
   CPU here: 200-byte records arrive by the million per second);
 - else the pure-Python decoder below, which the C one must match exactly, result for
@@ -17,14 +17,14 @@ The consumer (:mod:`pulllog.client.completed_fetch`) and the Spark reader
 The contract both keep: ``decode_records(record_type, data, pos, end, count, base_offset,
 base_timestamp, timestamp_type, log_append_time, topic, partition)`` decodes ``count``
 records from ``data[pos:end]`` (uncompressed record bytes, layout in
-:mod:`pulllog.log.records`) into ``record_type`` objects, a dataclass with slots named
+:mod:`pulllog.records.batch`) into ``record_type`` objects, a dataclass with slots named
 topic, partition, offset, timestamp, timestamp_type, key, value, headers (the client's
 ``ConsumerRecord``). A record is allocated bare and its slots are set through their
 descriptors: a frozen dataclass's ``__init__`` sets each field through
 ``object.__setattr__`` (about 1.2 us for 8 fields, as long as the rest of the decoding),
 the descriptors take about 0.35 us, and the objects are the very same. With
 ``timestamp_type`` 1 (LogAppendTime) every record's timestamp is ``log_append_time``.
-Malformed bytes raise :class:`~pulllog.log.records.CorruptRecordError`; nothing is read
+Malformed bytes raise :class:`~pulllog.records.batch.CorruptRecordError`; nothing is read
 outside ``data[pos:end]`` (the Python decoder may look further, but only to fail).
 Lengths below zero mean null for keys and values, as in Kafka; a header key may not be
 null and a record may not have a negative number of headers.
@@ -37,7 +37,8 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any
 
-from .records import CorruptRecordError, InvalidRecordError, decode_varint
+from .errors import CorruptRecordError, InvalidRecordError
+from .varint import decode_varint
 
 __all__ = ["IMPLEMENTATION", "decode_records", "py_decode_records"]
 

@@ -7,7 +7,7 @@ import time
 import anyio
 import pytest
 
-from pulllog.broker.purgatory import (
+from pulllog.purgatory.delayed import (
     DelayedOperation,
     DelayedOperationPurgatory,
     OperationCancelled,

@@ -46,6 +46,8 @@ from typing import NamedTuple
 from crc32c import crc32c
 
 from .compression import Compression, CompressionError, compress, decompress
+from .errors import CorruptRecordError, InvalidRecordError, UnsupportedMagicError
+from .varint import decode_varint, encode_varint, write_varint
 
 __all__ = [
     "BATCH_HEADER_SIZE",
@@ -93,18 +95,6 @@ _UINT32 = struct.Struct(">I")
 _CONTROL_KEY = struct.Struct(">hh")
 
 
-class InvalidRecordError(ValueError):
-    """The bytes are not a valid RecordBatch (Kafka: CORRUPT_MESSAGE / INVALID_RECORD)."""
-
-
-class CorruptRecordError(InvalidRecordError):
-    """Length bounds or CRC do not hold: the bytes were damaged (Kafka: CORRUPT_MESSAGE)."""
-
-
-class UnsupportedMagicError(InvalidRecordError):
-    """A magic 0/1 message set: pulllog, like Kafka 4, only stores RecordBatch v2."""
-
-
 class TimestampType(enum.IntEnum):
     CREATE_TIME = 0
     LOG_APPEND_TIME = 1
@@ -119,51 +109,6 @@ class ControlType(enum.IntEnum):
 class ControlRecord:
     version: int
     type: ControlType | int
-
-
-# ---------------------------------------------------------------------------- varints
-
-
-def encode_varint(value: int) -> bytes:
-    """Zigzag varint (signed, as Kafka's ByteUtils.writeVarint / writeVarlong)."""
-    v = (value << 1) ^ (value >> 63)
-    if v < 0x80:
-        return bytes((v,))
-    out = bytearray()
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
-
-
-def _write_varint(out: bytearray, value: int) -> None:
-    v = (value << 1) ^ (value >> 63)
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-
-
-def decode_varint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
-    """Decode a zigzag varint at ``pos``; return (value, new position)."""
-    result = 0
-    shift = 0
-    while True:
-        try:
-            b = buf[pos]
-        except IndexError:
-            raise InvalidRecordError("varint runs past the end of the buffer") from None
-        pos += 1
-        if shift == 63 and b & 0x7F > 1:  # Kafka's varlong is 64 bits: a tenth byte holds only bit 63
-            raise InvalidRecordError("varint does not fit in 64 bits")
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            break
-        shift += 7
-        if shift > 63:
-            raise InvalidRecordError("varint is longer than 10 bytes")
-    return (result >> 1) ^ -(result & 1), pos
 
 
 # ---------------------------------------------------------------------------- header
@@ -412,29 +357,29 @@ def _encode_record(
     headers: Sequence[tuple[str, bytes | None]],
 ) -> None:
     body = bytearray(b"\x00")  # record attributes: unused, always 0
-    _write_varint(body, timestamp_delta)
-    _write_varint(body, offset_delta)
+    write_varint(body, timestamp_delta)
+    write_varint(body, offset_delta)
     if key is None:
         body.append(1)  # zigzag(-1)
     else:
-        _write_varint(body, len(key))
+        write_varint(body, len(key))
         body += key
     if value is None:
         body.append(1)
     else:
-        _write_varint(body, len(value))
+        write_varint(body, len(value))
         body += value
-    _write_varint(body, len(headers))
+    write_varint(body, len(headers))
     for hkey, hval in headers:
         hk = hkey.encode("utf-8")
-        _write_varint(body, len(hk))
+        write_varint(body, len(hk))
         body += hk
         if hval is None:
             body.append(1)
         else:
-            _write_varint(body, len(hval))
+            write_varint(body, len(hval))
             body += hval
-    _write_varint(out, len(body))
+    write_varint(out, len(body))
     out += body
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from .protocol import Subscription
+from ..net.consumer_protocol import Subscription
 
 __all__ = ["ASSIGNORS", "Assignor", "cooperative_sticky", "range_assign", "roundrobin"]
 

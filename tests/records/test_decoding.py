@@ -1,4 +1,4 @@
-"""The C record decoder (pulllog.log._crecords) against the pure-Python one: the same records
+"""The C record decoder (pulllog.records._crecords) against the pure-Python one: the same records
 from every batch, the same error from every damaged one, and never a crash.
 
 The C extension is optional for a user (no compiler: pure Python), but not for a test run:
@@ -15,14 +15,20 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from pulllog.client.types import ConsumerRecord
-from pulllog.log import decoding
-from pulllog.log.compression import Compression, decompress
-from pulllog.log.records import BATCH_HEADER_SIZE, CorruptRecordError, build_batch, encode_varint, read_header
+from pulllog.records import decoding
+from pulllog.records.compression import Compression, decompress
+from pulllog.records.batch import (
+    BATCH_HEADER_SIZE,
+    CorruptRecordError,
+    build_batch,
+    encode_varint,
+    read_header,
+)
 
 NO_EXTENSIONS = os.environ.get("PULLLOG_NO_EXTENSIONS", "") not in ("", "0")
 
 try:
-    from pulllog.log import _crecords
+    from pulllog.records import _crecords
 except ImportError:
     _crecords = None  # type: ignore[assignment]
 
@@ -34,7 +40,7 @@ def test_the_c_decoder_is_built() -> None:
         assert decoding.IMPLEMENTATION == "python"
         return
     assert _crecords is not None, (
-        "pulllog.log._crecords is not built, so the consumer runs the pure-Python decoder at a sixth of the "
+        "pulllog.records._crecords is not built, so the consumer runs the pure-Python decoder at a sixth of the "
         "speed: build it with `pip install -e .` or `python setup.py build_ext --inplace` (a C compiler and the "
         "Python headers are needed), or set PULLLOG_NO_EXTENSIONS=1 to test without it")
     assert decoding.IMPLEMENTATION == "c"
@@ -230,7 +236,7 @@ def test_decoded_records_are_ordinary_consumer_records() -> None:
 
 
 def test_a_varint_beyond_64_bits_is_refused() -> None:
-    from pulllog.log.records import InvalidRecordError, decode_varint
+    from pulllog.records.batch import InvalidRecordError, decode_varint
 
     assert decode_varint(b"\xff" * 9 + b"\x01", 0) == (-(2**63), 10)  # 64 bits: fine
     with pytest.raises(InvalidRecordError, match="64 bits"):

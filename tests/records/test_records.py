@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pulllog.log.compression import Compression
-from pulllog.log.records import (
+from pulllog.records.compression import Compression
+from pulllog.records.batch import (
     ControlType,
     CorruptRecordError,
     RecordBatch,
@@ -183,7 +183,7 @@ def test_snappy_raw_payload_without_xerial_framing_is_read() -> None:
     """librdkafka sends raw snappy; Java sends xerial framing. Both must decode."""
     import cramjam
 
-    from pulllog.log.compression import decompress
+    from pulllog.records.compression import decompress
 
     data = b"hello snappy " * 1000
     assert decompress(Compression.SNAPPY, bytes(cramjam.snappy.compress_raw(data))) == data

@@ -21,8 +21,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from .build import build, request_class, response_class
-from .protocol import decode_response, encode_request
+from ..net.build import build, request_class, response_class
+from ..net.framing import DEFAULT_MAX_FRAME_SIZE, peer_hint
+from ..net.protocol import decode_response, encode_request
 
 __all__ = ["BrokerUnreachableError", "ConnectionClosedError", "KafkaConnection", "UnsupportedByBrokerError"]
 
@@ -56,8 +57,12 @@ class UnsupportedByBrokerError(Exception):
 
 
 class KafkaConnection:
-    def __init__(self, host: str, port: int, client_id: str) -> None:
+    def __init__(self, host: str, port: int, client_id: str, *,
+                 max_response_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
         self.host, self.port, self.client_id = host, port, client_id
+        # A peer that is not a Kafka broker (an HTTP server, TLS) or a broken one sends a size
+        # prefix of garbage: without a cap the client would try to allocate up to 2 GiB for it.
+        self.max_response_size = max_response_size
         self.api_versions: dict[int, tuple[int, int]] = {}
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -167,6 +172,8 @@ class KafkaConnection:
             while True:
                 head = await self._reader.readexactly(4)
                 (size,) = _SIZE.unpack(head)
+                if size < 4 or size > self.max_response_size:
+                    raise self._bad_frame(size, head)
                 frame = await self._reader.readexactly(size)
                 (correlation_id,) = _SIZE.unpack_from(frame)
                 entry = self._pending.pop(correlation_id, None)
@@ -186,6 +193,12 @@ class KafkaConnection:
             raise
         except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
             self._fail(exc)
+
+    def _bad_frame(self, size: int, head: bytes) -> ConnectionClosedError:
+        hint = peer_hint(head) or " (is this a Kafka broker's port?)"
+        return ConnectionClosedError(
+            f"{self.address} sent a response frame of {size} bytes, outside 4..{self.max_response_size}"
+            f"{hint}; closing the connection")
 
     def _fail(self, exc: BaseException) -> None:
         self._closed = True

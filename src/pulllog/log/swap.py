@@ -1,0 +1,116 @@
+"""The segment swap: how cleaned segments replace old ones, crash-safely.
+
+The protocol. For each group, with ``B`` the group's base offset::
+
+    step                                        on disk after the step     Log.open finds
+    1 write B.log/.index/.timeindex.cleaned,    old segments, *.cleaned    the old log: it
+      fsync                                                                deletes *.cleaned
+    2 rename .cleaned -> .swap, the .log last;  old segments, *.swap       a committed swap,
+      fsync the directory                                                  and finishes it
+    3 delete the old segments' files            some old segments, *.swap  the same
+    4 rename .swap -> final, the .log last;     B.index..., B.log.swap     the same
+      fsync the directory
+    5 Log.replace_segments(old, [new])          memory only
+
+``B.log.swap`` is the commit point. To finish a swap (``complete_interrupted_swaps``, run by
+``Log.open``), the swap file's offset range [B, next offset) is read; every old segment
+whose base offset falls in it is deleted (the swap holds all that was kept of them), the
+indexes at B are dropped, ``B.log.swap`` becomes ``B.log`` and ``Log.open`` rebuilds its
+indexes. An index ``.swap`` without a ``.log.swap`` never committed and is deleted. Old
+segments past the swap's range (possible when the cleaned tail lost every record) stay:
+their records were only superseded, so the log is still correct, just less compacted.
+
+Steps 2-4 are :func:`commit_swap`; the caller does step 5 on the Log.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..records.batch import BATCH_HEADER_SIZE, read_header
+from ..records.errors import InvalidRecordError
+from .segment import LogSegment, parse_segment_name, segment_name
+
+__all__ = ["CLEANED_SUFFIX", "SWAP_SUFFIX", "commit_swap", "complete_interrupted_swaps", "fsync_dir",
+           "remove_segment_files"]
+
+logger = logging.getLogger(__name__)
+
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+_SEGMENT_FILES = (".log", ".index", ".timeindex")
+
+
+def commit_swap(directory: Path, old: Sequence[LogSegment], cleaned: LogSegment) -> None:
+    """Steps 2-4: make ``cleaned`` (written as ``*.cleaned`` and fsynced) replace ``old``."""
+    cleaned.rename_suffix(CLEANED_SUFFIX, SWAP_SUFFIX)  # renames the .log last: the commit point
+    fsync_dir(directory)
+    for segment in old:
+        segment.delete()  # open FileSlices keep reading: their FileIO stays open
+    cleaned.rename_suffix(SWAP_SUFFIX, "")
+    fsync_dir(directory)
+
+
+def complete_interrupted_swaps(directory: Path) -> set[int]:
+    """Finish every committed swap in ``directory`` and delete uncommitted swap files.
+
+    Returns the base offsets of the segments put in place; their indexes were dropped and
+    the caller must rebuild them (``LogSegment.recover``). Run before segments are opened,
+    after ``*.cleaned`` files are gone.
+    """
+    swapped: set[int] = set()
+    for swap_log in sorted(directory.glob(f"*.log{SWAP_SUFFIX}")):
+        base = parse_segment_name(swap_log.name)
+        if base is None:
+            continue
+        end = _next_offset_in(swap_log, base)
+        for path in list(directory.glob("*.log")):
+            other = parse_segment_name(path.name)
+            if other is not None and base < other < end:
+                remove_segment_files(directory, other, "")
+        for suffix in ("", SWAP_SUFFIX):
+            for kind in _SEGMENT_FILES[1:]:
+                (directory / f"{segment_name(base)}{kind}{suffix}").unlink(missing_ok=True)
+        os.replace(swap_log, directory / f"{segment_name(base)}.log")
+        swapped.add(base)
+        logger.warning("%s: finished an interrupted compaction swap at offset %d", directory.name, base)
+    for path in list(directory.glob(f"*{SWAP_SUFFIX}")):
+        path.unlink(missing_ok=True)  # an index .swap without its .log.swap: never committed
+    if swapped:
+        fsync_dir(directory)
+    return swapped
+
+
+def _next_offset_in(path: Path, base: int) -> int:
+    """The offset after the last whole batch of a segment file (``base`` if none)."""
+    next_offset = base
+    with open(path, "rb", buffering=0) as f:
+        fd = f.fileno()
+        size = os.fstat(fd).st_size
+        pos = 0
+        while pos + BATCH_HEADER_SIZE <= size:
+            try:
+                header = read_header(os.pread(fd, BATCH_HEADER_SIZE, pos))
+            except InvalidRecordError:
+                break
+            if header.size < BATCH_HEADER_SIZE or pos + header.size > size:
+                break
+            next_offset = header.next_offset
+            pos += header.size
+    return next_offset
+
+
+def remove_segment_files(directory: Path, base: int, suffix: str) -> None:
+    for kind in _SEGMENT_FILES:
+        (directory / f"{segment_name(base)}{kind}{suffix}").unlink(missing_ok=True)
+
+
+def fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
