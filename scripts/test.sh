@@ -7,4 +7,5 @@ if ! command -v kcat >/dev/null 2>&1; then
     $SUDO apt-get update -qq && $SUDO apt-get install -y -qq kcat >/dev/null
 fi
 python3 -m pip install -q --disable-pip-version-check -e '.[test]'
+lint-imports --no-cache  # the layers (pyproject.toml [tool.importlinter]): no import from a layer above
 exec python3 -m pytest "$@"
