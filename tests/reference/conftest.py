@@ -1,0 +1,42 @@
+"""The reference broker: Apache Kafka itself, started once per test session.
+
+Skips (with the reason) only when Java or Maven is missing; scripts/test.sh installs both, so
+CI runs these tests. Jars come from Maven into a cache outside the repository
+(scripts/kafka_reference.py).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+
+import kafka_reference  # noqa: E402
+
+from pulllog.testing import BrokerThread  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def kafka_reference_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[kafka_reference.KafkaReference]:
+    why = kafka_reference.missing_tools()
+    if why:
+        pytest.skip(why)
+    ref = kafka_reference.start_reference(tmp_path_factory.mktemp("kafka-reference"))
+    try:
+        yield ref
+    finally:
+        ref.stop()
+
+
+@pytest.fixture(scope="session")
+def pulllog_session_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread]:
+    """A pulllog broker configured as the reference one is (auto-create on, one partition)."""
+    broker = BrokerThread(tmp_path_factory.mktemp("pulllog"), port=0).start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
