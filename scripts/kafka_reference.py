@@ -87,6 +87,39 @@ def fetch_jars(version: str = KAFKA_VERSION) -> Path:
     return libs
 
 
+# Spark's Kafka source (spark-sql-kafka-0-10) for the PySpark in use. Maven Central serves it
+# up to 4.2.0 today; 4.2's connector runs on PySpark 4.3 (tests/spark/test_spark_kafka_source.py).
+SPARK_KAFKA_VERSION = os.environ.get("PULLLOG_SPARK_KAFKA_VERSION", "4.2.0")
+_SPARK_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>pulllog</groupId><artifactId>spark-kafka</artifactId><version>1</version>
+  <dependencies>
+    <dependency><groupId>org.apache.spark</groupId><artifactId>spark-sql-kafka-0-10_2.13</artifactId><version>{v}</version></dependency>
+  </dependencies>
+</project>
+"""
+# What the connector needs beyond what PySpark ships (Spark, Scala, Hadoop, the codecs).
+_SPARK_KAFKA_JARS = ("spark-sql-kafka-0-10", "spark-token-provider-kafka-0-10", "kafka-clients", "commons-pool2")
+
+
+def fetch_spark_kafka_jars(version: str = SPARK_KAFKA_VERSION) -> list[Path]:
+    """The jars to put on ``spark.jars`` for ``spark.read.format("kafka")``, fetched with Maven once."""
+    root = cache_dir().parent / f"spark-sql-kafka-{version}"
+    libs, done = root / "libs", root / "libs.complete"
+    if not done.exists():
+        if shutil.which("mvn") is None:
+            raise ReferenceUnavailable("mvn is not installed (Spark's Kafka source comes from Maven)")
+        root.mkdir(parents=True, exist_ok=True)
+        (root / "pom.xml").write_text(_SPARK_POM.format(v=version))
+        shutil.rmtree(libs, ignore_errors=True)
+        result = subprocess.run(["mvn", "-q", "-B", "-f", str(root / "pom.xml"), "dependency:copy-dependencies",
+                                 "-DincludeScope=runtime", f"-DoutputDirectory={libs}"], capture_output=True, text=True)
+        if result.returncode != 0:
+            raise RuntimeError(f"mvn could not fetch spark-sql-kafka {version}:\n{result.stdout[-3000:]}")
+        done.write_text(version + "\n")
+    return sorted(p for p in libs.glob("*.jar") if p.name.startswith(_SPARK_KAFKA_JARS))
+
+
 def java_command(main_class: str, *args: str, libs: Path | None = None) -> list[str]:
     """A command that runs one of Kafka's classes (a broker, a tool) from the jars."""
     libs = libs or fetch_jars()
@@ -216,13 +249,14 @@ def start_reference(data_dir: Path, **overrides: str) -> KafkaReference:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("fetch", help="fetch the jars into the cache and exit")
+    sub.add_parser("fetch", help="fetch the jars (Kafka's, and Spark's Kafka source) into the cache and exit")
     serve = sub.add_parser("serve", help="run a reference broker until Ctrl-C")
     serve.add_argument("--data-dir", type=Path, default=None)
     args = parser.parse_args()
     try:
         if args.command == "fetch":
             print(fetch_jars())
+            print(*fetch_spark_kafka_jars(), sep="\n")
             return 0
         import tempfile
         data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="kafka-reference-"))
