@@ -27,10 +27,37 @@ _ids = itertools.count()
 _IGNORED = {"throttle_time_ms", "node_id", "host", "port", "cluster_id", "controller_id", "topic_id",
             "error_message", "leader_id", "leader_epoch", "rack", "timestamp", "log_append_time_ms",
             "log_start_offset", "topic_authorized_operations", "cluster_authorized_operations",
-            "current_leader", "node_endpoints", "brokers", "throttle_time"}
+            "current_leader", "node_endpoints", "brokers", "throttle_time", "replica_nodes", "isr_nodes",
+            "offline_replicas", "eligible_leader_replicas", "last_known_elr"}
+
+
+def _records(data: bytes) -> list[bytes]:
+    """A fetched records section, batch by batch, with each batch's partitionLeaderEpoch (bytes
+    12-15, outside the CRC) zeroed: it is the broker's leader epoch, 0 on a fresh Kafka
+    partition and -1 on pulllog, which has no leader elections."""
+    batches, pos = [], 0
+    while pos + 12 <= len(data):
+        size = 12 + int.from_bytes(data[pos + 8:pos + 12], "big")
+        batch = bytearray(data[pos:pos + size])
+        batch[12:16] = b"\0\0\0\0"
+        batches.append(bytes(batch))
+        pos += size
+    return batches
 
 
 def normalize(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and hasattr(value, "records") and hasattr(value, "high_watermark"):
+        fields = {f.name: normalize(getattr(value, f.name)) for f in dataclasses.fields(value)
+                  if f.name not in _IGNORED and f.name != "records"}
+        fields["records"] = _records(value.records or b"")
+        return fields
+    if dataclasses.is_dataclass(value) and hasattr(value, "configs") and hasattr(value, "resource_name"):
+        # DescribeConfigs: by name (the order is not part of the contract), restricted like
+        # CreateTopics' configs below to the names pulllog reports.
+        fields = {f.name: normalize(getattr(value, f.name)) for f in dataclasses.fields(value)
+                  if f.name not in _IGNORED and f.name != "configs"}
+        fields["configs"] = {c.name: normalize(c) for c in value.configs}
+        return fields
     if dataclasses.is_dataclass(value) and hasattr(value, "configs") and hasattr(value, "num_partitions"):
         # CreateTopics v5+ answers with the new topic's configs. pulllog reports the configs it
         # implements; Kafka also reports replication and tiered-storage ones (the README's
@@ -92,6 +119,21 @@ def created(topic: str, partitions: int = 1) -> Callable[[WireClient], Any]:
                 return answer
             time.sleep(0.05)
         raise AssertionError(f"{topic} has no leader 30 s after CreateTopics")
+    return run
+
+
+def coordinator(group: str) -> Callable[[WireClient], Any]:
+    """FindCoordinator until the broker coordinates ``group``: Kafka creates __consumer_offsets
+    on the first request and answers COORDINATOR_NOT_AVAILABLE until its partition is loaded
+    (a state to wait for, as clients do)."""
+    def run(c: WireClient) -> Any:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            answer = c.call("find_coordinator", 4, {"key_type": 0, "coordinator_keys": [group]})
+            if answer.coordinators[0].error_code == 0:
+                return answer
+            time.sleep(0.05)
+        raise AssertionError(f"no coordinator for {group} within 30 s")
     return run
 
 
