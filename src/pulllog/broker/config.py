@@ -4,10 +4,17 @@ Values come, lowest precedence first, from the defaults here, a properties file
 (``--config FILE``), then keyword overrides. Broker-level ``log.*`` settings are the defaults
 of every topic's ``LogConfig`` (``log.segment.bytes`` -> ``segment.bytes`` and so on), as
 in Kafka.
+
+A stock Kafka ``server.properties`` starts pulllog: Kafka's broker settings that do not apply
+to a single-process broker without ZooKeeper, replication or security (``_IGNORED``, by the
+reason they do not apply) are accepted and listed in ``BrokerConfig.ignored`` so the caller
+can warn once per setting. A name that is neither pulllog's nor Kafka's is refused with the
+closest known name. Errors always name the setting as the user wrote it.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -16,7 +23,7 @@ from typing import Any
 
 from ..log.config import ConfigError, LogConfig
 
-__all__ = ["BrokerConfig", "ConfigError", "parse_properties", "parse_hostport"]
+__all__ = ["KNOWN_NAMES", "BrokerConfig", "ConfigError", "IgnoredSetting", "parse_properties", "parse_hostport"]
 
 # broker name -> topic (LogConfig) name
 _LOG_DEFAULTS = {
@@ -40,6 +47,122 @@ _LOG_DEFAULTS = {
 }
 _HOURS = {"log.retention.hours": "retention.ms", "log.roll.hours": "segment.ms"}
 _MINUTES = {"log.retention.minutes": "retention.ms"}
+
+# Kafka's broker config names (its KafkaConfig definitions, 3.x / 4.0) that pulllog accepts
+# and ignores, grouped by why: a stock server.properties must start pulllog with one warning
+# per setting, not be refused. Names pulllog implements are handled in from_properties.
+_IGNORED_BY_REASON = {
+    "pulllog is one broker: there is no replication": """
+        auto.leader.rebalance.enable broker.rack
+        follower.replication.throttled.rate leader.imbalance.check.interval.seconds
+        leader.imbalance.per.broker.percentage leader.replication.throttled.rate
+        num.replica.alter.log.dirs.threads num.replica.fetchers offsets.topic.replication.factor
+        replica.fetch.backoff.ms replica.fetch.max.bytes replica.fetch.min.bytes
+        replica.fetch.response.max.bytes replica.fetch.wait.max.ms
+        replica.high.watermark.checkpoint.interval.ms replica.lag.time.max.ms replica.selector.class
+        replica.socket.receive.buffer.bytes replica.socket.timeout.ms replication.quota.window.num
+        replication.quota.window.size.seconds alter.log.dirs.replication.quota.window.num
+        alter.log.dirs.replication.quota.window.size.seconds replica.alter.log.dirs.io.max.bytes.per.second
+        unclean.leader.election.enable eligible.leader.replicas.enable transaction.state.log.min.isr
+        transaction.state.log.replication.factor share.coordinator.state.topic.min.isr
+        share.coordinator.state.topic.replication.factor controlled.shutdown.enable
+        controlled.shutdown.max.retries controlled.shutdown.retry.backoff.ms
+        inter.broker.listener.name inter.broker.protocol.version security.inter.broker.protocol
+        reserved.broker.max.id broker.id.generation.enable""",
+    "pulllog keeps its metadata itself: there is no ZooKeeper or KRaft quorum": """
+        process.roles controller.quorum.voters controller.quorum.bootstrap.servers
+        controller.quorum.append.linger.ms controller.quorum.election.backoff.max.ms
+        controller.quorum.election.timeout.ms controller.quorum.fetch.timeout.ms
+        controller.quorum.request.timeout.ms controller.quorum.retry.backoff.ms
+        controller.listener.names controller.quota.window.num controller.quota.window.size.seconds
+        controller.socket.timeout.ms control.plane.listener.name broker.heartbeat.interval.ms
+        broker.session.timeout.ms initial.broker.registration.timeout.ms metadata.log.dir
+        metadata.log.max.record.bytes.between.snapshots metadata.log.max.snapshot.interval.ms
+        metadata.log.segment.bytes metadata.log.segment.ms metadata.max.idle.interval.ms
+        metadata.max.retention.bytes metadata.max.retention.ms early.start.listeners""",
+    "pulllog serves every connection on one event loop: there are no thread pools": """
+        num.network.threads num.io.threads background.threads num.recovery.threads.per.data.dir
+        log.cleaner.threads group.coordinator.threads share.coordinator.threads
+        remote.log.reader.threads""",
+    "pulllog leaves socket buffers and timeouts to the operating system": """
+        socket.send.buffer.bytes socket.receive.buffer.bytes socket.listen.backlog.size
+        connections.max.idle.ms connections.max.reauth.ms max.connections.per.ip
+        max.connections.per.ip.overrides max.connection.creation.rate queued.max.request.bytes
+        request.timeout.ms socket.connection.setup.timeout.ms socket.connection.setup.timeout.max.ms
+        connection.failed.authentication.delay.ms""",
+    "pulllog has no security (PLAINTEXT only): no TLS, SASL, ACLs or delegation tokens": """
+        listener.security.protocol.map authorizer.class.name principal.builder.class
+        security.providers delegation.token.expiry.check.interval.ms delegation.token.expiry.time.ms
+        delegation.token.max.lifetime.ms delegation.token.secret.key password.encoder.cipher.algorithm
+        password.encoder.iterations password.encoder.key.length password.encoder.keyfactory.algorithm
+        password.encoder.old.secret password.encoder.secret""",
+    "pulllog has no transactions or share groups yet": """
+        transaction.max.timeout.ms transaction.state.log.load.buffer.size
+        transaction.state.log.num.partitions transaction.state.log.segment.bytes
+        transaction.abort.timed.out.transaction.cleanup.interval.ms
+        transaction.remove.expired.transaction.cleanup.interval.ms transaction.partition.verification.enable
+        transactional.id.expiration.ms share.coordinator.append.linger.ms share.coordinator.load.buffer.size
+        share.coordinator.snapshot.update.records.per.snapshot share.coordinator.state.topic.compression.codec
+        share.coordinator.state.topic.num.partitions share.coordinator.state.topic.segment.bytes
+        share.coordinator.write.timeout.ms share.fetch.purgatory.purge.interval.requests""",
+    "pulllog has no quotas, metrics reporters or pluggable policies": """
+        quota.window.num quota.window.size.seconds client.quota.callback.class
+        create.topic.policy.class.name alter.config.policy.class.name metric.reporters
+        metrics.num.samples metrics.recording.level metrics.sample.window.ms
+        kafka.metrics.polling.interval.secs kafka.metrics.reporters telemetry.max.bytes""",
+    "pulllog's storage is tuned by other settings (or not yet tunable)": """
+        log.cleaner.enable log.cleaner.dedupe.buffer.size log.cleaner.io.buffer.load.factor
+        log.cleaner.io.buffer.size log.cleaner.io.max.bytes.per.second log.cleaner.max.compaction.lag.ms
+        log.dir.failure.timeout.ms log.flush.offset.checkpoint.interval.ms
+        log.flush.start.offset.checkpoint.interval.ms log.initial.task.delay.ms log.preallocate
+        log.roll.jitter.ms log.roll.jitter.hours log.message.format.version
+        log.message.downconversion.enable log.message.timestamp.difference.max.ms
+        log.message.timestamp.before.max.ms log.message.timestamp.after.max.ms
+        log.local.retention.ms log.local.retention.bytes compression.gzip.level compression.lz4.level
+        compression.zstd.level offsets.topic.segment.bytes offsets.topic.compression.codec
+        offsets.load.buffer.size offsets.commit.timeout.ms offset.metadata.max.bytes
+        delete.topic.enable fetch.max.bytes max.incremental.fetch.session.cache.slots
+        max.request.partition.size.limit fetch.purgatory.purge.interval.requests
+        producer.purgatory.purge.interval.requests delete.records.purgatory.purge.interval.requests
+        remote.fetch.max.wait.ms remote.list.offsets.request.timeout.ms""",
+    "pulllog's group coordinator has fixed limits (the classic protocol only)": """
+        group.min.session.timeout.ms group.max.session.timeout.ms group.max.size
+        group.coordinator.rebalance.protocols group.coordinator.append.linger.ms""",
+}
+# Whole families of Kafka settings, by prefix, for the same reasons.
+_IGNORED_PREFIXES = {
+    "zookeeper.": "pulllog keeps its metadata itself: there is no ZooKeeper or KRaft quorum",
+    "ssl.": "pulllog has no security (PLAINTEXT only): no TLS, SASL, ACLs or delegation tokens",
+    "sasl.": "pulllog has no security (PLAINTEXT only): no TLS, SASL, ACLs or delegation tokens",
+    "listener.name.": "pulllog has no security (PLAINTEXT only): no TLS, SASL, ACLs or delegation tokens",
+    "remote.log.": "pulllog has no tiered storage",
+    "group.consumer.": "pulllog's group coordinator has fixed limits (the classic protocol only)",
+    "group.share.": "pulllog has no transactions or share groups yet",
+}
+_IGNORED: dict[str, str] = {
+    name: reason for reason, names in _IGNORED_BY_REASON.items() for name in names.split()
+}
+
+
+@dataclass(frozen=True)
+class IgnoredSetting:
+    """A Kafka broker setting pulllog accepted without using it, and why it does not apply."""
+
+    name: str
+    value: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"ignoring {self.name}={self.value}: {self.reason}"
+
+
+def _ignored_reason(name: str) -> str | None:
+    if name in _IGNORED:
+        return _IGNORED[name]
+    for prefix, reason in _IGNORED_PREFIXES.items():
+        if name.startswith(prefix):
+            return reason
+    return None
 
 
 def parse_hostport(text: str, default_port: int = 9092) -> tuple[str, int]:
@@ -90,6 +213,36 @@ def _int(name: str, raw: Any, lo: int = 0, hi: int = 2**63 - 1) -> int:
     return value
 
 
+# Broker settings pulllog implements besides _LOG_DEFAULTS, _HOURS and _MINUTES (from_properties).
+_OWN = (
+    "log.dirs", "log.dir", "listeners", "advertised.listeners", "node.id", "broker.id", "num.partitions",
+    "default.replication.factor", "auto.create.topics.enable", "socket.request.max.bytes", "max.connections",
+    "queued.max.requests", "log.retention.check.interval.ms", "log.flush.scheduler.interval.ms",
+    "log.cleaner.backoff.ms", "offsets.topic.num.partitions", "offsets.retention.minutes",
+    "offsets.retention.check.interval.ms", "producer.id.expiration.ms", "producer.id.expiration.check.interval.ms",
+    "group.initial.rebalance.delay.ms",
+)
+KNOWN_NAMES: frozenset[str] = frozenset((*_LOG_DEFAULTS, *_HOURS, *_MINUTES, *_OWN, *_IGNORED))
+
+
+def _unknown(name: str) -> str:
+    """'unknown broker config ...' with the closest name pulllog or Kafka knows."""
+    close = difflib.get_close_matches(name, sorted(KNOWN_NAMES), n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else "; pulllog takes Kafka's broker config names"
+    return f"unknown broker config {name!r}{hint}"
+
+
+def _check_log_value(name: str, raw: Any) -> None:
+    """Validate a broker ``log.*`` value now, so the error names the broker setting the user
+    wrote (message.max.bytes), not the topic config it becomes (max.message.bytes)."""
+    topic_name = _LOG_DEFAULTS[name]
+    try:
+        LogConfig.from_kafka({topic_name: raw})
+    except ConfigError as exc:
+        text = str(exc)
+        raise ConfigError(name + text[len(topic_name):] if text.startswith(topic_name) else text) from None
+
+
 def _bool(name: str, raw: Any) -> bool:
     value = str(raw).strip().lower()
     if value not in ("true", "false"):
@@ -123,6 +276,8 @@ class BrokerConfig:
     producer_id_expiration_ms: int = 86_400_000
     producer_id_expiration_check_interval_ms: int = 600_000
     log_defaults: LogConfig = field(default_factory=LogConfig)
+    # Kafka settings that were given but do not apply to pulllog: the caller warns about each.
+    ignored: tuple[IgnoredSetting, ...] = field(default=(), compare=False)
 
     @property
     def advertised(self) -> tuple[str, int]:
@@ -158,8 +313,10 @@ class BrokerConfig:
     def from_properties(cls, values: Mapping[str, str]) -> "BrokerConfig":
         kw: dict[str, Any] = {}
         log_values: dict[str, str] = {}
+        ignored: list[IgnoredSetting] = []
         for name, raw in values.items():
             if name in _LOG_DEFAULTS:
+                _check_log_value(name, raw)
                 log_values[_LOG_DEFAULTS[name]] = raw
             elif name in _HOURS:
                 log_values.setdefault(_HOURS[name], str(_int(name, raw, -1) * 3_600_000))
@@ -203,10 +360,12 @@ class BrokerConfig:
                 kw["producer_id_expiration_check_interval_ms"] = _int(name, raw, 1)
             elif name == "group.initial.rebalance.delay.ms":
                 kw["group_initial_rebalance_delay_ms"] = _int(name, raw, 0)
+            elif (reason := _ignored_reason(name)) is not None:
+                ignored.append(IgnoredSetting(name, str(raw), reason))
             else:
-                raise ConfigError(f"unknown broker config {name!r}")
+                raise ConfigError(_unknown(name))
         kw["log_defaults"] = LogConfig.from_kafka(log_values)
-        return cls(**kw)
+        return cls(**kw, ignored=tuple(ignored))
 
     def describe(self) -> dict[str, str]:
         """Broker configs as DescribeConfigs (resource type BROKER) reports them."""

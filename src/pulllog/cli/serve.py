@@ -1,9 +1,17 @@
-"""``pulllog serve``: run a broker until SIGINT / SIGTERM, then shut down cleanly."""
+"""``pulllog serve``: run a broker until SIGINT / SIGTERM, then shut down cleanly.
+
+Before anything starts, the command checks what a new user gets wrong most often, each with a
+one-line error that names the culprit: the data directory can be created and written, the
+``--listen`` host resolves, every config name is pulllog's or Kafka's (Kafka's settings that do
+not apply are accepted with one warning each, so a stock server.properties works).
+"""
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import socket
 from pathlib import Path
 
 import anyio
@@ -12,6 +20,7 @@ import click
 from ..broker import Broker, BrokerConfig
 from ..broker.config import ConfigError, parse_hostport
 from .errors import EXIT_USAGE, CliError
+from .help import examples
 
 __all__ = ["serve"]
 
@@ -27,7 +36,11 @@ def _setup_logging(level: str) -> None:
     )
 
 
-@click.command()
+@click.command(epilog=examples(
+    "pulllog serve",
+    "pulllog serve --data-dir /var/lib/pulllog --listen 0.0.0.0:9092 --advertised-listener broker1:9092",
+    "pulllog serve --config server.properties --override num.partitions=3 --override log.retention.hours=24",
+))
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where the logs live (log.dirs). Default: ./pulllog-data")
 @click.option("--listen", default=None, metavar="HOST:PORT",
@@ -64,6 +77,10 @@ def serve(data_dir: Path | None, listen: str | None, advertised_listener: str | 
         config = BrokerConfig.load(props, config_file=config_file, **changes) if changes else config
     except ConfigError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
+    _check_host(config.host, "--listen" if listen is not None else "listeners")
+    _check_data_dir(config.data_dir)
+    for setting in config.ignored:
+        click.echo(f"warning: {setting}", err=True)
     backend_options = {}
     if loop == "uvloop":
         try:
@@ -81,7 +98,27 @@ def serve(data_dir: Path | None, listen: str | None, advertised_listener: str | 
         os_error = _first(exc, OSError)
         if os_error is None:
             raise
-        raise CliError(str(os_error.strerror or os_error)) from None
+        where = f" ({os_error.filename})" if os_error.filename else ""
+        raise CliError(f"{os_error.strerror or os_error}{where}") from None
+
+
+def _check_host(host: str, option: str) -> None:
+    """A listen host that does not resolve is a typo, not a busy port: say so."""
+    try:
+        socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except socket.gaierror:
+        raise CliError(f"{option}: the host {host!r} does not resolve; listen on an address of this machine, "
+                       "e.g. 127.0.0.1 or 0.0.0.0", EXIT_USAGE) from None
+
+
+def _check_data_dir(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CliError(f"--data-dir {path}: cannot create it ({exc.strerror}); pick a directory you can write",
+                       EXIT_USAGE) from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise CliError(f"--data-dir {path}: not writable by this user; pick a directory you can write", EXIT_USAGE)
 
 
 def _first(exc: BaseException, kind: type[OSError]) -> OSError | None:
@@ -97,11 +134,13 @@ def _first(exc: BaseException, kind: type[OSError]) -> OSError | None:
 
 
 async def _run(broker: Broker) -> None:
-    async with anyio.create_task_group() as tg:
-        await tg.start(broker.serve)
-        click.echo(f"pulllog broker ready: bootstrap.servers={broker.bootstrap_servers} "
-                   f"(data in {broker.config.data_dir.resolve()}); Ctrl-C stops it", err=True)
-        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    # The signal receiver is open before "ready" is printed: a SIGTERM sent as soon as the
+    # broker says it is ready must still shut it down cleanly, not kill it.
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with anyio.create_task_group() as tg:
+            await tg.start(broker.serve)
+            click.echo(f"pulllog broker ready: bootstrap.servers={broker.bootstrap_servers} "
+                       f"(data in {broker.config.data_dir.resolve()}); Ctrl-C stops it", err=True)
             async for signum in signals:
                 logging.getLogger("pulllog.broker").info(
                     "%s received: shutting down cleanly", signal.Signals(signum).name)
