@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 import uuid
 from collections.abc import Iterable
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
-from .connection import BrokerUnreachableError, KafkaConnection
+from .connection import BrokerUnreachableError, ConnectionClosedError, KafkaConnection
 from .errors import KafkaError, UnknownTopicError
 
 __all__ = ["Cluster", "KafkaError", "PartitionInfo", "TopicInfo", "UnknownTopicError", "parse_bootstrap"]
@@ -95,8 +96,22 @@ class Cluster:
     # ------------------------------------------------------------------ connections
 
     async def _connect(self, host: str, port: int) -> KafkaConnection:
-        return await KafkaConnection.connect(host, port, client_id=self.client_id,
-                                             timeout=self.connect_timeout_ms / 1000)
+        try:
+            return await KafkaConnection.connect(host, port, client_id=self.client_id,
+                                                 timeout=self.connect_timeout_ms / 1000)
+        except BrokerUnreachableError:
+            if not await _resolves(host, port):
+                raise BrokerUnreachableError(
+                    f"cannot connect to {host}:{port}: the host {host!r} does not resolve; "
+                    "check the host name in --bootstrap-server / bootstrap.servers") from None
+            raise
+        except ConnectionClosedError:
+            # Every Kafka broker answers ApiVersions, even one too old for the version asked
+            # (KIP-511): a peer that closes instead, or sends a frame that never ends (an HTTP
+            # reply read as a size prefix), is some other server.
+            raise BrokerUnreachableError(
+                f"{host}:{port} is not a Kafka broker: it did not answer ApiVersions; "
+                "check the port in --bootstrap-server / bootstrap.servers") from None
 
     async def any_connection(self) -> KafkaConnection:
         """A live connection to some broker: an open one, else the bootstrap servers in turn."""
@@ -212,3 +227,13 @@ class Cluster:
         self._bootstrap_conn = None
         for conn in conns:
             await conn.close()
+
+
+async def _resolves(host: str, port: int) -> bool:
+    """Whether ``host`` has an address: asked only after a connection failed, to tell a typo
+    in the host name from a broker that is down."""
+    try:
+        await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror:
+        return False
+    return True
