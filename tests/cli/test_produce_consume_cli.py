@@ -137,3 +137,61 @@ def test_consume_as_a_group_member_commits_what_it_read(bs) -> None:
     code, out, _err = run("consume", "grouped", "--group", "cli-readers", "--max-messages", "1",
                           "--bootstrap-server", bs)
     assert out.split() == [b"d"]  # the group resumes where it committed
+
+
+# ---------------------------------------------------------------------------- issue 15: as a new user meets them
+
+
+def test_group_with_an_offset_is_refused_naming_the_reset_command(bs) -> None:
+    run("produce", "refused", "--bootstrap-server", bs, stdin=b"a\nb\nc\nd\n")
+    for where, target in (("3", "--to-offset 3"), ("-2", "--to-latest"),
+                          ("2026-11-22T14:00:00+00:00", "--to-datetime 2026-11-22T14:00:00+00:00")):
+        code, out, err = run("consume", "refused", "--group", "g", "--from-offset", where, "--bootstrap-server", bs)
+        assert code == 2 and out == b""
+        assert f"--from-offset {where} cannot be used with --group" in err
+        assert f"pulllog group reset-offsets g --topic refused {target}" in err
+        assert len(err.strip().splitlines()) == 1
+
+
+def test_group_without_follow_ends_at_the_log_end(bs) -> None:
+    run("produce", "ends", "--bootstrap-server", bs, stdin=b"a\nb\nc\n")
+    code, out, err = run("consume", "ends", "--group", "enders", "--bootstrap-server", bs)
+    assert code == 0 and out.split() == [b"a", b"b", b"c"] and "consumed 3 record(s)" in err
+    code, out, err = run("consume", "ends", "--group", "enders", "--bootstrap-server", bs)
+    assert code == 0 and out == b"" and "consumed 0 record(s)" in err  # nothing new: ends at once
+
+
+def test_group_from_latest_starts_a_new_group_at_the_end(bs) -> None:
+    run("produce", "late", "--bootstrap-server", bs, stdin=b"old\n")
+    code, out, _err = run("consume", "late", "--group", "latecomers", "--from-offset", "latest",
+                          "--bootstrap-server", bs)
+    assert code == 0 and out == b""
+    code, out, _err = run("group", "describe", "latecomers", "--json", "--bootstrap-server", bs)
+    assert [r["committed_offset"] for r in json.loads(out)["partitions"]] in ([None], [])
+
+
+def test_negative_counts_are_usage_errors(bs) -> None:
+    code, _out, err = run("consume", "x", "--max-messages", "-1", "--bootstrap-server", bs)
+    assert code == 2 and "--max-messages" in err
+    code, _out, err = run("consume", "x", "--max-messages", "0", "--bootstrap-server", bs)
+    assert code == 2 and "--max-messages" in err
+    code, _out, err = run("tail", "x", "-n", "-3", "--bootstrap-server", bs)
+    assert code == 2 and "-n" in err
+
+
+def test_kv_and_value_formats_print_a_null_key_or_value_as_null_and_an_empty_one_as_nothing(bs) -> None:
+    import confluent_kafka
+
+    p = confluent_kafka.Producer({"bootstrap.servers": bs})
+    p.produce("nulls", b"v1")               # null key
+    p.produce("nulls", b"v2", key=b"")      # empty key
+    p.produce("nulls", None, key=b"k3")     # null value (a tombstone)
+    p.produce("nulls", b"", key=b"k4")      # empty value
+    assert p.flush(10) == 0
+    _code, out, _err = run("consume", "nulls", "--format", "kv", "--bootstrap-server", bs)
+    assert out.split(b"\n") == [b"null\tv1", b"\tv2", b"k3\tnull", b"k4\t", b""]
+    _code, out, _err = run("consume", "nulls", "--format", "value", "--bootstrap-server", bs)
+    assert out.split(b"\n") == [b"v1", b"v2", b"null", b"", b""]
+    _code, out, _err = run("consume", "nulls", "--format", "json", "--bootstrap-server", bs)
+    assert [(r["key"], r["value"]) for r in map(json.loads, out.splitlines())] == [
+        (None, "v1"), ("", "v2"), ("k3", None), ("k4", "")]

@@ -11,14 +11,24 @@ cannot be reached, a Kafka error code, a bad argument the library rejected each 
 ``CliError`` (``error: <message>`` on stderr), never a traceback.
 
 Exit codes (see ``pulllog.cli.errors``): 1 for anything the broker or the network said
-(unreachable, unknown topic, topic already exists, ...), 2 for bad usage.
+(unreachable, unknown topic, topic already exists, ...), 2 for bad usage, 128 + the signal
+number after Ctrl-C (130) or SIGTERM (143), as shells expect.
+
+Signals: by default SIGINT and SIGTERM cancel the command's coroutine, so its ``async with``
+blocks run (a group member commits what it printed and leaves the group) before the exit.
+A command that blocks outside the event loop (``produce`` reading a terminal) asks for
+``interrupt=True`` instead: SIGINT raises KeyboardInterrupt wherever it lands, as Python's default.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import os
-from collections.abc import Callable, Coroutine, Iterable
+import signal
+import threading
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from typing import Any, TypeVar
 
 import click
@@ -26,9 +36,10 @@ from rich.console import Console
 
 from ..client.cluster import DEFAULT_BOOTSTRAP
 from ..client.errors import BrokerUnreachableError, ConnectionClosedError, KafkaError, UnsupportedByBrokerError
-from .errors import EXIT_PROBLEM, EXIT_USAGE, CliError
+from .errors import EXIT_PROBLEM, EXIT_USAGE, CliError, exit_for_signal
 
-__all__ = ["BOOTSTRAP_ENV", "bootstrap_server_option", "console", "parse_assignments", "run_async"]
+__all__ = ["BOOTSTRAP_ENV", "bootstrap_server_option", "console", "parse_assignments", "run_async",
+           "signals_stop_here"]
 
 BOOTSTRAP_ENV = "PULLLOG_BOOTSTRAP_SERVERS"
 
@@ -46,10 +57,79 @@ def bootstrap_server_option(fn: F) -> F:
     )(fn)
 
 
-def run_async(fn: Callable[..., Coroutine[Any, Any, T]], *args: Any, **kwargs: Any) -> T:
-    """``asyncio.run(fn(*args, **kwargs))``, with client errors as a one-line CliError."""
+class _Stopped(Exception):
+    """The command's coroutine was cancelled by a signal and has cleaned up."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+# The signals run_async's handler received, for signals_stop_here (None outside run_async).
+_RECEIVED: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("pulllog_cli_signals", default=None)
+
+
+@contextlib.contextmanager
+def signals_stop_here() -> Iterator[None]:
+    """Code inside that a SIGINT / SIGTERM cancels raises _Stopped instead, with the task's
+    cancellation withdrawn, so the cleanup around it runs as after any error instead of being
+    cancelled itself: a Consumer closed from a task still being cancelled skips LeaveGroup,
+    and the member would hold its partitions until the session timeout."""
     try:
-        return asyncio.run(fn(*args, **kwargs))
+        yield
+    except asyncio.CancelledError:
+        received = _RECEIVED.get()
+        task = asyncio.current_task()
+        if not received or task is None:
+            raise
+        task.uncancel()
+        raise _Stopped(received[0]) from None
+
+
+async def _until_signal(coro: Coroutine[Any, Any, T], interrupt: bool) -> T:
+    """Await ``coro``; SIGINT / SIGTERM cancel it (unless ``interrupt``) and raise _Stopped."""
+    if threading.current_thread() is not threading.main_thread():
+        return await coro  # signal handlers can only be set in the main thread
+    if interrupt:
+        # asyncio.run's own SIGINT handler only cancels the task: a blocking read of stdin
+        # would be retried and Ctrl-C ignored until the next line arrives.
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            return await coro
+        finally:
+            signal.signal(signal.SIGINT, previous)
+    task = asyncio.current_task()
+    assert task is not None
+    loop = asyncio.get_running_loop()
+    received: list[int] = []
+    _RECEIVED.set(received)
+
+    def on_signal(signum: int) -> None:
+        received.append(signum)
+        task.cancel()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, on_signal, signum)
+    try:
+        return await coro
+    except asyncio.CancelledError:
+        if received:  # cancelled by the signal outside signals_stop_here
+            raise _Stopped(received[0]) from None
+        raise
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+
+
+def run_async(fn: Callable[..., Coroutine[Any, Any, T]], *args: Any, interrupt: bool = False, **kwargs: Any) -> T:
+    """``asyncio.run(fn(*args, **kwargs))``, with client errors as a one-line CliError and
+    SIGINT / SIGTERM as exit 130 / 143 after the coroutine cleaned up (see the module doc)."""
+    try:
+        return asyncio.run(_until_signal(fn(*args, **kwargs), interrupt))
+    except _Stopped as exc:
+        raise exit_for_signal(exc.signum) from None
+    except KeyboardInterrupt:
+        raise exit_for_signal(signal.SIGINT) from None
     except CliError:
         raise
     except BrokerUnreachableError as exc:

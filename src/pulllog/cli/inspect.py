@@ -14,7 +14,6 @@ found a problem; 2 the file is missing, unreadable, or not a segment file.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 from collections.abc import Sequence
@@ -32,6 +31,7 @@ from pulllog.records.compression import Compression
 from pulllog.records.batch import BatchHeader, ControlRecord, ControlType, TimestampType
 
 from .errors import EXIT_PROBLEM, EXIT_USAGE, CliError
+from .json_bytes import json_bytes
 from .segment_scan import (
     MAX_CODEC,
     BatchView,
@@ -87,15 +87,6 @@ def preview(data: bytes | None, width: int = _PREVIEW_WIDTH) -> str:
     return f"{text[: width - 1]}… ({len(data)} bytes)"
 
 
-def json_bytes(data: bytes | None) -> dict[str, str] | None:
-    if data is None:
-        return None
-    try:
-        return {"encoding": "utf-8", "data": data.decode("utf-8")}
-    except UnicodeDecodeError:
-        return {"encoding": "base64", "data": base64.b64encode(data).decode("ascii")}
-
-
 def _codec_name(h: BatchHeader) -> str:
     codec = h.attributes & 0x07
     return Compression(codec).name.lower() if codec <= MAX_CODEC else f"codec {codec}"
@@ -145,7 +136,7 @@ class SilentReport:
 
 
 class JsonReport:
-    """One JSON object per line, each with a "type"; bytes say their encoding."""
+    """One JSON object per line, each with a "type"; keys and values as consume --format json writes them (pulllog.cli.json_bytes)."""
 
     def __init__(self, base_offset: int) -> None:
         self.base_offset = base_offset

@@ -17,11 +17,16 @@ import click
 from ..client.producer import Producer
 from .common import bootstrap_server_option, parse_assignments, run_async
 from .errors import EXIT_USAGE, CliError
+from .help import examples
 
 __all__ = ["produce"]
 
 
-@click.command()
+@click.command(epilog=examples(
+    "seq 100 | pulllog produce orders",
+    "printf 'customer-42:paid\\n' | pulllog produce orders --key-separator :",
+    "pulllog produce orders --file events.txt --header source=import --compression zstd",
+))
 @click.argument("topic")
 @click.option("--file", "path", type=click.Path(dir_okay=False, exists=True), default=None,
               help="Read lines from this file instead of stdin.")
@@ -47,10 +52,11 @@ def produce(topic: str, path: str | None, key_separator: str | None, partition: 
     if path is not None:
         with open(path, "rb") as f:
             sent, elapsed = run_async(_produce, f, topic, key_separator, partition, header_list, acks, compression,
-                                      batch_size, linger_ms, bootstrap_server)
+                                      batch_size, linger_ms, bootstrap_server, interrupt=True)
     else:
+        # interrupt=True: the loop reads stdin blocking, so Ctrl-C must interrupt the read itself
         sent, elapsed = run_async(_produce, sys.stdin.buffer, topic, key_separator, partition, header_list, acks,
-                                  compression, batch_size, linger_ms, bootstrap_server)
+                                  compression, batch_size, linger_ms, bootstrap_server, interrupt=True)
     rate = sent / elapsed if elapsed > 0 else 0.0
     click.echo(f"sent {sent} record(s) to {topic} in {elapsed:.2f} s ({rate:,.0f} records/s)", err=True)
 
