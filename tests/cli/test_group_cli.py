@@ -111,6 +111,23 @@ def test_shift_by_and_delete(consumed_group) -> None:
     assert code == 1 and "does not exist" in err
 
 
+def test_delete_reports_every_groups_outcome_and_fails_if_any_failed(consumed_group) -> None:
+    broker, consumer = consumed_group
+    bs = broker.bootstrap_servers
+    other = confluent_kafka.Consumer({"bootstrap.servers": bs, "group.id": "auditors", "enable.auto.commit": False})
+    other.commit(offsets=[confluent_kafka.TopicPartition("events", 0, 5)], asynchronous=False)
+    other.close()
+    consumer.close()
+
+    code, out, err = run("group", "delete", "nosuch", "readers", "auditors", "--bootstrap-server", bs)
+
+    assert code == 1
+    assert out.splitlines() == ["deleted group 'readers'", "deleted group 'auditors'"]
+    assert err.splitlines() == ["error: group 'nosuch' does not exist"]
+    code, out, _err = run("group", "list", "--json", "--bootstrap-server", bs)
+    assert code == 0 and out == ""
+
+
 def test_bad_reset_arguments_are_one_line_usage_errors(pulllog_broker) -> None:
     code, _out, err = run("group", "reset-offsets", "g", "--topic", "t", "--bootstrap-server",
                           pulllog_broker.bootstrap_servers)

@@ -202,6 +202,24 @@ def test_alter_delete_config_goes_back_to_the_default(topic) -> None:
     assert obj["configs"]["retention.ms"]["source"] == "default"
 
 
+def test_alter_delete_config_of_a_config_that_is_not_set_says_so(topic) -> None:
+    ok(topic("create", "events", "--config", "retention.ms=5000"))
+
+    out = ok(topic("alter", "events", "--delete-config", "segment.bytes", "--delete-config", "retention.ms")).stdout
+
+    assert out == "altered topic 'events': removed retention.ms, segment.bytes was not set (nothing to remove)\n"
+    out = ok(topic("alter", "events", "--delete-config", "retention.ms")).stdout
+    assert out == "nothing changed on topic 'events': retention.ms was not set (nothing to remove)\n"
+
+
+def test_alter_delete_config_of_an_unknown_name_is_a_usage_error(topic) -> None:
+    ok(topic("create", "events"))
+
+    line = one_line_error(topic("alter", "events", "--delete-config", "notset"), 2)
+
+    assert "topic 'events' has no config 'notset'" in line and "removed" not in line
+
+
 def test_alter_to_fewer_partitions_fails_with_one_line(topic) -> None:
     ok(topic("create", "events", "--partitions", "3"))
 

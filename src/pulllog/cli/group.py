@@ -15,19 +15,26 @@ import click
 from rich.table import Table
 
 from ..client.admin import Admin, GroupDescription, OffsetSpec
+from ..client.errors import KafkaError
 from ..client.types import TopicPartition
 from .common import bootstrap_server_option, console, run_async
-from .errors import EXIT_USAGE, CliError
+from .errors import EXIT_PROBLEM, EXIT_USAGE, CliError
+from .help import examples
 
 __all__ = ["group"]
 
 
-@click.group()
+@click.group(epilog=examples(
+    "pulllog group list",
+    "pulllog group describe billing",
+    "pulllog group reset-offsets billing --topic orders --to-earliest --execute",
+    "pulllog group delete billing audit",
+))
 def group() -> None:
     """List, describe, rewind and delete consumer groups."""
 
 
-@group.command(name="list")
+@group.command(name="list", epilog=examples("pulllog group list", "pulllog group list --json | jq .state"))
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per group per line.")
 @bootstrap_server_option
 def list_(as_json: bool, bootstrap_server: str) -> None:
@@ -73,7 +80,7 @@ async def _lag_rows(admin: Admin, desc: GroupDescription) -> list[dict[str, Any]
     return rows
 
 
-@group.command()
+@group.command(epilog=examples("pulllog group describe billing", "pulllog group describe billing --json"))
 @click.argument("group_id", metavar="GROUP")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object (the group, its members and lag).")
 @bootstrap_server_option
@@ -127,7 +134,11 @@ def _parse_datetime(text: str) -> int:
     return int(when.timestamp() * 1000)
 
 
-@group.command(name="reset-offsets")
+@group.command(name="reset-offsets", epilog=examples(
+    "pulllog group reset-offsets billing --topic orders --to-earliest            # dry run: the plan",
+    "pulllog group reset-offsets billing --topic orders --to-datetime 2026-11-22T14:00:00+00:00 --execute",
+    "pulllog group reset-offsets billing --topic orders --partition 0 --shift-by -100 --execute",
+))
 @click.argument("group_id", metavar="GROUP")
 @click.option("--topic", required=True, help="The topic whose offsets to reset.")
 @click.option("--partition", "partitions", type=int, multiple=True, help="Only these partitions (repeatable).")
@@ -201,15 +212,32 @@ def reset_offsets(group_id: str, topic: str, partitions: tuple[int, ...], to_ear
         click.echo("dry run: nothing changed; add --execute to apply this plan", err=True)
 
 
-@group.command()
+@group.command(epilog=examples("pulllog group delete billing", "pulllog group delete billing audit old-readers"))
 @click.argument("group_ids", metavar="GROUP...", nargs=-1, required=True)
 @bootstrap_server_option
 def delete(group_ids: tuple[str, ...], bootstrap_server: str) -> None:
     """Delete groups (and their committed offsets). Refused while a group has members."""
 
-    async def body() -> None:
+    async def body() -> list[str | None]:
+        """Each group's outcome: None when deleted, else why not. One group's failure does
+        not stop the others."""
+        outcomes: list[str | None] = []
         async with Admin(bootstrap_server) as admin:
-            await admin.delete_groups(group_ids)
+            for group_id in ids:
+                try:
+                    await admin.delete_groups([group_id])
+                except KafkaError as exc:
+                    outcomes.append(str(exc))
+                else:
+                    outcomes.append(None)
+        return outcomes
 
-    run_async(body)
-    click.echo(f"deleted {len(group_ids)} group(s)", err=True)
+    ids = tuple(dict.fromkeys(group_ids))
+    outcomes = run_async(body)
+    for group_id, problem in zip(ids, outcomes):
+        if problem is None:
+            click.echo(f"deleted group {group_id!r}")
+        else:
+            click.echo(f"error: {problem}", err=True)
+    if any(problem is not None for problem in outcomes):
+        raise click.exceptions.Exit(EXIT_PROBLEM)

@@ -25,13 +25,20 @@ from ..client.admin import Admin, AlterConfigOp, ConfigEntry, ConfigResource, Co
 from ..client.errors import TopicAlreadyExistsError, UnknownTopicError
 from .common import bootstrap_server_option, console, parse_assignments, run_async
 from .errors import EXIT_PROBLEM, EXIT_USAGE, CliError
+from .help import examples
 
 __all__ = ["topic"]
 
 _CONFIG_EXAMPLE = "retention.ms=86400000"
 
 
-@click.group()
+@click.group(epilog=examples(
+    "pulllog topic create orders --partitions 3",
+    "pulllog topic list",
+    "pulllog topic describe orders",
+    "pulllog topic alter orders --config retention.ms=86400000",
+    "pulllog topic delete orders",
+))
 def topic() -> None:
     """Create, list, describe, alter and delete topics."""
 
@@ -39,7 +46,10 @@ def topic() -> None:
 # ---------------------------------------------------------------------------- create
 
 
-@topic.command()
+@topic.command(epilog=examples(
+    "pulllog topic create orders --partitions 3",
+    "pulllog topic create orders --config retention.ms=86400000 --config cleanup.policy=compact --if-not-exists",
+))
 @click.argument("name")
 @click.option("--partitions", "-p", type=int, default=None, help="Partition count. Default: the broker's num.partitions.")
 @click.option("--replication-factor", type=int, default=None, help="Default: the broker's default.replication.factor.")
@@ -75,7 +85,7 @@ def create(name: str, partitions: int | None, replication_factor: int | None, co
 # ---------------------------------------------------------------------------- list
 
 
-@topic.command(name="list")
+@topic.command(name="list", epilog=examples("pulllog topic list", "pulllog topic list --internal --json"))
 @click.option("--internal", is_flag=True, help="Include internal topics (__consumer_offsets, ...).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per topic per line.")
 @bootstrap_server_option
@@ -104,7 +114,7 @@ def list_(internal: bool, as_json: bool, bootstrap_server: str) -> None:
 # ---------------------------------------------------------------------------- describe
 
 
-@topic.command()
+@topic.command(epilog=examples("pulllog topic describe orders", "pulllog topic describe orders refunds --json"))
 @click.argument("names", metavar="NAME...", nargs=-1, required=True)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per topic per line.")
 @bootstrap_server_option
@@ -204,7 +214,10 @@ def _table(*columns: str | tuple[str, str]) -> Table:
 # ---------------------------------------------------------------------------- alter
 
 
-@topic.command()
+@topic.command(epilog=examples(
+    "pulllog topic alter orders --partitions 6",
+    "pulllog topic alter orders --config retention.ms=3600000 --delete-config segment.bytes",
+))
 @click.argument("name")
 @click.option("--partitions", "-p", type=int, default=None, help="Grow the topic to this many partitions.")
 @click.option("--config", "configs", multiple=True, metavar="NAME=VALUE",
@@ -218,26 +231,36 @@ def alter(name: str, partitions: int | None, configs: tuple[str, ...], deletes: 
     overrides = parse_assignments(configs, "--config", _CONFIG_EXAMPLE)
     if partitions is None and not overrides and not deletes:
         raise CliError("nothing to change: give --partitions, --config or --delete-config", EXIT_USAGE)
-    ops = [AlterConfigOp.set(k, v) for k, v in overrides.items()] + [AlterConfigOp.delete(k) for k in deletes]
 
     async def body() -> list[str]:
         done = []
         async with Admin(bootstrap_server) as admin:
+            # Only overrides can be removed: say which names were not set instead of "removed".
+            current = await admin.describe_configs(ConfigResource.topic(name), keys=deletes) if deletes else {}
+            unknown = [k for k in deletes if k not in current]
+            if unknown:
+                raise CliError(f"--delete-config {unknown[0]}: topic {name!r} has no config {unknown[0]!r}; "
+                               f"`pulllog topic describe {name}` lists them", EXIT_USAGE)
+            removed = [k for k in dict.fromkeys(deletes) if current[k].is_override]
+            ops = [AlterConfigOp.set(k, v) for k, v in overrides.items()] + [AlterConfigOp.delete(k) for k in removed]
             if ops:
                 await admin.incremental_alter_configs(ConfigResource.topic(name), ops)
-                done += [f"set {k}={v}" for k, v in overrides.items()] + [f"removed {k}" for k in deletes]
+                done += [f"set {k}={v}" for k, v in overrides.items()] + [f"removed {k}" for k in removed]
+            done += [f"{k} was not set (nothing to remove)" for k in dict.fromkeys(deletes) if k not in removed]
             if partitions is not None:
                 await admin.create_partitions(name, partitions)
                 done.append(f"now {partitions} partitions")
         return done
 
-    click.echo(f"altered topic {name!r}: " + ", ".join(run_async(body)))
+    done = run_async(body)
+    changed = bool(overrides or partitions is not None or any(d.startswith("removed ") for d in done))
+    click.echo(f"{'altered' if changed else 'nothing changed on'} topic {name!r}: " + ", ".join(done))
 
 
 # ---------------------------------------------------------------------------- delete
 
 
-@topic.command()
+@topic.command(epilog=examples("pulllog topic delete orders", "pulllog topic delete orders refunds --if-exists"))
 @click.argument("names", metavar="NAME...", nargs=-1, required=True)
 @click.option("--if-exists", is_flag=True, help="Succeed quietly for topics that do not exist.")
 @bootstrap_server_option
