@@ -76,3 +76,30 @@ def test_missing_java_is_one_line_that_says_how_to_install_it(pulllog_broker, tm
     [line] = result.stderr.splitlines()
     assert line.startswith("error: Spark needs Java and no `java` is on PATH; install Java 17 or newer")
     assert "apt-get install openjdk-17-jre-headless" in line and "--engine arrow" in line
+
+
+def test_a_reversed_range_is_refused_and_records_no_progress(pulllog_broker, tmp_path: Path) -> None:
+    bootstrap = pulllog_broker.bootstrap_servers
+    create_topic(bootstrap, "orders", 1)
+    produce(bootstrap, "orders", 10, partitions=1)
+    out = tmp_path / "out"
+
+    result = pulllog("export", "--parquet", str(out), "--topic", "orders", "--from", "5", "--to", "3",
+                     "--bootstrap-server", bootstrap, "--engine", "arrow")
+
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "error: --from is after --to for partition 0 of 'orders' (offset 5 > 3): give a --to at or after --from"]
+    assert not (out / PROGRESS_FILE).exists()
+
+
+def test_an_output_directory_that_cannot_be_created_is_one_line(pulllog_broker, tmp_path: Path) -> None:
+    bootstrap = pulllog_broker.bootstrap_servers
+    create_topic(bootstrap, "orders", 1)
+
+    result = pulllog("export", "--parquet", "/proc/x", "--topic", "orders", "--bootstrap-server", bootstrap,
+                     "--engine", "arrow")
+
+    assert result.returncode == 1
+    assert len(result.stderr.splitlines()) == 1 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("error: --parquet /proc/x: cannot write /proc/x")

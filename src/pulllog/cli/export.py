@@ -36,11 +36,18 @@ from ..client.errors import (
 )
 from .common import bootstrap_server_option, console, parse_assignments
 from .errors import EXIT_PROBLEM, EXIT_USAGE, CliError
+from .help import examples
 
 __all__ = ["export"]
 
 
-@click.command()
+@click.command(epilog=examples(
+    "pulllog export --parquet out/ --topic orders                  # again later: only what is new",
+    "pulllog export --parquet out/ --topic orders --engine arrow   # no JVM",
+    "pulllog export --parquet out/ --topic orders --from 2026-11-22T00:00:00+00:00 --partition-by date",
+    "pulllog export --parquet /shared/out --topic orders --master spark://host:7077 "
+    "--spark-conf spark.executor.memory=4g",
+))
 @click.option("--parquet", "out", required=True, metavar="DIR", type=click.Path(file_okay=False, path_type=Path),
               help="Output directory; it keeps the export's progress, so the next run exports only new records.")
 @click.option("--topic", required=True, help="The topic to export.")
@@ -127,6 +134,10 @@ def export(out: Path, topic: str, bootstrap_server: str, from_: str | None, to: 
         raise CliError(f"{exc}; is the broker still running?", EXIT_PROBLEM) from None
     except (KafkaError, UnsupportedByBrokerError) as exc:
         raise CliError(str(exc), EXIT_PROBLEM) from None
+    except OSError as exc:  # the output directory cannot be created or written
+        where = exc.filename or out
+        raise CliError(f"--parquet {out}: cannot write {where} ({exc.strerror or exc}); "
+                       "pick a directory you can write", EXIT_PROBLEM) from None
     finally:
         progress.stop()
         if "spark" in session:

@@ -233,6 +233,11 @@ def plan(out: ExportDir, parts: list[wire.PartitionOffsets], bootstrap: str, top
             starts[p.partition] = c
         else:
             starts[p.partition] = from_spec[(topic, p.partition)]
+            to = ends[(topic, p.partition)]
+            if to < starts[p.partition]:  # a reversed range is a mistake, not "nothing to do"
+                raise ExportError(
+                    f"--from is after --to for partition {p.partition} of {topic!r} (offset "
+                    f"{starts[p.partition]} > {to}): give a --to at or after --from")
     end_of = {p.partition: max(starts[p.partition], ends[(topic, p.partition)]) for p in parts}
     ranges = split((OffsetRange(topic, p, starts[p], end_of[p]) for p in sorted(starts)), max_offsets_per_file)
     return ExportPlan(topic, starts, end_of, ranges, resumed=bool(committed), notes=notes)
