@@ -50,6 +50,7 @@ from ..client.producer import Producer, RecordFuture
 from ..client.types import TopicPartition
 from .common import bootstrap_server_option, console, run_async
 from .errors import EXIT_PROBLEM, EXIT_USAGE, CliError
+from .help import examples
 
 __all__ = ["PerfResult", "perf", "summarize"]
 
@@ -97,7 +98,10 @@ def summarize(latencies_ms: list[float]) -> dict[str, float]:
             "max": round(ordered[-1], 3)}
 
 
-@click.group()
+@click.group(epilog=examples(
+    "pulllog perf produce bench --num-records 1000000 --record-size 200",
+    "pulllog perf consume bench --messages 1000000",
+))
 def perf() -> None:
     """Measure produce and consume throughput and latency (like Kafka's perf-test tools)."""
 
@@ -144,7 +148,11 @@ def _report(kind: str, topic: str, result: PerfResult, as_json: bool, settings: 
 # ---------------------------------------------------------------------------- produce
 
 
-@perf.command()
+@perf.command(epilog=examples(
+    "pulllog perf produce bench --num-records 1000000 --record-size 200",
+    "pulllog perf produce bench --num-records 100000 --record-size 1000 --throughput 20000 --acks 1 --json",
+    "pulllog perf produce bench --num-records 1000000 --record-size 200 --client librdkafka --compression lz4",
+))
 @click.argument("topic")
 @click.option("--num-records", type=int, required=True, help="Records to send.")
 @click.option("--record-size", type=int, required=True, help="Bytes per record (the value; no key).")
@@ -310,7 +318,10 @@ def _librdkafka_metadata(client: Any, topic: str) -> Any:
 # ---------------------------------------------------------------------------- consume
 
 
-@perf.command()
+@perf.command(epilog=examples(
+    "pulllog perf consume bench --messages 1000000",
+    "pulllog perf consume bench --messages 1000000 --fetch-max-bytes 204800 --client librdkafka",
+))
 @click.argument("topic")
 @click.option("--messages", type=int, required=True, help="Records to read, from the beginning of the topic.")
 @click.option("--fetch-max-bytes", type=int, default=52_428_800, show_default=True,
