@@ -45,6 +45,7 @@ __all__ = ["export"]
     "pulllog export --parquet out/ --topic orders                  # again later: only what is new",
     "pulllog export --parquet out/ --topic orders --engine arrow   # no JVM",
     "pulllog export --parquet out/ --topic orders --from 2026-11-22T00:00:00+00:00 --partition-by date",
+    "pulllog export --parquet out/ --topic orders --value-format json --value-schema 'id long, amount double'",
     "pulllog export --parquet /shared/out --topic orders --master spark://host:7077 "
     "--spark-conf spark.executor.memory=4g",
 ))
@@ -68,9 +69,15 @@ __all__ = ["export"]
               help="A Spark setting, e.g. --spark-conf spark.executor.memory=4g (repeatable).")
 @click.option("--max-offsets-per-file", type=int, default=None, metavar="N",
               help="Cut each partition's range into files (and tasks) of at most N offsets. [default: 500000]")
+@click.option("--value-format", type=click.Choice(["raw", "json"]), default="raw", show_default=True,
+              help="json: also parse each value as a JSON object into the struct column value_json "
+                   "(one schema per export, fixed by its first run; a value that does not fit fails the run).")
+@click.option("--value-schema", default=None, metavar="'NAME TYPE, ...'",
+              help="The value_json fields, e.g. 'id long, name string, paid boolean' (types: string, long, int, "
+                   "double, float, boolean, json). Default: inferred from the first 1000 records.")
 def export(out: Path, topic: str, bootstrap_server: str, from_: str | None, to: str | None, full: bool,
            partition_by: str, engine: str, master: str, spark_conf: tuple[str, ...],
-           max_offsets_per_file: int | None) -> None:
+           max_offsets_per_file: int | None, value_format: str, value_schema: str | None) -> None:
     """Export TOPIC's records to Parquet in DIR, exactly once: only what earlier runs did not."""
     from ..spark.export import DEFAULT_MAX_OFFSETS_PER_FILE, ExportError
     from ..spark.export import export as run_export
@@ -125,7 +132,8 @@ def export(out: Path, topic: str, bootstrap_server: str, from_: str | None, to: 
             find_java()  # before the broker is asked anything: the most basic problem first
         result = run_export(bootstrap_server, topic, out, start=start, end=end, full=full,
                             partition_by=partition_by, engine=engine, spark=_Lazy(session),
-                            max_offsets_per_file=per_file, on_plan=on_plan, on_progress=on_progress)
+                            max_offsets_per_file=per_file, on_plan=on_plan, on_progress=on_progress,
+                            value_format=value_format, value_schema=value_schema)
     except (ExportError, ExportDirError, SparkStartError, OffsetSpecError) as exc:
         raise CliError(str(exc), EXIT_PROBLEM) from None
     except BrokerUnreachableError as exc:
@@ -192,6 +200,8 @@ def _summary(result: Any, spark_startup: float | None) -> None:
         table.add_row(str(p), f"{plan.starts[p]:,}", f"{plan.ends[p]:,}", f"{records:,}", str(files), _mb(size))
     out.print(table)
     secs = max(result.seconds, 1e-9)
+    if result.value_schema is not None:
+        out.print(f"values parsed as JSON into value_json: {result.value_schema}")
     out.print(f"exported {result.records:,} records ({_mb(result.value_bytes)} of keys and values) into "
               f"{result.files} files ({_mb(result.file_bytes)} of Parquet) in {secs:.1f} s "
               f"with the {result.engine} engine: {result.records / secs:,.0f} records/s, "

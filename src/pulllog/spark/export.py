@@ -19,6 +19,10 @@ Tasks write with pyarrow to local paths, so on a cluster (``--master``) the outp
 must be a filesystem every executor mounts at the same path (NFS and the like; not HDFS or an
 object store: publishing relies on an atomic rename and on flock).
 
+With ``value_format="json"`` each file also has a ``value_json`` struct column, the values
+parsed with one schema per export (``pulllog.spark.json_values``: given or inferred from a
+sample, fixed by the first run, a value that does not fit fails the run).
+
 Both engines write with the same pyarrow code from the same plan, so their output is
 identical, file names and bytes. Parquet details: snappy, row groups of ``ROW_GROUP_ROWS``
 rows, timestamps in microseconds UTC (Spark rejects nanoseconds), statistics on (so a reader
@@ -41,7 +45,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from . import wire
+from . import json_values, wire
 from .columns import ARROW_SCHEMA
 from .offsets import EARLIEST, LATEST, OffsetRange, OffsetSpec, split
 from .progress import STAGED_SUFFIX, ExportDir, data_file_name
@@ -61,6 +65,7 @@ DEFAULT_MAX_OFFSETS_PER_FILE = 500_000
 ROW_GROUP_ROWS = 131_072
 COMPRESSION = "snappy"
 ENGINES = ("spark", "arrow")
+VALUE_FORMATS = ("raw", "json")
 
 
 class ExportError(Exception):
@@ -80,6 +85,7 @@ class RangeTask:
     run_id: str
     partition_by: str
     fetch_max_bytes: int = wire.DEFAULT_FETCH_MAX_BYTES
+    value_schema: str | None = None  # --value-format json: the json_values.ValueSchema, as text
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,20 +97,27 @@ class RangeResult:
     file_bytes: int
 
 
-def _file_columns(partition_by: str) -> list[str]:
-    names = list(ARROW_SCHEMA.names)
-    return [n for n in names if n not in ("topic", "partition")] if partition_by == "topic" else names
+def _file_schema(partition_by: str, values: json_values.ValueSchema | None) -> pa.Schema:
+    fields = [f for f in ARROW_SCHEMA if partition_by != "topic" or f.name not in ("topic", "partition")]
+    if values is not None:
+        fields.append(pa.field(json_values.COLUMN, values.arrow_type))
+    return pa.schema(fields)
+
+
+def _with_json(batch: pa.RecordBatch, partition: int, values: json_values.ValueSchema) -> pa.RecordBatch:
+    parsed = json_values.parse_values(batch.column("value"), partition, batch.column("offset"), values)
+    return pa.RecordBatch.from_arrays([*batch.columns, parsed], names=[*batch.schema.names, json_values.COLUMN])
 
 
 class _FileWriter:
     """One Parquet file, written in row groups of exactly ROW_GROUP_ROWS rows (the last one
     shorter), whatever the batch sizes, so the bytes depend only on the records."""
 
-    def __init__(self, path: Path, columns: list[str]) -> None:
+    def __init__(self, path: Path, schema: pa.Schema) -> None:
         self.path = path
         self.tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-        self.columns = columns
-        self.schema = pa.schema([ARROW_SCHEMA.field(n) for n in columns])
+        self.columns = schema.names
+        self.schema = schema
         path.parent.mkdir(parents=True, exist_ok=True)
         self.writer = pq.ParquetWriter(self.tmp, self.schema, compression=COMPRESSION)
         self.pending: list[pa.RecordBatch] = []
@@ -150,13 +163,14 @@ def write_range(task: RangeTask) -> RangeResult:
     r = task.range
     staging = Path(task.root) / "_pulllog" / "staging" / task.run_id
     name = data_file_name(r.partition, r.start, r.end)
-    columns = _file_columns(task.partition_by)
+    values = json_values.ValueSchema.parse(task.value_schema) if task.value_schema is not None else None
+    schema = _file_schema(task.partition_by, values)
     writers: dict[str, _FileWriter] = {}
 
     def writer_for(rel: str) -> _FileWriter:
         w = writers.get(rel)
         if w is None:
-            w = writers[rel] = _FileWriter(staging / (rel + STAGED_SUFFIX), columns)
+            w = writers[rel] = _FileWriter(staging / (rel + STAGED_SUFFIX), schema)
         return w
 
     records = value_bytes = 0
@@ -164,6 +178,8 @@ def write_range(task: RangeTask) -> RangeResult:
         for batch in wire.read_range(task.bootstrap, r, fetch_max_bytes=task.fetch_max_bytes):
             records += batch.num_rows
             value_bytes += _value_bytes(batch)
+            if values is not None:
+                batch = _with_json(batch, r.partition, values)
             if task.partition_by == "topic":
                 writer_for(f"topic={r.topic}/partition={r.partition}/{name}").add(batch)
                 continue
@@ -255,6 +271,7 @@ class ExportResult:
     results: list[RangeResult]
     seconds: float
     recovered: list[str]
+    value_schema: str | None = None  # the json_values schema the files have, if any
 
     @property
     def records(self) -> int:
@@ -280,23 +297,36 @@ def export(bootstrap: str, topic: str, out: str | Path, *, start: OffsetSpec | N
            end: OffsetSpec | None = None, full: bool = False, partition_by: str = "topic",
            engine: str = "spark", spark: Any = None, max_offsets_per_file: int = DEFAULT_MAX_OFFSETS_PER_FILE,
            on_plan: Callable[[ExportPlan], None] | None = None,
-           on_progress: ProgressCallback | None = None) -> ExportResult:
+           on_progress: ProgressCallback | None = None, value_format: str = "raw",
+           value_schema: str | None = None) -> ExportResult:
     """Export the new records of ``topic`` to ``out``; see the module docstring.
 
     ``spark`` is a SparkSession for the spark engine (``pulllog.spark.session.start`` makes
     one); ``on_plan`` sees the plan before any task runs (and may start Spark then).
+    ``value_format="json"`` adds the parsed values (``pulllog.spark.json_values``), with
+    ``value_schema`` or one inferred from the first records.
     """
     if engine not in ENGINES:
         raise ExportError(f"--engine {engine!r}: expected one of {', '.join(ENGINES)}")
+    if value_format not in VALUE_FORMATS:
+        raise ExportError(f"--value-format {value_format!r}: expected one of {', '.join(VALUE_FORMATS)}")
+    if value_schema is not None and value_format != "json":
+        raise ExportError("--value-schema needs --value-format json")
+    try:
+        given = json_values.ValueSchema.parse(value_schema) if value_schema is not None else None
+    except json_values.ValueSchemaError as exc:
+        raise ExportError(str(exc)) from None
     began = time.monotonic()
     root = Path(out).resolve()
     parts = describe(bootstrap, topic)  # an unknown topic fails before the directory is touched
     with ExportDir.open(root, topic, partition_by, full=full) as outdir:
         the_plan = plan(outdir, parts, bootstrap, topic, start, end, max_offsets_per_file)
+        values = _value_schema(outdir, value_format, given, bootstrap, the_plan)
         if on_plan is not None:
             on_plan(the_plan)
         run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
-        tasks = [RangeTask(bootstrap, r, str(root), run_id, partition_by) for r in the_plan.ranges]
+        tasks = [RangeTask(bootstrap, r, str(root), run_id, partition_by,
+                           value_schema=None if values is None else str(values)) for r in the_plan.ranges]
         if not tasks:
             results: list[RangeResult] = []
         elif engine == "arrow":
@@ -314,8 +344,56 @@ def export(bootstrap: str, topic: str, out: str | Path, *, start: OffsetSpec | N
             "offsets": {str(p): [the_plan.starts[p], the_plan.ends[p]] for p in sorted(the_plan.starts)},
         }
         if tasks or committed != outdir.committed:
+            if values is not None:
+                outdir.value_schema = str(values)  # committed with the first files that have it
             outdir.publish(run_id, files, committed, summary)
-        return ExportResult(root, topic, engine, the_plan, results, time.monotonic() - began, outdir.recovered)
+        return ExportResult(root, topic, engine, the_plan, results, time.monotonic() - began, outdir.recovered,
+                            None if values is None else str(values))
+
+
+def _value_schema(outdir: ExportDir, value_format: str, given: json_values.ValueSchema | None, bootstrap: str,
+                  the_plan: ExportPlan) -> json_values.ValueSchema | None:
+    """The schema this run writes values with: the export's own once it has one (json_values'
+    first rule), else the one given, else one inferred from the first records to export."""
+    stored = outdir.value_schema
+    if value_format == "raw":
+        if stored is not None:
+            raise ExportError(f"{outdir.root} holds values parsed as JSON ({stored}); add --value-format json, "
+                              "or --full to start over with raw values")
+        return None
+    if stored is not None:
+        kept = json_values.ValueSchema.parse(stored)
+        if given is not None and given != kept:
+            raise ExportError(f"{outdir.root} holds values with the schema '{kept}', not '{given}'; "
+                              "give that schema (or none), or --full to start over")
+        return kept
+    if given is not None or not the_plan.ranges:
+        return given
+    values, where = _sample(bootstrap, the_plan.ranges, json_values.SAMPLE_RECORDS)
+    try:
+        return json_values.infer(values, where)
+    except json_values.ValueSchemaError as exc:
+        raise ExportError(str(exc)) from None
+
+
+def _sample(bootstrap: str, ranges: Sequence[OffsetRange], limit: int
+            ) -> tuple[list[bytes | None], list[tuple[int, int]]]:
+    """Up to ``limit`` values from the start of the ranges, with their (partition, offset)."""
+    values: list[bytes | None] = []
+    where: list[tuple[int, int]] = []
+    for r in ranges:
+        reader = wire.read_range(bootstrap, r)
+        try:
+            for batch in reader:
+                values += batch.column("value").to_pylist()
+                where += [(r.partition, o) for o in batch.column("offset").to_pylist()]
+                if len(values) >= limit:
+                    break
+        finally:
+            reader.close()
+        if len(values) >= limit:
+            break
+    return values[:limit], where[:limit]
 
 
 def _run_in_process(tasks: Sequence[RangeTask], on_progress: ProgressCallback | None) -> list[RangeResult]:
@@ -323,14 +401,15 @@ def _run_in_process(tasks: Sequence[RangeTask], on_progress: ProgressCallback | 
     for i, task in enumerate(tasks):
         try:
             results.append(write_range(task))
-        except wire.RangeReadError as exc:
+        except (wire.RangeReadError, json_values.ValueSchemaError) as exc:
             raise ExportError(str(exc)) from None
         if on_progress is not None:
             on_progress(i + 1, len(tasks), sum(r.records for r in results))
     return results
 
 
-_PY_ERROR = re.compile(r"(?:RangeReadError|CorruptRecordError|BrokerUnreachableError|OffsetSpecError): ([^\n]+)")
+_PY_ERROR = re.compile(
+    r"(?:RangeReadError|CorruptRecordError|BrokerUnreachableError|OffsetSpecError|ValueSchemaError): ([^\n]+)")
 
 
 def _run_on_spark(spark: Any, tasks: Sequence[RangeTask], on_progress: ProgressCallback | None) -> list[RangeResult]:

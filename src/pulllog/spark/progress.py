@@ -21,6 +21,7 @@ in ``.parquet``, so a DuckDB glob ``OUT/**/*.parquet`` skips them too.
 The progress file::
 
     {"format": 1, "topic": "orders", "partition_by": "topic",
+     "value_schema": "id long, name string",          only with --value-format json (json_values)
      "committed": {"0": 731204, "1": 699873},        next offset to export, per partition
      "pending": null | {"run": RUN, "committed": {...}, "files": ["topic=orders/...", ...]},
      "last_run": {...summary...}}
@@ -195,6 +196,19 @@ class ExportDir:
         return {int(p): int(o) for p, o in self._doc["committed"].items()}
 
     @property
+    def value_schema(self) -> str | None:
+        """The schema values are parsed with (``--value-format json``), or None for raw values."""
+        return self._doc.get("value_schema")
+
+    @value_schema.setter
+    def value_schema(self, schema: str | None) -> None:
+        """Saved by the next ``publish``, with the first files written with it."""
+        if schema is None:
+            self._doc.pop("value_schema", None)
+        else:
+            self._doc["value_schema"] = schema
+
+    @property
     def last_run(self) -> dict[str, Any] | None:
         return self._doc.get("last_run")
 
@@ -249,6 +263,7 @@ class ExportDir:
         """``--full``: forget the progress, then recovery's rule 4 removes every data file."""
         self._doc.update({"committed": {}, "pending": None, "partition_by": partition_by})
         self._doc.pop("last_run", None)
+        self._doc.pop("value_schema", None)
         self.partition_by = partition_by
         self._save()
         self._recover()

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -181,7 +181,7 @@ async def _offsets_for_times(bootstrap: str, targets: dict[tuple[str, int], int]
 
 def read_range(bootstrap: str, r: OffsetRange, *, fetch_max_bytes: int = DEFAULT_FETCH_MAX_BYTES,
                batch_rows: int = DEFAULT_BATCH_ROWS, max_wait_ms: int = 500,
-               timeout_s: float = 120.0) -> Iterator[pa.RecordBatch]:
+               timeout_s: float = 120.0) -> Generator[pa.RecordBatch, None, None]:
     """The records of ``r`` as Arrow batches of at most about ``batch_rows`` rows (none if empty)."""
     if r.end <= r.start:
         return
