@@ -110,7 +110,8 @@ async def _targets(consumer: Consumer, tps: list[TopicPartition], how: str, arg:
                                f"{starts[tp]}..{ends[tp]} ({ends[tp]} is the end)")
         return {tp: arg for tp in tps}
     found = await consumer.offsets_for_times({tp: arg for tp in tps})
-    return {tp: (found[tp].offset if found.get(tp) is not None else ends[tp]) for tp in tps}
+    at = {tp: found.get(tp) for tp in tps}
+    return {tp: ends[tp] if hit is None else hit.offset for tp, hit in at.items()}  # none at or after: the end
 
 
 async def _consume(topic: str, from_offset: str, partitions: tuple[int, ...], max_messages: int | None,

@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 from pathlib import Path
+from typing import Any
 
 import anyio
 import click
@@ -67,7 +68,7 @@ def serve(data_dir: Path | None, listen: str | None, advertised_listener: str | 
         props[name.strip()] = value.strip()
     try:
         config = BrokerConfig.load(props, config_file=config_file)
-        changes = {}
+        changes: dict[str, Any] = {}
         if data_dir is not None:
             changes["data_dir"] = data_dir
         if listen is not None:
