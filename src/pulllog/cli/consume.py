@@ -8,9 +8,9 @@ with it, it waits for new records, as the paper's iterator does. ``tail`` is ``c
 
 With ``--group`` the same rule holds: it stops at the log end of the partitions the group
 assigned it unless ``--follow``. A group resumes from its committed offsets, so, as in
-Kafka's console consumer (which refuses ``--offset`` with ``--group``), ``--from-offset``
-is only where a group *without* committed offsets starts: ``earliest`` or ``latest``
-(Kafka's auto.offset.reset). An offset, ``-N`` or a time is refused with the
+Kafka's console consumer (its ``--offset`` needs ``--partition``, which it refuses with
+``--group``; ``--from-beginning`` only sets auto.offset.reset), ``--from-offset`` is only
+where a group *without* committed offsets starts: ``earliest`` or ``latest``. An offset, ``-N`` or a time is refused with the
 ``group reset-offsets`` command that moves the group there. What was printed is committed
 after each batch and on the way out, also on Ctrl-C / SIGTERM, and the member leaves the
 group, so ``group reset-offsets`` and ``group delete`` work at once.
@@ -247,8 +247,9 @@ _FORMAT = click.option("--format", "fmt", type=click.Choice(["value", "kv", "jso
 @click.argument("topic")
 @click.option("--from-offset", default="earliest", show_default=True, metavar="earliest|latest|N|-N|ISO-TIME",
               help="Where to start in each partition. With --group: only earliest or latest, where a group without "
-                   "committed offsets starts (a group resumes from its commits; Kafka's console consumer refuses "
-                   "--offset with --group too); move a group with `pulllog group reset-offsets`.")
+                   "committed offsets starts: a group resumes from its commits (Kafka's console consumer refuses "
+                   "--offset with --group too, as --offset needs --partition); move a group with "
+                   "`pulllog group reset-offsets`.")
 @click.option("--partition", "partitions", type=int, multiple=True,
               help="Only this partition (repeatable; default: all). Not with --group.")
 @click.option("--max-messages", type=click.IntRange(min=1), default=None, help="Stop after this many records.")
