@@ -1,7 +1,9 @@
 """Records waiting to be sent: one queue of batches per partition, and ``buffer_memory``.
 
 A batch lives through these states; ``send()`` closes a full batch, and the producer's
-sender task does the rest::
+sender (``pulllog.client.sender``) does the rest, through the accumulator's small sender
+API (``next_ready``, ``open_batch``, ``drain``, ``reenqueue``, ``deallocate``, ...); nothing
+else touches a ``PartitionQueue``::
 
     open ──(full, or drained by the sender)──> ready ──(sent)──> in flight ──> done
                                                  ^                   │
@@ -17,15 +19,16 @@ sender task does the rest::
   compressed as one block, the 61-byte header written, and one CRC-32C computed over
   attributes .. end. A retry resends the same bytes (same producer id, epoch and
   sequence), so a retried batch is never re-encoded.
-* **in flight**: up to ``Producer.max_in_flight`` batches per partition (``PartitionQueue.in_flight``,
-  oldest first), each in its own request: a request carries at most one batch per partition.
+* **in flight**: up to ``max_in_flight`` batches per partition, kept by the sender (oldest
+  first), each in its own request: a request carries at most one batch per partition.
   Every batch gets ``order``, its place in the partition, when it closes; batches are sent
   in that order. A batch that fails retriably goes back into ``ready`` *by order*, not
   simply to the head: answers for batches behind it may fail too (a lost connection fails
   them all, a gap gets OUT_OF_ORDER_SEQUENCE_NUMBER), in any order, and they are resent in
   their original order with their original bytes. With idempotence the broker refuses a
   batch that does not follow the last one it stored, so the log keeps the send order; the
-  producer's rules for that are in ``pulllog.client.producer`` (Ordering and retries).
+  rules for that are in ``pulllog.client.idempotence`` and ``pulllog.client.producer``
+  (Ordering and retries).
 * **done**: acknowledged or failed; the batch's one ``ProduceResult`` resolves, which
   completes the futures of all its records and sets at once (``pulllog.client.record_future``),
   and the batch's bytes go back to ``buffer_memory``.
@@ -46,7 +49,7 @@ import asyncio
 import struct
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from crc32c import crc32c
@@ -354,25 +357,19 @@ class ProducerBatch:
 
 
 class PartitionQueue:
-    """The batches of one partition: ready to send and in flight, each oldest first."""
+    """The batches of one partition not yet sent: the open one, and the closed ones ready to
+    send (retries first, then new batches, oldest first). Batches in flight are the
+    sender's (``pulllog.client.sender``); only the accumulator and the sender change these."""
 
-    __slots__ = ("topic", "partition", "open", "ready", "in_flight", "next_sequence", "closed")
+    __slots__ = ("topic", "partition", "key", "open", "ready", "closed")
 
     def __init__(self, topic: str, partition: int) -> None:
         self.topic = topic
         self.partition = partition
+        self.key = (topic, partition)
         self.open: ProducerBatch | None = None
         self.ready: deque[ProducerBatch] = deque()  # by order: retries first, then new batches
-        self.in_flight: list[ProducerBatch] = []  # sent, no answer yet; by order (at most max_in_flight)
-        self.next_sequence = 0  # idempotence: the sequence number of the next record
         self.closed = 0  # batches closed so far: the next one's order
-
-    def unacknowledged_before(self, batch: ProducerBatch) -> bool:
-        """Is an earlier batch of this partition in flight or waiting for its retry?"""
-        order = batch.order
-        if self.ready and self.ready[0].order < order:
-            return True
-        return bool(self.in_flight) and self.in_flight[0].order < order
 
 
 class BufferPool:
@@ -540,35 +537,82 @@ class RecordAccumulator:
         self._on_batch_closed(q.topic, q.partition)
         self._wake()
 
-    def sent(self, q: PartitionQueue, batch: ProducerBatch) -> None:
-        """The sender took ``batch`` (the head of ``q.ready``) into a request."""
-        q.ready.popleft()
-        flying = q.in_flight
-        if flying and flying[-1].order > batch.order:  # a retry overtakes nothing: keep the list by order
-            _insert_by_order(flying, batch)
-        else:
-            flying.append(batch)
+    # ------------------------------------------------------------ the sender's API
+    # The sender (pulllog.client.sender) moves batches through their states with these
+    # calls only; it keeps the batches in flight itself.
 
-    def retry_later(self, batch: ProducerBatch, retry_at: float) -> None:
-        """Back into ``ready`` in its place by order, behind earlier batches that failed too."""
+    def partitions(self) -> list[PartitionQueue]:
+        """Every partition's queue (a copy: sending may add queues)."""
+        return list(self.queues.values())
+
+    def next_ready(self, q: PartitionQueue, now: float, delivery_timeout: float,
+                   expire: Callable[[ProducerBatch], None]) -> ProducerBatch | None:
+        """The oldest closed batch of ``q`` (a retry first), or None; a batch created
+        ``delivery_timeout`` seconds ago or more is taken out and handed to ``expire``."""
+        ready = q.ready
+        while ready:
+            batch = ready[0]
+            if batch.created + delivery_timeout > now:
+                return batch
+            ready.popleft()
+            expire(batch)
+        return None
+
+    def has_ready(self, q: PartitionQueue) -> bool:
+        return bool(q.ready)
+
+    def open_batch(self, q: PartitionQueue) -> ProducerBatch | None:
+        """``q``'s open batch if it holds records (it is sendable by linger or flush)."""
+        batch = q.open
+        return batch if batch is not None and batch.count else None
+
+    def expire_open(self, q: PartitionQueue) -> ProducerBatch | None:
+        """Take ``q``'s open batch out unsent (it expired); the caller fails it."""
+        batch, q.open = q.open, None
+        return batch
+
+    def drain(self, q: PartitionQueue, batch: ProducerBatch) -> None:
+        """The sender takes ``batch`` into a request: the head of ``q``'s ready batches, or
+        ``q``'s open batch, which closes first (so it gets its order)."""
+        if q.open is batch:
+            self.close(q)
+        taken = q.ready.popleft()
+        assert taken is batch, "the sender drains a partition's batches in order"
+
+    def reenqueue(self, batch: ProducerBatch, retry_at: float) -> None:
+        """A batch that failed retriably goes back into ``ready`` in its place by order,
+        behind earlier batches that failed too, to be resent after ``retry_at``."""
         q = self.queue(batch.topic, batch.partition)
         batch.retry_at = retry_at
         batch.attempts += 1
-        _discard(q.in_flight, batch)
         ready = q.ready
         if not ready or ready[0].order > batch.order:
             ready.appendleft(batch)  # the usual case: the oldest failed first
         else:
             _insert_by_order(ready, batch)
 
-    def finish(self, batch: ProducerBatch) -> PartitionQueue:
+    def earlier_ready(self, batch: ProducerBatch) -> bool:
+        """Does an earlier batch of ``batch``'s partition wait in ``ready`` (for its retry)?"""
+        q = self.queues.get((batch.topic, batch.partition))
+        return q is not None and bool(q.ready) and q.ready[0].order < batch.order
+
+    def waiting(self) -> Iterator[ProducerBatch]:
+        """Every closed batch not in flight, each partition's in their order."""
+        for q in list(self.queues.values()):
+            yield from list(q.ready)
+
+    def deallocate(self, batch: ProducerBatch) -> None:
         """The batch is done: free its memory (the caller then sets its outcome, batch.result)."""
-        q = self.queue(batch.topic, batch.partition)
-        _discard(q.in_flight, batch)
         self.incomplete.discard(batch)
         self.pool.release(batch.reserved)
         batch.reserved = 0
-        return q
+
+    def abort(self) -> list[ProducerBatch]:
+        """Drop every unsent batch; return every incomplete one (the caller fails them)."""
+        for q in self.queues.values():
+            q.open = None
+            q.ready.clear()
+        return list(self.incomplete)
 
 
 def _insert_by_order(batches: list[ProducerBatch] | deque[ProducerBatch], batch: ProducerBatch) -> None:
@@ -577,10 +621,3 @@ def _insert_by_order(batches: list[ProducerBatch] | deque[ProducerBatch], batch:
             batches.insert(i, batch)
             return
     batches.append(batch)
-
-
-def _discard(batches: list[ProducerBatch], batch: ProducerBatch) -> None:
-    if batches and batches[0] is batch:
-        del batches[0]  # answers mostly come oldest first
-    elif batch in batches:
-        batches.remove(batch)

@@ -80,43 +80,45 @@ How records move (see ``pulllog.client.accumulator`` for the batch states):
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from ..records.compression import Compression
-from .connection import BrokerUnreachableError, UnsupportedByBrokerError
+from .connection import BrokerUnreachableError
 from .accumulator import (
     NEW_BATCH,
     RECORD_OVERHEAD,
     REROUTE,
-    ProducerBatch,
     RecordAccumulator,
     encode_headers,
     estimate_set_size,
 )
 from .cluster import DEFAULT_BOOTSTRAP, Cluster
-from .record_future import ProduceResult, RecordFuture
 from .errors import KafkaError, UnknownTopicError
+from .idempotence import IdempotenceManager
 from .partitioner import (
     Partitioner,
     PartitionerCallable,
     StickyPartitioner,
     make_partitioner,
 )
+from .producer_config import MAX_IDEMPOTENT_IN_FLIGHT, ProducerConfig
+from .record_future import BatchMetadata, DeliveryTimeoutError, ProduceResult, ProducerClosedError, RecordFuture
+from .sender import Sender
 from .types import RecordMetadata
 
 __all__ = [
+    "MAX_IDEMPOTENT_IN_FLIGHT",
     "BatchMetadata",
     "BufferExhaustedError",
     "DeliveryTimeoutError",
     "Producer",
     "ProducerClosedError",
+    "ProducerConfig",
     "RecordFuture",
     "RecordMetadata",
 ]
@@ -125,88 +127,11 @@ log = logging.getLogger("pulllog.client.producer")
 
 _time_ns = time.time_ns  # one global lookup per record instead of two
 
-_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
-_MS = datetime.timedelta(milliseconds=1)
-
-# Errors after which the partition's leader (or the topic) should be looked up again.
-_STALE_METADATA = frozenset({
-    ErrorCode.not_leader_or_follower,
-    ErrorCode.unknown_topic_or_partition,
-    ErrorCode.leader_not_available,
-    ErrorCode.fenced_leader_epoch,
-    ErrorCode.unknown_leader_epoch,
-})
-
 _NEW, _RUNNING, _CLOSING, _CLOSED = "new", "running", "closing", "closed"
 
 
 class BufferExhaustedError(TimeoutError):
     """send() waited ``max_block_ms`` for ``buffer_memory`` to free up."""
-
-
-class DeliveryTimeoutError(TimeoutError):
-    """A batch was not acknowledged within ``delivery_timeout_ms`` of being created."""
-
-
-class ProducerClosedError(RuntimeError):
-    """The producer is closed (or closing), or closed before a record could be sent."""
-
-
-@dataclass(frozen=True, slots=True)
-class BatchMetadata:
-    """Where a message set from ``send_batch()`` landed: ``count`` records from ``base_offset``."""
-
-    topic: str
-    partition: int
-    base_offset: int  # -1 with acks=0
-    count: int
-    timestamp: int  # ms; the broker's time for LogAppendTime topics, else the set's
-
-    @property
-    def last_offset(self) -> int:
-        return self.base_offset + self.count - 1 if self.base_offset >= 0 else -1
-
-    @property
-    def offsets(self) -> range:
-        return range(self.base_offset, self.base_offset + self.count) if self.base_offset >= 0 else range(0)
-
-
-# The broker remembers an idempotent producer's last 5 batches per partition
-# (pulllog.log.producer_state): a retry is recognised only if it is among them.
-MAX_IDEMPOTENT_IN_FLIGHT = 5
-
-
-def _parse_acks(acks: int | str | None) -> int | None:
-    if acks is None:
-        return None
-    value = -1 if isinstance(acks, str) and acks.strip().lower() == "all" else acks
-    try:
-        value = int(value)
-    except (TypeError, ValueError):
-        value = None  # type: ignore[assignment]
-    if value not in (0, 1, -1):
-        raise ValueError(f"acks={acks!r}: use 0 (no acknowledgement), 1 (the leader) or 'all' / -1")
-    return value
-
-
-def _idempotence(acks: int | str | None, enable_idempotence: bool | None, max_in_flight: int) -> tuple[int, bool]:
-    """acks and idempotence by Kafka 3.0+'s rules: both default to on ("all"); idempotence left
-    unset turns off by itself when acks is 0 or 1 or max_in_flight is above 5, and set to
-    True it refuses them."""
-    value = _parse_acks(acks)
-    if enable_idempotence is None:
-        return (-1, max_in_flight <= MAX_IDEMPOTENT_IN_FLIGHT) if value is None else (
-            value, value == -1 and max_in_flight <= MAX_IDEMPOTENT_IN_FLIGHT)
-    if enable_idempotence:
-        if value not in (None, -1):
-            raise ValueError(f"enable_idempotence=True needs acks='all', not acks={acks!r}; "
-                             "drop acks (it defaults to 'all') or set enable_idempotence=False")
-        if max_in_flight > MAX_IDEMPOTENT_IN_FLIGHT:
-            raise ValueError(f"enable_idempotence=True allows max_in_flight <= {MAX_IDEMPOTENT_IN_FLIGHT}, "
-                             f"not {max_in_flight}: the broker recognises retries only among a producer's "
-                             f"last {MAX_IDEMPOTENT_IN_FLIGHT} batches")
-        return -1, True
-    return (-1 if value is None else value), False
 
 
 class Producer:
@@ -257,60 +182,57 @@ class Producer:
             or 1 or max_in_flight > 5; True with those is a ValueError.
         metadata_max_age_ms: refresh partition leaders at least this often while sending.
         """
-        for name, value, lo in (("batch_size", batch_size, 0), ("buffer_memory", buffer_memory, 1),
-                                ("max_block_ms", max_block_ms, 0), ("max_request_size", max_request_size, 1),
-                                ("retries", retries, 0), ("retry_backoff_ms", retry_backoff_ms, 0),
-                                ("delivery_timeout_ms", delivery_timeout_ms, 1),
-                                ("request_timeout_ms", request_timeout_ms, 1), ("max_in_flight", max_in_flight, 1),
-                                ("metadata_max_age_ms", metadata_max_age_ms, 0)):
-            if not isinstance(value, int) or value < lo:
-                raise ValueError(f"{name}={value!r}: must be a whole number >= {lo}")
-        if linger_ms < 0:
-            raise ValueError(f"linger_ms={linger_ms!r}: must be >= 0")
+        config = ProducerConfig(
+            bootstrap_servers=bootstrap_servers, client_id=client_id, acks=acks, compression=compression,
+            batch_size=batch_size, linger_ms=linger_ms, buffer_memory=buffer_memory, max_block_ms=max_block_ms,
+            max_request_size=max_request_size, retries=retries, retry_backoff_ms=retry_backoff_ms,
+            delivery_timeout_ms=delivery_timeout_ms, request_timeout_ms=request_timeout_ms,
+            max_in_flight=max_in_flight, partitioner=partitioner, enable_idempotence=enable_idempotence,
+            metadata_max_age_ms=metadata_max_age_ms)
+        self.config = config
+        # the resolved settings, as attributes (send() reads some on every record)
         self.client_id = client_id
-        self.acks, enable_idempotence = _idempotence(acks, enable_idempotence, max_in_flight)
-        self.compression = Compression.parse(compression)
-        # a batch must fit a request: header and request framing take the rest
-        self.batch_size = max(1, min(batch_size, max_request_size - 256))
-        self.linger_s = linger_ms / 1000
+        self.acks: int = config.acks  # type: ignore[assignment]
+        self.enable_idempotence: bool = config.enable_idempotence  # type: ignore[assignment]
+        self.compression: Compression = config.compression  # type: ignore[assignment]
+        self.batch_size = config.batch_bytes
+        self.linger_s = config.linger_s
         self.buffer_memory = buffer_memory
-        self.max_block_s = max_block_ms / 1000
+        self.max_block_s = config.max_block_s
         self.max_request_size = max_request_size
         self.retries = retries
-        self.retry_backoff_s = retry_backoff_ms / 1000
-        self.delivery_timeout_s = delivery_timeout_ms / 1000
+        self.retry_backoff_s = config.retry_backoff_s
+        self.delivery_timeout_s = config.delivery_timeout_s
         self.request_timeout_ms = request_timeout_ms
         self.max_in_flight = max_in_flight
-        self.enable_idempotence = enable_idempotence
-        # batches in flight per partition: with idempotence within the broker's window of 5
-        self._partition_in_flight = min(max_in_flight, MAX_IDEMPOTENT_IN_FLIGHT) if enable_idempotence else max_in_flight
-        self.metadata_max_age_s = metadata_max_age_ms / 1000
+        self.metadata_max_age_s = config.metadata_max_age_s
         self._partitioner = make_partitioner(partitioner)
         self._sticky = isinstance(self._partitioner, StickyPartitioner)
         self._cluster = Cluster(bootstrap_servers, client_id=client_id, request_timeout_ms=request_timeout_ms,
                                 metadata_max_age_ms=metadata_max_age_ms)
+        self._idempotence = IdempotenceManager(enabled=self.enable_idempotence)
         self._state = _NEW
         self._accepting = False  # running, and the sender is healthy: send() may queue
-        self._max_record_size = min(max_request_size, buffer_memory)
+        self._max_record_size = config.max_record_size
         self._loop: asyncio.AbstractEventLoop | None = None
         self._acc: RecordAccumulator | None = None
-        self._sender_task: asyncio.Task[None] | None = None
-        self._wakeup = asyncio.Event()
+        self._sender: Sender | None = None
+        self._supervisor: asyncio.Task[None] | None = None
         self._sender_error: BaseException | None = None
+        self._wakeup = asyncio.Event()
         # topic -> (all partitions, partitions with a leader), what send() partitions by
         self._partitions: dict[str, tuple[list[int], list[int]]] = {}
         self._topic_lock = asyncio.Lock()
-        self._metadata_wanted: set[str] = set()
-        self._metadata_task: asyncio.Task[None] | None = None
-        self._metadata_retry_at = 0.0
-        self._last_metadata = 0.0
-        self._in_flight_by_node: dict[int, int] = {}
-        # KIP-360: a sealed batch failed for good, so its sequence numbers are a gap every later
-        # batch would be refused for; once nothing is in flight the producer takes a new epoch
-        self._epoch_bump_needed = False
-        self._epoch_bump_task: asyncio.Task[None] | None = None
-        self.producer_id = -1
-        self.producer_epoch = -1
+
+    @property
+    def producer_id(self) -> int:
+        """The producer id from InitProducerId (-1 without idempotence)."""
+        return self._idempotence.producer_id
+
+    @property
+    def producer_epoch(self) -> int:
+        """The producer id's current epoch (-1 without idempotence)."""
+        return self._idempotence.producer_epoch
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -330,11 +252,14 @@ class Producer:
         self._loop = asyncio.get_running_loop()
         self._acc = RecordAccumulator(batch_size=self.batch_size, buffer_memory=self.buffer_memory,
                                       loop=self._loop, on_batch_closed=self._batch_closed, wake=self._wakeup.set)
+        self._sender = Sender(self.config, self._cluster, self._acc, self._idempotence, self._wakeup,
+                              topics=self._partitions, on_metadata=self._update_partitions,
+                              on_failure=self._sender_failed)
         try:
             await self._cluster.refresh([])
-            self._last_metadata = time.monotonic()
+            self._sender.last_metadata = time.monotonic()
             if self.enable_idempotence:
-                await self._init_producer_id()
+                await self._sender.init_producer_id()
         except BaseException:
             await self._cluster.close()
             self._state = _CLOSED
@@ -342,18 +267,31 @@ class Producer:
         self._pool = self._acc.pool
         self._state = _RUNNING
         self._accepting = True
-        self._sender_task = self._loop.create_task(self._run_sender(), name=f"pulllog-producer-sender[{self.client_id}]")
+        self._supervisor = self._loop.create_task(self._supervise(), name=f"pulllog-producer[{self.client_id}]")
 
-    async def _init_producer_id(self) -> None:
-        conn = await self._cluster.any_connection()
-        version = conn.version("init_producer_id", 0, 4)
-        data = {"transactional_id": None, "transaction_timeout": 60_000, "producer_id": -1, "producer_epoch": -1}
-        async with asyncio.timeout(self.request_timeout_ms / 1000):
-            resp = await conn.request("init_producer_id", version, data)
-        if resp.error_code != ErrorCode.none:
-            raise KafkaError(resp.error_code, f"{resp.error_code.name.upper()}: InitProducerId failed, "
-                             "so enable_idempotence=True cannot work with this broker")
-        self.producer_id, self.producer_epoch = int(resp.producer_id), int(resp.producer_epoch)
+    async def _supervise(self) -> None:
+        """The producer's one task: run the sender (its task group owns every request) until
+        close() cancels this, then fail what is left and close the connections."""
+        try:
+            await self._sender.run()  # type: ignore[union-attr]
+        finally:
+            await self._shut_down()
+
+    async def _shut_down(self) -> None:
+        """After the sender stopped: records still pending fail, connections close (once)."""
+        sender, self._sender = self._sender, None
+        if sender is None:
+            return
+        sender.closed = True
+        sender.abort(ProducerClosedError("the producer was closed before the record was sent"))
+        try:
+            await self._cluster.close()
+        except Exception as exc:
+            log.debug("closing the producer's connections failed: %r", exc)
+
+    def _sender_failed(self, error: BaseException) -> None:
+        self._sender_error = error
+        self._accepting = False
 
     async def flush(self, timeout: float | None = None) -> None:
         """Send every record queued so far, now (ignoring linger_ms), and wait for the outcomes.
@@ -383,30 +321,29 @@ class Producer:
         self._state = _CLOSING
         self._accepting = False
         try:
-            if was_running and self._sender_error is None:
-                await self.flush(timeout)
+            if self._sender is not None:
+                self._sender.closing = True  # open batches go now, linger or not
+                if was_running and self._sender_error is None:
+                    await self.flush(timeout)
         finally:
             # Cancelling close() (or an anyio scope around it) cuts the flush short, but the
-            # sender and the connections are still stopped and joined before it returns.
-            task, self._sender_task = self._sender_task, None
+            # supervisor (the sender, its requests, the connections) is still stopped and
+            # joined before it returns. It is told to stop rather than cancelled, so it
+            # shuts down even if it has not run yet.
+            task, self._supervisor = self._supervisor, None
             cancelled = False
             if task is not None:
-                task.cancel()
+                if self._sender is not None:
+                    self._sender.stop()
                 cancelled = await _join_despite_cancellation(task)
             self._state = _CLOSED
-            if self._acc is not None:
-                self._abort_incomplete(ProducerClosedError("the producer was closed before the record was sent"))
-            closing = asyncio.get_running_loop().create_task(self._cluster.close(), name="pulllog-producer-close")
-            cancelled = await _join_despite_cancellation(closing) or cancelled
-            if not closing.cancelled() and closing.exception() is not None:
-                log.debug("closing the producer's connections failed: %r", closing.exception())
             if cancelled:
                 raise asyncio.CancelledError()
 
     @property
     def sender_task(self) -> asyncio.Task[None] | None:
-        """The task that sends batches (None before start and after close)."""
-        return self._sender_task
+        """The producer's supervisor task, which runs the sender (None before start and after close)."""
+        return self._supervisor
 
     def _check_running(self) -> None:
         if self._state == _RUNNING:
@@ -645,324 +582,6 @@ class Producer:
         if parts is not None:
             self._partitioner.batch_closed(topic, partition, parts[0], parts[1])
 
-    # ------------------------------------------------------------------ the sender
-
-    async def _run_sender(self) -> None:
-        try:
-            async with asyncio.TaskGroup() as tg:
-                while True:
-                    self._wakeup.clear()
-                    delay = self._sender_pass(tg)
-                    if delay is not None and delay <= 0:
-                        await asyncio.sleep(0)
-                        continue
-                    try:
-                        async with asyncio.timeout(delay):
-                            await self._wakeup.wait()
-                    except TimeoutError:
-                        pass
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:  # a bug: fail what is pending rather than hang it forever
-            log.exception("the producer's sender task failed")
-            self._sender_error = exc
-            self._accepting = False
-            self._abort_incomplete(ProducerClosedError(f"the producer's sender failed: {exc!r}"))
-
-    def _sender_pass(self, tg: asyncio.TaskGroup) -> float | None:
-        """Expire, drain and send what is ready; return seconds until the next timed event."""
-        acc = self._acc
-        assert acc is not None
-        now = time.monotonic()
-        wake_in: float | None = None
-        if self._partitions and now - self._last_metadata >= self.metadata_max_age_s:
-            self._metadata_wanted.update(self._partitions)
-        flushing = acc.flushing > 0 or self._state == _CLOSING
-        linger = self.linger_s
-        timeout = self.delivery_timeout_s
-        topics = self._cluster.topics
-        partition_limit = self._partition_in_flight
-        idempotent = self.enable_idempotence
-        if self._epoch_bump_needed:
-            # send nothing under the old epoch; bump it once every answer is in (their wake-up)
-            if self._epoch_bump_task is None and not any(self._in_flight_by_node.values()):
-                self._epoch_bump_task = tg.create_task(self._bump_epoch(), name="pulllog-producer-epoch-bump")
-            return None
-        requests: dict[int, list[ProducerBatch]] = {}
-        request_bytes: dict[int, int] = {}
-        for q in list(acc.queues.values()):
-            flying = len(q.in_flight)
-            if flying >= partition_limit:
-                continue  # its answers wake us
-            if q.ready:
-                batch = q.ready[0]
-                while batch.created + timeout <= now:
-                    q.ready.popleft()
-                    self._expire(batch, now)
-                    if not q.ready:
-                        break
-                    batch = q.ready[0]
-                if not q.ready:
-                    continue
-                if batch.retry_at > now:
-                    wake_in = _sooner(wake_in, batch.retry_at - now)
-                    continue
-                if idempotent and batch.attempts and flying and q.in_flight[0].order < batch.order:
-                    # a retry goes only once everything before it is answered (Kafka does the
-                    # same): an earlier batch that fails too must be resent first
-                    continue
-            elif q.open is not None and q.open.count:
-                batch = q.open
-                if batch.created + timeout <= now:
-                    q.open = None
-                    self._expire(batch, now)
-                    continue
-                age = now - batch.created
-                if age < linger and not flushing:
-                    wake_in = _sooner(wake_in, linger - age)
-                    continue
-                if flying and not linger and not flushing:
-                    # linger_ms=0: an open batch goes at once only if the partition has nothing
-                    # in flight; otherwise it fills until an answer (or it is full), so batches
-                    # still form under load. Full batches do not wait: they pipeline.
-                    continue
-            else:
-                continue
-            wake_in = _sooner(wake_in, batch.created + timeout - now)
-            info = topics.get(q.topic)
-            pinfo = info.partitions.get(q.partition) if info is not None else None
-            if pinfo is None or pinfo.leader < 0:
-                self._metadata_wanted.add(q.topic)
-                continue
-            node = pinfo.leader
-            if self._in_flight_by_node.get(node, 0) >= self.max_in_flight:
-                continue  # a response from that broker wakes us
-            size = batch.size
-            if node in request_bytes and request_bytes[node] + size > self.max_request_size:
-                wake_in = 0.0  # the next request can take it right away
-                continue
-            if q.open is batch:
-                acc.close(q)
-            acc.sent(q, batch)
-            if batch.wire is None:
-                self._seal(batch, q)
-            requests.setdefault(node, []).append(batch)
-            request_bytes[node] = request_bytes.get(node, 0) + len(batch.wire)  # type: ignore[arg-type]
-            if flying + 1 < partition_limit and q.ready:
-                wake_in = 0.0  # one batch per partition per request: the next goes in the next one
-        for node, batches in requests.items():
-            self._in_flight_by_node[node] = self._in_flight_by_node.get(node, 0) + 1
-            tg.create_task(self._produce(node, batches), name=f"pulllog-producer-request[{node}]")
-        if self._metadata_wanted and self._metadata_task is None:
-            if now >= self._metadata_retry_at:
-                self._metadata_task = tg.create_task(self._refresh_metadata(), name="pulllog-producer-metadata")
-            else:
-                wake_in = _sooner(wake_in, self._metadata_retry_at - now)
-        return wake_in
-
-    def _seal(self, batch: ProducerBatch, q: Any) -> None:
-        if self.enable_idempotence:
-            sequence = q.next_sequence
-            q.next_sequence = (sequence + batch.count) % 2**31
-            batch.seal(self.compression, self.producer_id, self.producer_epoch, sequence)
-        else:
-            batch.seal(self.compression, -1, -1, -1)
-
-    async def _bump_epoch(self) -> None:
-        """KIP-360, as Kafka's producer: the same producer id with the next epoch (InitProducerId
-        v3+ with the current id and epoch), under which every partition starts again at
-        sequence 0; batches sealed under the old epoch that wait for a retry are restamped, in
-        order. Records stay in send order; only the failed batch is missing."""
-        acc = self._acc
-        assert acc is not None
-        try:
-            conn = await self._cluster.any_connection()
-            version = conn.version("init_producer_id", 3, 4)
-            data = {"transactional_id": None, "transaction_timeout": 60_000,
-                    "producer_id": self.producer_id, "producer_epoch": self.producer_epoch}
-            async with asyncio.timeout(self.request_timeout_ms / 1000):
-                resp = await conn.request("init_producer_id", version, data)
-            if resp.error_code != ErrorCode.none:
-                raise KafkaError(resp.error_code, f"{resp.error_code.name.upper()}: InitProducerId failed")
-            old = (self.producer_id, self.producer_epoch)
-            self.producer_id, self.producer_epoch = int(resp.producer_id), int(resp.producer_epoch)
-            for q in acc.queues.values():
-                q.next_sequence = 0
-                for batch in q.ready:  # retries first, in send order; unsealed ones get theirs when sent
-                    if batch.wire is not None:
-                        batch.restamp(self.producer_id, self.producer_epoch, q.next_sequence)
-                        q.next_sequence = (q.next_sequence + batch.count) % 2**31
-            self._epoch_bump_needed = False
-            log.info("producer %d epoch %d -> producer %d epoch %d after a batch failed for good",
-                     *old, self.producer_id, self.producer_epoch)
-        except UnsupportedByBrokerError as exc:
-            # an old broker: go on under this epoch (later batches of the failed batch's
-            # partition are refused with OUT_OF_ORDER_SEQUENCE_NUMBER, and say so)
-            log.warning("cannot take a new producer epoch (%s); records after a failed batch may fail too", exc)
-            self._epoch_bump_needed = False
-        except (BrokerUnreachableError, ConnectionError, OSError, TimeoutError, KafkaError) as exc:
-            log.info("taking a new producer epoch failed (%s); retrying", exc)
-            await asyncio.sleep(max(self.retry_backoff_s, 0.01))
-        finally:
-            self._epoch_bump_task = None
-            self._wakeup.set()
-
-    async def _refresh_metadata(self) -> None:
-        topics = sorted(self._metadata_wanted | set(self._partitions))
-        self._metadata_wanted.clear()
-        try:
-            await self._cluster.refresh(topics, allow_auto_create=True)
-            self._update_partitions(topics)
-            self._last_metadata = time.monotonic()
-        except (BrokerUnreachableError, ConnectionError, OSError, TimeoutError, KafkaError) as exc:
-            log.debug("metadata refresh for %s failed: %s", topics, exc)
-            self._metadata_wanted.update(topics)
-            self._metadata_retry_at = time.monotonic() + max(self.retry_backoff_s, 0.01)
-        finally:
-            self._metadata_task = None
-            self._wakeup.set()
-
-    async def _produce(self, node: int, batches: list[ProducerBatch]) -> None:
-        """One Produce request to one broker, and what its answer means for each batch."""
-        conn = None
-        try:
-            try:
-                async with asyncio.timeout(self.request_timeout_ms / 1000):
-                    conn = await self._cluster.connection(node)
-                    version = conn.version("produce", 3, 9)
-                    by_topic: dict[str, list[dict[str, Any]]] = {}
-                    for batch in batches:
-                        by_topic.setdefault(batch.topic, []).append({"index": batch.partition, "records": batch.wire})
-                    data = {"transactional_id": None, "acks": self.acks, "timeout": self.request_timeout_ms,
-                            "topic_data": [{"name": t, "partition_data": p} for t, p in by_topic.items()]}
-                    if self.acks == 0:
-                        await conn.request("produce", version, data, expect_response=False)
-                        response = None
-                    else:
-                        response = await conn.request("produce", version, data)
-            except asyncio.CancelledError:
-                for batch in batches:
-                    self._fail(batch, ProducerClosedError("the producer was closed while the record was in flight"))
-                raise
-            except TimeoutError:
-                where = conn.address if conn is not None else f"broker {node}"
-                error: BaseException = TimeoutError(
-                    f"no answer from {where} within request_timeout_ms={self.request_timeout_ms}")
-                if conn is not None:
-                    await conn.close()  # its later answers would be stale; reconnect
-                self._retry_or_fail(batches, error, retriable=True, stale=True)
-                return
-            except (ConnectionError, OSError) as exc:  # includes BrokerUnreachable, ConnectionClosed
-                self._retry_or_fail(batches, exc, retriable=True, stale=True)
-                return
-            except UnsupportedByBrokerError as exc:
-                self._retry_or_fail(batches, exc, retriable=False)
-                return
-            except Exception as exc:
-                log.exception("Produce request to broker %d failed", node)
-                self._retry_or_fail(batches, exc, retriable=False)
-                return
-            if response is None:
-                for batch in batches:
-                    self._complete(batch, -1, -1)
-                return
-            results = {(t.name, int(p.index)): p for t in response.responses for p in t.partition_responses}
-            for batch in batches:
-                result = results.get((batch.topic, batch.partition))
-                if result is None:
-                    self._retry_or_fail([batch], KafkaError(
-                        ErrorCode.unknown_server_error,
-                        f"UNKNOWN_SERVER_ERROR: the broker's Produce response left out {batch.topic}-{batch.partition}"),
-                        retriable=False)
-                elif result.error_code == ErrorCode.none:
-                    self._complete(batch, int(result.base_offset), _ms(result.log_append_time))
-                elif result.error_code == ErrorCode.duplicate_sequence_number:
-                    self._complete(batch, -1, -1)  # already appended by an earlier attempt
-                elif result.error_code == ErrorCode.out_of_order_sequence_number:
-                    self._out_of_order(batch, result)
-                else:
-                    error = _produce_error(batch, result)
-                    self._retry_or_fail([batch], error, retriable=error.retriable,
-                                        stale=result.error_code in _STALE_METADATA)
-        finally:
-            self._in_flight_by_node[node] -= 1
-            self._wakeup.set()
-
-    def _out_of_order(self, batch: ProducerBatch, result: Any) -> None:
-        """OUT_OF_ORDER_SEQUENCE_NUMBER: expected while an earlier batch of the partition is
-        unacknowledged (it failed, or is in flight and may fail: the broker refused this one
-        because that one is missing), so resend this one after it. Otherwise the broker lost
-        the sequence (an earlier batch failed for good, or the log was truncated): fail."""
-        assert self._acc is not None
-        q = self._acc.queue(batch.topic, batch.partition)
-        error = _produce_error(batch, result)
-        if q.unacknowledged_before(batch) or self._epoch_bump_needed:
-            self._retry_or_fail([batch], error, retriable=True)
-            return
-        self._retry_or_fail([batch], KafkaError(error.code, (
-            f"{error}; no earlier batch of this partition is pending, so the broker's sequence no longer "
-            "matches this producer's (an earlier batch failed for good, or the log was truncated): later "
-            "records of this partition may fail too; close the producer and create a new one")), retriable=False)
-
-    def _retry_or_fail(self, batches: list[ProducerBatch], error: BaseException, *, retriable: bool,
-                       stale: bool = False) -> None:
-        acc = self._acc
-        assert acc is not None
-        now = time.monotonic()
-        for batch in batches:
-            if batch.done.done():
-                continue  # failed meanwhile (closed)
-            batch.last_error = error
-            if stale:
-                self._cluster.invalidate(batch.topic)
-                self._metadata_wanted.add(batch.topic)
-            if (retriable and batch.attempts < self.retries and self._state != _CLOSED
-                    and now + self.retry_backoff_s < batch.created + self.delivery_timeout_s):
-                log.debug("retrying %r after %s", batch, error)
-                acc.retry_later(batch, now + self.retry_backoff_s)
-            elif retriable and now + self.retry_backoff_s >= batch.created + self.delivery_timeout_s:
-                self._expire(batch, now)
-            else:
-                self._fail(batch, error)
-
-    def _expire(self, batch: ProducerBatch, now: float) -> None:
-        last = f"; last error: {batch.last_error}" if batch.last_error is not None else ""
-        self._fail(batch, DeliveryTimeoutError(
-            f"{batch.count} record(s) for {batch.topic}-{batch.partition} not acknowledged within "
-            f"delivery_timeout_ms={round(self.delivery_timeout_s * 1000)}{last}"))
-
-    def _complete(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:
-        assert self._acc is not None
-        if batch.done.done():
-            return  # failed meanwhile (closed): its outcome is told already
-        self._acc.finish(batch)
-        batch.result.set_acknowledged(base_offset, log_append_time)  # every record's future at once
-        topic, partition = batch.topic, batch.partition
-        for first, count, ts, future in batch.set_futures:
-            if not future.done():
-                future.set_result(BatchMetadata(topic, partition, base_offset + first if base_offset >= 0 else -1,
-                                                count, ts if log_append_time < 0 else log_append_time))
-
-    def _fail(self, batch: ProducerBatch, error: BaseException) -> None:
-        assert self._acc is not None
-        if batch.done.done():
-            return
-        if self.enable_idempotence and batch.wire is not None and self._state != _CLOSED:
-            self._epoch_bump_needed = True  # its sequence numbers will never be written
-        self._acc.finish(batch)
-        batch.result.set_failed(error)
-        for _first, _count, _ts, future in batch.set_futures:
-            if not future.done():
-                future.set_exception(error)
-
-    def _abort_incomplete(self, error: BaseException) -> None:
-        assert self._acc is not None
-        for q in self._acc.queues.values():
-            q.open = None
-            q.ready.clear()
-        for batch in list(self._acc.incomplete):
-            self._fail(batch, error)
-
 
 async def _join_despite_cancellation(task: asyncio.Task[Any]) -> bool:
     """Wait until ``task`` is done even if we are cancelled meanwhile; say whether we were."""
@@ -973,32 +592,6 @@ async def _join_despite_cancellation(task: asyncio.Task[Any]) -> bool:
         except asyncio.CancelledError:
             cancelled = True
     return cancelled
-
-
-def _sooner(current: float | None, candidate: float) -> float:
-    return candidate if current is None or candidate < current else current
-
-
-def _ms(value: datetime.datetime | None) -> int:
-    if value is None:
-        return -1
-    return (value - _EPOCH) // _MS
-
-
-def _produce_error(batch: ProducerBatch, result: Any) -> KafkaError:
-    code = ErrorCode(int(result.error_code))
-    text = f"{code.name.upper()} producing {batch.count} record(s) to {batch.topic}-{batch.partition}"
-    if result.error_message:
-        text += f": {result.error_message}"
-    # INVALID_RECORD names the bad records; add any the summary message does not mention
-    record_errors = [f"record {int(e.batch_index)}: {e.batch_index_error_message}"
-                     for e in (result.record_errors or ())
-                     if e.batch_index_error_message and e.batch_index_error_message not in text]
-    if record_errors:
-        text += " (" + "; ".join(record_errors) + ")"
-    if code == ErrorCode.message_too_large:
-        text += " (the topic's max.message.bytes is smaller than the batch: send smaller records or raise it)"
-    return KafkaError(code, text)
 
 
 def _no_such_partition(topic: str, partition: int, partitions: list[int]) -> KafkaError:

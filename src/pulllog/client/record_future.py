@@ -20,6 +20,10 @@ Cancellation: ``cancel()`` detaches this one future (it reports cancelled, its c
 run) and nothing else. The record stays in its batch and is still sent, as with Kafka's
 ``Future.cancel``: the batch is already encoded and other records share it. Use
 ``Producer.close(timeout=0)`` to give up on unsent records.
+
+A message set from ``send_batch()`` gets one plain asyncio future of its ``BatchMetadata``.
+Besides a broker's ``KafkaError``, these futures fail with ``DeliveryTimeoutError`` or
+``ProducerClosedError``, defined here with the values they stand in for.
 """
 
 from __future__ import annotations
@@ -28,11 +32,39 @@ import asyncio
 import contextvars
 from collections.abc import Callable, Generator
 from types import TracebackType
+from dataclasses import dataclass
 from typing import Any
 
 from .types import RecordMetadata
 
-__all__ = ["ProduceResult", "RecordFuture"]
+__all__ = ["BatchMetadata", "DeliveryTimeoutError", "ProduceResult", "ProducerClosedError", "RecordFuture"]
+
+
+class DeliveryTimeoutError(TimeoutError):
+    """A batch was not acknowledged within ``delivery_timeout_ms`` of being created."""
+
+
+class ProducerClosedError(RuntimeError):
+    """The producer is closed (or closing), or closed before a record could be sent."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMetadata:
+    """Where a message set from ``send_batch()`` landed: ``count`` records from ``base_offset``."""
+
+    topic: str
+    partition: int
+    base_offset: int  # -1 with acks=0
+    count: int
+    timestamp: int  # ms; the broker's time for LogAppendTime topics, else the set's
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.count - 1 if self.base_offset >= 0 else -1
+
+    @property
+    def offsets(self) -> range:
+        return range(self.base_offset, self.base_offset + self.count) if self.base_offset >= 0 else range(0)
 
 
 class ProduceResult:

@@ -1,0 +1,488 @@
+"""The producer's sender: drains ready batches into Produce requests and handles the answers.
+
+``Sender.run()`` is the loop of Kafka's Sender thread, as one asyncio coroutine that the
+producer's supervisor task runs (``pulllog.client.producer``). Each pass:
+
+1. expires batches older than ``delivery_timeout_ms``;
+2. picks, per partition, the next batch to send (the accumulator's oldest ready batch, or
+   its open batch once ``linger_ms`` passed, at a flush, or at once with ``linger_ms=0``
+   when nothing of the partition is in flight), within ``max_in_flight`` batches per
+   partition and requests per broker, and what the idempotence manager allows;
+3. groups them per leader into one Produce request each (one batch per partition, up to
+   ``max_request_size``), seals each batch on its first send and starts the requests;
+4. starts a metadata refresh or an epoch bump (InitProducerId) when one is due;
+5. sleeps until woken (a new or closed batch, an answer, a flush) or the next timed event.
+
+Requests, metadata refreshes and epoch bumps run as tasks of the sender's own
+``asyncio.TaskGroup``: leaving ``run()`` (the supervisor cancelled) cancels and joins them,
+and a request cancelled in flight fails its batches with ``ProducerClosedError``.
+
+**In flight.** The sender owns the batches in flight: per partition, oldest first (by
+``ProducerBatch.order``). The accumulator (``pulllog.client.accumulator``) owns the open and
+ready batches, and the sender moves batches between the two only through its methods
+(``next_ready``, ``open_batch``, ``drain``, ``reenqueue``, ``deallocate``). A batch's answer
+then completes it, puts it back in order for a retry, or fails it (the producer module's
+docstring has the retry rules, ``pulllog.client.idempotence`` the sequence rules).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from .accumulator import ProducerBatch, RecordAccumulator
+from .cluster import Cluster
+from .connection import BrokerUnreachableError, UnsupportedByBrokerError
+from .errors import KafkaError
+from .idempotence import IdempotenceManager
+from .producer_config import ProducerConfig
+from .record_future import BatchMetadata, DeliveryTimeoutError, ProducerClosedError
+
+__all__ = ["Sender"]
+
+log = logging.getLogger("pulllog.client.producer")
+
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+_MS = datetime.timedelta(milliseconds=1)
+
+# Errors after which the partition's leader (or the topic) should be looked up again.
+_STALE_METADATA = frozenset({
+    ErrorCode.not_leader_or_follower,
+    ErrorCode.unknown_topic_or_partition,
+    ErrorCode.leader_not_available,
+    ErrorCode.fenced_leader_epoch,
+    ErrorCode.unknown_leader_epoch,
+})
+
+_FAILURES = (BrokerUnreachableError, ConnectionError, OSError, TimeoutError, KafkaError)
+
+
+class _Stopped(Exception):
+    """Leaves the sender's task group, which then cancels and joins its requests."""
+
+
+class Sender:
+    """Sends one producer's batches; see the module docstring."""
+
+    def __init__(self, config: ProducerConfig, cluster: Cluster, accumulator: RecordAccumulator,
+                 idempotence: IdempotenceManager, wakeup: asyncio.Event, *,
+                 topics: Mapping[str, Any], on_metadata: Callable[[list[str]], None],
+                 on_failure: Callable[[BaseException], None]) -> None:
+        self.config = config
+        self._cluster = cluster
+        self._acc = accumulator
+        self._idempotence = idempotence
+        self._wakeup = wakeup
+        self._topics = topics  # the topics send() partitions for (the producer's; read here)
+        self._on_metadata = on_metadata  # fresh metadata arrived for these topics
+        self._on_failure = on_failure  # the sender failed (a bug): the producer stops accepting
+        self.closing = False  # close() is flushing: open batches are sendable at once
+        self.closed = False  # nothing more is sent or retried
+        self._stopping = False
+        self.error: BaseException | None = None
+        # (topic, partition) -> its batches in flight, oldest first (by order)
+        self._in_flight: dict[tuple[str, int], list[ProducerBatch]] = {}
+        self._in_flight_by_node: dict[int, int] = {}  # Produce requests awaiting an answer
+        self._metadata_wanted: set[str] = set()
+        self._metadata_task: asyncio.Task[None] | None = None
+        self._metadata_retry_at = 0.0
+        self.last_metadata = time.monotonic()
+        self._epoch_bump_task: asyncio.Task[None] | None = None
+        # what every pass reads, in seconds, computed once
+        self._linger_s = config.linger_s
+        self._delivery_timeout_s = config.delivery_timeout_s
+        self._metadata_max_age_s = config.metadata_max_age_s
+        self._partition_limit = config.partition_in_flight
+
+    def wake(self) -> None:
+        self._wakeup.set()
+
+    # ------------------------------------------------------------------ the loop
+
+    def stop(self) -> None:
+        """Leave ``run()`` soon: requests in flight are cancelled (their batches fail)."""
+        self._stopping = True
+        self._wakeup.set()
+
+    async def run(self) -> None:
+        """Send until ``stop()``; a bug fails every pending record rather than hang it."""
+        try:
+            try:
+                async with asyncio.TaskGroup() as tg:
+                    while not self._stopping:
+                        self._wakeup.clear()
+                        delay = self._pass(tg)
+                        if delay is not None and delay <= 0:
+                            await asyncio.sleep(0)
+                            continue
+                        try:
+                            async with asyncio.timeout(delay):
+                                await self._wakeup.wait()
+                        except TimeoutError:
+                            pass
+                    raise _Stopped  # the task group cancels and joins every request
+            except* _Stopped:
+                pass
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # a bug: fail what is pending rather than hang it forever
+            log.exception("the producer's sender task failed")
+            self.error = exc
+            self._on_failure(exc)
+            self.abort(ProducerClosedError(f"the producer's sender failed: {exc!r}"))
+
+    def _pass(self, tg: asyncio.TaskGroup) -> float | None:
+        """Expire, drain and send what is ready; return seconds until the next timed event."""
+        acc = self._acc
+        config = self.config
+        now = time.monotonic()
+        wake_in: float | None = None
+        if self._topics and now - self.last_metadata >= self._metadata_max_age_s:
+            self._metadata_wanted.update(self._topics)
+        flushing = acc.flushing > 0 or self.closing
+        linger = self._linger_s
+        timeout = self._delivery_timeout_s
+        topics = self._cluster.topics
+        partition_limit = self._partition_limit
+        idempotence = self._idempotence
+        if not idempotence.may_send():
+            # send nothing under the old epoch; bump it once every answer is in (their wake-up)
+            if self._epoch_bump_task is None and not any(self._in_flight_by_node.values()):
+                self._epoch_bump_task = tg.create_task(self._bump_epoch(), name="pulllog-producer-epoch-bump")
+            return None
+        in_flight = self._in_flight
+        expire = self._expire_now
+        requests: dict[int, list[ProducerBatch]] = {}
+        request_bytes: dict[int, int] = {}
+        for q in acc.partitions():
+            flying_batches = in_flight.get(q.key)
+            flying = len(flying_batches) if flying_batches else 0
+            if flying >= partition_limit:
+                continue  # its answers wake us
+            batch = acc.next_ready(q, now, timeout, expire)
+            if batch is not None:
+                if batch.retry_at > now:
+                    wake_in = _sooner(wake_in, batch.retry_at - now)
+                    continue
+                if batch.attempts and flying and not idempotence.may_send_retry(
+                        batch.attempts, flying_batches[0].order < batch.order):  # type: ignore[index]
+                    continue
+            else:
+                batch = acc.open_batch(q)
+                if batch is None:
+                    continue
+                if batch.created + timeout <= now:
+                    acc.expire_open(q)
+                    self._expire(batch, now)
+                    continue
+                age = now - batch.created
+                if age < linger and not flushing:
+                    wake_in = _sooner(wake_in, linger - age)
+                    continue
+                if flying and not linger and not flushing:
+                    # linger_ms=0: an open batch goes at once only if the partition has nothing
+                    # in flight; otherwise it fills until an answer (or it is full), so batches
+                    # still form under load. Full batches do not wait: they pipeline.
+                    continue
+            wake_in = _sooner(wake_in, batch.created + timeout - now)
+            info = topics.get(q.topic)
+            pinfo = info.partitions.get(q.partition) if info is not None else None
+            if pinfo is None or pinfo.leader < 0:
+                self._metadata_wanted.add(q.topic)
+                continue
+            node = pinfo.leader
+            if self._in_flight_by_node.get(node, 0) >= config.max_in_flight:
+                continue  # a response from that broker wakes us
+            size = batch.size
+            if node in request_bytes and request_bytes[node] + size > config.max_request_size:
+                wake_in = 0.0  # the next request can take it right away
+                continue
+            acc.drain(q, batch)
+            self._mark_in_flight(q.key, flying_batches, batch)
+            if batch.wire is None:
+                batch.seal(config.compression, *idempotence.stamp(batch))  # type: ignore[arg-type]
+            requests.setdefault(node, []).append(batch)
+            request_bytes[node] = request_bytes.get(node, 0) + len(batch.wire)  # type: ignore[arg-type]
+            if flying + 1 < partition_limit and acc.has_ready(q):
+                wake_in = 0.0  # one batch per partition per request: the next goes in the next one
+        for node, batches in requests.items():
+            self._in_flight_by_node[node] = self._in_flight_by_node.get(node, 0) + 1
+            tg.create_task(self._produce(node, batches), name=f"pulllog-producer-request[{node}]")
+        if self._metadata_wanted and self._metadata_task is None:
+            if now >= self._metadata_retry_at:
+                self._metadata_task = tg.create_task(self._refresh_metadata(), name="pulllog-producer-metadata")
+            else:
+                wake_in = _sooner(wake_in, self._metadata_retry_at - now)
+        return wake_in
+
+    # ------------------------------------------------------------------ batches in flight
+
+    def _mark_in_flight(self, key: tuple[str, int], flying: list[ProducerBatch] | None,
+                        batch: ProducerBatch) -> None:
+        if flying is None:
+            self._in_flight[key] = [batch]
+        elif flying and flying[-1].order > batch.order:  # a retry overtakes nothing: keep the order
+            _insert_by_order(flying, batch)
+        else:
+            flying.append(batch)
+
+    def _landed(self, batch: ProducerBatch) -> None:
+        """``batch`` is no longer in flight (answered, failed or back for a retry)."""
+        flying = self._in_flight.get((batch.topic, batch.partition))
+        if not flying:
+            return
+        if flying[0] is batch:
+            del flying[0]  # answers mostly come oldest first
+        elif batch in flying:
+            flying.remove(batch)
+
+    def in_flight(self, topic: str, partition: int) -> list[ProducerBatch]:
+        """The partition's batches in flight, oldest first (a copy)."""
+        return list(self._in_flight.get((topic, partition), ()))
+
+    def _earlier_in_flight(self, batch: ProducerBatch) -> bool:
+        flying = self._in_flight.get((batch.topic, batch.partition))
+        return bool(flying) and flying[0].order < batch.order  # type: ignore[index]
+
+    # ------------------------------------------------------------------ requests
+
+    async def init_producer_id(self) -> None:
+        """InitProducerId for a new producer id (at start), so batches can carry it."""
+        conn = await self._cluster.any_connection()
+        lowest, highest, data = self._idempotence.init_producer_id_request()
+        version = conn.version("init_producer_id", lowest, highest)
+        async with asyncio.timeout(self.config.request_timeout_s):
+            resp = await conn.request("init_producer_id", version, data)
+        if resp.error_code != ErrorCode.none:
+            raise KafkaError(resp.error_code, f"{resp.error_code.name.upper()}: InitProducerId failed, "
+                             "so enable_idempotence=True cannot work with this broker")
+        self._idempotence.set_producer_id_and_epoch(int(resp.producer_id), int(resp.producer_epoch))
+
+    async def _bump_epoch(self) -> None:
+        """KIP-360: the next epoch of our producer id (see ``pulllog.client.idempotence``)."""
+        idempotence = self._idempotence
+        try:
+            conn = await self._cluster.any_connection()
+            lowest, highest, data = idempotence.init_producer_id_request()
+            version = conn.version("init_producer_id", lowest, highest)
+            async with asyncio.timeout(self.config.request_timeout_s):
+                resp = await conn.request("init_producer_id", version, data)
+            if resp.error_code != ErrorCode.none:
+                raise KafkaError(resp.error_code, f"{resp.error_code.name.upper()}: InitProducerId failed")
+            old = (idempotence.producer_id, idempotence.producer_epoch)
+            # retries first, in send order; unsealed ones get theirs when sent
+            idempotence.set_producer_id_and_epoch(int(resp.producer_id), int(resp.producer_epoch),
+                                                  self._acc.waiting())
+            log.info("producer %d epoch %d -> producer %d epoch %d after a batch failed for good",
+                     *old, idempotence.producer_id, idempotence.producer_epoch)
+        except UnsupportedByBrokerError as exc:
+            # an old broker: go on under this epoch (later batches of the failed batch's
+            # partition are refused with OUT_OF_ORDER_SEQUENCE_NUMBER, and say so)
+            log.warning("cannot take a new producer epoch (%s); records after a failed batch may fail too", exc)
+            idempotence.epoch_bump_unsupported()
+        except _FAILURES as exc:
+            log.info("taking a new producer epoch failed (%s); retrying", exc)
+            await asyncio.sleep(max(self.config.retry_backoff_s, 0.01))
+        finally:
+            self._epoch_bump_task = None
+            self._wakeup.set()
+
+    async def _refresh_metadata(self) -> None:
+        topics = sorted(self._metadata_wanted | set(self._topics))
+        self._metadata_wanted.clear()
+        try:
+            await self._cluster.refresh(topics, allow_auto_create=True)
+            self._on_metadata(topics)
+            self.last_metadata = time.monotonic()
+        except _FAILURES as exc:
+            log.debug("metadata refresh for %s failed: %s", topics, exc)
+            self._metadata_wanted.update(topics)
+            self._metadata_retry_at = time.monotonic() + max(self.config.retry_backoff_s, 0.01)
+        finally:
+            self._metadata_task = None
+            self._wakeup.set()
+
+    async def _produce(self, node: int, batches: list[ProducerBatch]) -> None:
+        """One Produce request to one broker, and what its answer means for each batch."""
+        config = self.config
+        conn = None
+        try:
+            try:
+                async with asyncio.timeout(config.request_timeout_s):
+                    conn = await self._cluster.connection(node)
+                    version = conn.version("produce", 3, 9)
+                    by_topic: dict[str, list[dict[str, Any]]] = {}
+                    for batch in batches:
+                        by_topic.setdefault(batch.topic, []).append({"index": batch.partition, "records": batch.wire})
+                    data = {"transactional_id": None, "acks": config.acks, "timeout": config.request_timeout_ms,
+                            "topic_data": [{"name": t, "partition_data": p} for t, p in by_topic.items()]}
+                    if config.acks == 0:
+                        await conn.request("produce", version, data, expect_response=False)
+                        response = None
+                    else:
+                        response = await conn.request("produce", version, data)
+            except asyncio.CancelledError:
+                for batch in batches:
+                    self._fail(batch, ProducerClosedError("the producer was closed while the record was in flight"))
+                raise
+            except TimeoutError:
+                where = conn.address if conn is not None else f"broker {node}"
+                error: BaseException = TimeoutError(
+                    f"no answer from {where} within request_timeout_ms={config.request_timeout_ms}")
+                if conn is not None:
+                    await conn.close()  # its later answers would be stale; reconnect
+                self._retry_or_fail(batches, error, retriable=True, stale=True)
+                return
+            except (ConnectionError, OSError) as exc:  # includes BrokerUnreachable, ConnectionClosed
+                self._retry_or_fail(batches, exc, retriable=True, stale=True)
+                return
+            except UnsupportedByBrokerError as exc:
+                self._retry_or_fail(batches, exc, retriable=False)
+                return
+            except Exception as exc:
+                log.exception("Produce request to broker %d failed", node)
+                self._retry_or_fail(batches, exc, retriable=False)
+                return
+            if response is None:
+                for batch in batches:
+                    self._complete(batch, -1, -1)
+                return
+            results = {(t.name, int(p.index)): p for t in response.responses for p in t.partition_responses}
+            for batch in batches:
+                result = results.get((batch.topic, batch.partition))
+                if result is None:
+                    self._retry_or_fail([batch], KafkaError(
+                        ErrorCode.unknown_server_error,
+                        f"UNKNOWN_SERVER_ERROR: the broker's Produce response left out {batch.topic}-{batch.partition}"),
+                        retriable=False)
+                elif result.error_code == ErrorCode.none:
+                    self._complete(batch, int(result.base_offset), _ms(result.log_append_time))
+                elif result.error_code == ErrorCode.duplicate_sequence_number:
+                    self._complete(batch, -1, -1)  # already appended by an earlier attempt
+                elif result.error_code == ErrorCode.out_of_order_sequence_number:
+                    self._out_of_order(batch, result)
+                else:
+                    error = produce_error(batch, result)
+                    self._retry_or_fail([batch], error, retriable=error.retriable,
+                                        stale=result.error_code in _STALE_METADATA)
+        finally:
+            self._in_flight_by_node[node] -= 1
+            self._wakeup.set()
+
+    # ------------------------------------------------------------------ outcomes
+
+    def _out_of_order(self, batch: ProducerBatch, result: Any) -> None:
+        """OUT_OF_ORDER_SEQUENCE_NUMBER: expected while an earlier batch of the partition is
+        unacknowledged (it failed, or is in flight and may fail: the broker refused this one
+        because that one is missing), so resend this one after it. Otherwise the broker lost
+        the sequence (an earlier batch failed for good, or the log was truncated): fail."""
+        error = produce_error(batch, result)
+        earlier = self._acc.earlier_ready(batch) or self._earlier_in_flight(batch)
+        if self._idempotence.out_of_order_retriable(earlier):
+            self._retry_or_fail([batch], error, retriable=True)
+            return
+        self._retry_or_fail([batch], KafkaError(error.code, (
+            f"{error}; no earlier batch of this partition is pending, so the broker's sequence no longer "
+            "matches this producer's (an earlier batch failed for good, or the log was truncated): later "
+            "records of this partition may fail too; close the producer and create a new one")), retriable=False)
+
+    def _retry_or_fail(self, batches: list[ProducerBatch], error: BaseException, *, retriable: bool,
+                       stale: bool = False) -> None:
+        config = self.config
+        now = time.monotonic()
+        backoff = config.retry_backoff_s
+        timeout = config.delivery_timeout_s
+        for batch in batches:
+            if batch.done.done():
+                continue  # failed meanwhile (closed)
+            batch.last_error = error
+            if stale:
+                self._cluster.invalidate(batch.topic)
+                self._metadata_wanted.add(batch.topic)
+            if (retriable and batch.attempts < config.retries and not self.closed
+                    and now + backoff < batch.created + timeout):
+                log.debug("retrying %r after %s", batch, error)
+                self._landed(batch)
+                self._acc.reenqueue(batch, now + backoff)
+            elif retriable and now + backoff >= batch.created + timeout:
+                self._expire(batch, now)
+            else:
+                self._fail(batch, error)
+
+    def _expire_now(self, batch: ProducerBatch) -> None:
+        self._expire(batch, time.monotonic())
+
+    def _expire(self, batch: ProducerBatch, now: float) -> None:
+        last = f"; last error: {batch.last_error}" if batch.last_error is not None else ""
+        self._fail(batch, DeliveryTimeoutError(
+            f"{batch.count} record(s) for {batch.topic}-{batch.partition} not acknowledged within "
+            f"delivery_timeout_ms={self.config.delivery_timeout_ms}{last}"))
+
+    def _complete(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:
+        if batch.done.done():
+            return  # failed meanwhile (closed): its outcome is told already
+        self._landed(batch)
+        self._acc.deallocate(batch)
+        batch.result.set_acknowledged(base_offset, log_append_time)  # every record's future at once
+        topic, partition = batch.topic, batch.partition
+        for first, count, ts, future in batch.set_futures:
+            if not future.done():
+                future.set_result(BatchMetadata(topic, partition, base_offset + first if base_offset >= 0 else -1,
+                                                count, ts if log_append_time < 0 else log_append_time))
+
+    def _fail(self, batch: ProducerBatch, error: BaseException) -> None:
+        if batch.done.done():
+            return
+        self._idempotence.batch_failed(batch, closing=self.closed)
+        self._landed(batch)
+        self._acc.deallocate(batch)
+        batch.result.set_failed(error)
+        for _first, _count, _ts, future in batch.set_futures:
+            if not future.done():
+                future.set_exception(error)
+
+    def abort(self, error: BaseException) -> None:
+        """Fail every batch not done yet with ``error`` (the producer is closed, or broke)."""
+        for batch in self._acc.abort():
+            self._fail(batch, error)
+
+
+def _insert_by_order(batches: list[ProducerBatch], batch: ProducerBatch) -> None:
+    for i, other in enumerate(batches):
+        if other.order > batch.order:
+            batches.insert(i, batch)
+            return
+    batches.append(batch)
+
+
+def _sooner(current: float | None, candidate: float) -> float:
+    return candidate if current is None or candidate < current else current
+
+
+def _ms(value: datetime.datetime | None) -> int:
+    if value is None:
+        return -1
+    return (value - _EPOCH) // _MS
+
+
+def produce_error(batch: ProducerBatch, result: Any) -> KafkaError:
+    """The KafkaError for a partition's error in a Produce answer, with the broker's words."""
+    code = ErrorCode(int(result.error_code))
+    text = f"{code.name.upper()} producing {batch.count} record(s) to {batch.topic}-{batch.partition}"
+    if result.error_message:
+        text += f": {result.error_message}"
+    # INVALID_RECORD names the bad records; add any the summary message does not mention
+    record_errors = [f"record {int(e.batch_index)}: {e.batch_index_error_message}"
+                     for e in (result.record_errors or ())
+                     if e.batch_index_error_message and e.batch_index_error_message not in text]
+    if record_errors:
+        text += " (" + "; ".join(record_errors) + ")"
+    if code == ErrorCode.message_too_large:
+        text += " (the topic's max.message.bytes is smaller than the batch: send smaller records or raise it)"
+    return KafkaError(code, text)
