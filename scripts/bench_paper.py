@@ -43,6 +43,7 @@ Writes ``results.md`` (the tables), ``results.json`` (every run) and ``producer.
 
     python scripts/bench_paper.py [--messages 200000] [--batch1-messages 20000] [--runs 3]
                                   [--clients pulllog,librdkafka,aiokafka] [--broker-loop asyncio|uvloop]
+                                  [--cases "batch 1,batch 50,natural,sets of 50,consume"]
                                   [--out bench-out]
 """
 
@@ -373,11 +374,13 @@ def call(fn: Callable[..., object], *args: object) -> None:
 def run_all(args: argparse.Namespace, broker: BrokerProcess, clients: list[str]) -> list[Run]:
     runs: list[Run] = []
     source = "paper-consume"
-    call(pulllog_produce, broker.bootstrap, source, args.messages, "batch 50", Curve(args.messages))
+    consume = "consume" in args.cases
+    if consume:
+        call(pulllog_produce, broker.bootstrap, source, args.messages, "batch 50", Curve(args.messages))
     for run in range(args.runs):
         for client in clients:
             for case in CASES:
-                if client not in ONLY.get(case, CLIENTS):
+                if client not in ONLY.get(case, CLIENTS) or case not in args.cases:
                     continue
                 n = args.batch1_messages if case == "batch 1" else args.messages
                 topic = f"{client}-{case.replace(' ', '')}-{run}"
@@ -396,6 +399,8 @@ def run_all(args: argparse.Namespace, broker: BrokerProcess, clients: list[str])
                 print(f"  run {run + 1}: {client:10} produce {case:8} {n / seconds:>10,.0f} msgs/s  "
                       f"broker {cpu / n * 1e6:6.2f} s per M  client {client_cpu / n * 1e6:6.2f} s per M  "
                       f"{n / batches:6.1f} msgs/request", file=sys.stderr, flush=True)
+            if not consume:
+                continue
             curve = Curve(args.messages)
             cpu = broker.cpu_seconds()
             call(CONSUMERS[client], broker.bootstrap, source, args.messages, curve)
@@ -524,6 +529,8 @@ def main() -> None:
     parser.add_argument("--batch1-messages", type=int, default=20_000, help="messages per batch-1 run")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--clients", default=",".join(CLIENTS))
+    parser.add_argument("--cases", default=",".join((*CASES, "consume")),
+                        help="comma-separated cases to run (default: all): " + ", ".join((*CASES, "consume")))
     parser.add_argument("--broker-loop", choices=("asyncio", "uvloop"), default="asyncio")
     parser.add_argument("--out", type=Path, default=Path("bench-out"))
     args = parser.parse_args()
@@ -531,6 +538,10 @@ def main() -> None:
     unknown = set(clients) - set(CLIENTS)
     if unknown:
         parser.error(f"unknown client(s) {', '.join(sorted(unknown))}; choose from {', '.join(CLIENTS)}")
+    args.cases = {c.strip() for c in args.cases.split(",") if c.strip()}
+    unknown = args.cases - {*CASES, "consume"}
+    if unknown:
+        parser.error(f"unknown case(s) {', '.join(sorted(unknown))}; choose from {', '.join((*CASES, 'consume'))}")
     args.messages -= args.messages % SET_SIZE
     args.out.mkdir(parents=True, exist_ok=True)
     header = (f"# The paper's experiment on one machine\n\n{machine()}; broker: pulllog in its own process "
