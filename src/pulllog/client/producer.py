@@ -22,9 +22,12 @@ a record costs in ``send()`` (scripts/bench_client.py measures both).
 
 How records move (see ``pulllog.client.accumulator`` for the batch states):
 
-* **One sender task** per producer, created by ``start()`` and cancelled and joined by
-  ``close()``. It owns a task group in which the Produce requests in flight and the
-  metadata refreshes run, so nothing the producer starts outlives it.
+* **One supervisor task** per producer, created by ``start()``, stopped and joined by
+  ``close()``. It runs the sender (``pulllog.client.sender``), whose ``asyncio.TaskGroup``
+  owns the Produce requests in flight, the metadata refreshes and the epoch bumps, and
+  then fails what is left and closes the connections, so nothing the producer starts
+  outlives it. The settings are checked in one place, ``ProducerConfig``
+  (``pulllog.client.producer_config``).
 * **Batching.** Each partition has one open batch. It becomes sendable when it is full
   (``batch_size``: 256 KiB by default, not Kafka's 16 KiB, because each request costs a
   Python client a fixed ~100 µs: per-record ``send()`` measured ~1.4x the messages/s with
@@ -69,7 +72,7 @@ How records move (see ``pulllog.client.accumulator`` for the batch states):
   later batch for, so the producer then waits for its in-flight answers, takes the next
   epoch of its producer id (InitProducerId with its id and epoch, KIP-360), restamps the
   batches waiting for a retry and starts every partition again at sequence 0, as Kafka's
-  producer does.
+  producer does (``pulllog.client.idempotence`` keeps these rules).
 * **Back-pressure.** ``buffer_memory`` bounds the bytes of records not yet acknowledged;
   a ``send()`` that does not fit waits, up to ``max_block_ms``, then raises
   ``BufferExhaustedError``. ``max_block_ms`` also bounds the wait for a new topic's
@@ -158,29 +161,14 @@ class Producer:
         enable_idempotence: bool | None = None,
         metadata_max_age_ms: int = 300_000,
     ) -> None:
-        """
-        acks: "all" / -1 (default: every in-sync replica), 1 (the leader) or 0 (no answer).
-        compression: None, "gzip", "snappy", "lz4" or "zstd" (one block per batch).
-        batch_size: target bytes of records per batch; a larger record gets its own batch.
-            Keep it below the topics' max.message.bytes: a batch the broker refuses as
-            MESSAGE_TOO_LARGE fails whole (Kafka's producer would split it; not done yet).
-        linger_ms: how long an open batch waits for more records before it is sendable.
-        buffer_memory: bytes of records not yet acknowledged before send() waits.
-        max_block_ms: how long send() waits for buffer space or a new topic's metadata.
-        max_request_size: the largest record, message set or Produce request sent.
-        retries / retry_backoff_ms: resends of a batch after retriable errors, and the pause.
-        delivery_timeout_ms: the most a record may wait from send() to its outcome.
-        request_timeout_ms: how long a Produce request may wait for its answer.
-        max_in_flight: Produce requests awaiting a response per broker connection, and batches
-            per partition (Kafka's max.in.flight.requests.per.connection). With idempotence
-            (at most 5) the log keeps the send order whatever fails. Without it (acks 0 or 1,
-            or enable_idempotence=False) a batch that is retried may land after batches sent
-            behind it, as in Kafka: set max_in_flight=1 for strict order without idempotence.
-        partitioner: "sticky" (default), "round_robin", or fn(key, all, available) -> int.
-        enable_idempotence: producer id, epoch and sequence numbers in every batch, so a retry
-            is stored once and in order. None (default) as Kafka 3.0+: on, unless acks is 0
-            or 1 or max_in_flight > 5; True with those is a ValueError.
-        metadata_max_age_ms: refresh partition leaders at least this often while sending.
+        """A producer for ``bootstrap_servers`` (host:port, one or several).
+
+        The settings are ``ProducerConfig``'s, described there with their Kafka names
+        (``acks``, ``compression``, ``batch_size``, ``linger_ms``, ``buffer_memory``,
+        ``max_block_ms``, ``max_request_size``, ``retries``, ``retry_backoff_ms``,
+        ``delivery_timeout_ms``, ``request_timeout_ms``, ``max_in_flight``, ``partitioner``,
+        ``enable_idempotence``, ``metadata_max_age_ms``); a bad one is a ValueError here.
+        ``producer.config`` is the resolved ``ProducerConfig``.
         """
         config = ProducerConfig(
             bootstrap_servers=bootstrap_servers, client_id=client_id, acks=acks, compression=compression,

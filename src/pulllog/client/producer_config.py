@@ -47,26 +47,57 @@ _WHOLE_NUMBERS = (
 
 @dataclass(frozen=True, slots=True)
 class ProducerConfig:
-    """A producer's settings (Kafka's names in brackets); see ``Producer.__init__`` for each."""
+    """A producer's settings, each with its Kafka name.
 
-    bootstrap_servers: str | Iterable[str] = DEFAULT_BOOTSTRAP  # [bootstrap.servers]
-    client_id: str = "pulllog-producer"  # [client.id]
-    # [acks]: 0, 1 or -1 ("all"); None until resolved, an int after (see the module docstring)
-    acks: int | str | None = None
-    compression: str | Compression | None = None  # [compression.type]; a Compression after
-    batch_size: int = 262_144  # [batch.size]; 256 KiB, not 16 KiB: see pulllog.client.producer
-    linger_ms: float = 0  # [linger.ms]
-    buffer_memory: int = 32 * 1024 * 1024  # [buffer.memory]
-    max_block_ms: int = 60_000  # [max.block.ms]
-    max_request_size: int = 1_048_576  # [max.request.size]
-    retries: int = 2_147_483_647  # [retries]
-    retry_backoff_ms: int = 100  # [retry.backoff.ms]
-    delivery_timeout_ms: int = 120_000  # [delivery.timeout.ms]
-    request_timeout_ms: int = 30_000  # [request.timeout.ms]
-    max_in_flight: int = 5  # [max.in.flight.requests.per.connection]
-    partitioner: str | PartitionerCallable | Partitioner = "sticky"  # [partitioner.class]
-    enable_idempotence: bool | None = None  # [enable.idempotence]; a bool after resolving
-    metadata_max_age_ms: int = 300_000  # [metadata.max.age.ms]
+    bootstrap_servers (bootstrap.servers): host:port of one or several brokers.
+    client_id (client.id): the name the broker logs for this client.
+    acks (acks): "all" / -1 (default: every in-sync replica), 1 (the leader) or 0 (no
+        answer). Resolved with enable_idempotence (module docstring) to 0, 1 or -1.
+    compression (compression.type): None, "gzip", "snappy", "lz4" or "zstd" (one block per
+        batch). Resolved to a ``Compression``.
+    batch_size (batch.size): target bytes of records per batch; a larger record gets its own
+        batch. Keep it below the topics' max.message.bytes: a batch the broker refuses as
+        MESSAGE_TOO_LARGE fails whole (Kafka's producer would split it; not done yet).
+    linger_ms (linger.ms): how long an open batch waits for more records before it is sendable.
+    buffer_memory (buffer.memory): bytes of records not yet acknowledged before send() waits.
+    max_block_ms (max.block.ms): how long send() waits for buffer space or a new topic's metadata.
+    max_request_size (max.request.size): the largest record, message set or Produce request sent.
+    retries / retry_backoff_ms (retries, retry.backoff.ms): resends of a batch after retriable
+        errors, and the pause before each.
+    delivery_timeout_ms (delivery.timeout.ms): the most a record may wait from send() to its outcome.
+    request_timeout_ms (request.timeout.ms): how long a Produce request may wait for its answer.
+    max_in_flight (max.in.flight.requests.per.connection): Produce requests awaiting a response
+        per broker connection, and batches per partition. With idempotence (at most 5) the log
+        keeps the send order whatever fails. Without it (acks 0 or 1, or
+        enable_idempotence=False) a batch that is retried may land after batches sent behind
+        it, as in Kafka: set max_in_flight=1 for strict order without idempotence.
+    partitioner (partitioner.class): "sticky" (default), "round_robin", or
+        fn(key, all_partitions, available_partitions) -> int.
+    enable_idempotence (enable.idempotence): producer id, epoch and sequence numbers in every
+        batch, so a retry is stored once and in order. None (default) as Kafka 3.0+: on,
+        unless acks is 0 or 1 or max_in_flight > 5; True with those is a ValueError.
+        Resolved to a bool.
+    metadata_max_age_ms (metadata.max.age.ms): refresh partition leaders at least this often
+        while sending.
+    """
+
+    bootstrap_servers: str | Iterable[str] = DEFAULT_BOOTSTRAP
+    client_id: str = "pulllog-producer"
+    acks: int | str | None = None  # an int after resolving
+    compression: str | Compression | None = None  # a Compression after resolving
+    batch_size: int = 262_144  # 256 KiB, not 16 KiB: see pulllog.client.producer
+    linger_ms: float = 0
+    buffer_memory: int = 32 * 1024 * 1024
+    max_block_ms: int = 60_000
+    max_request_size: int = 1_048_576
+    retries: int = 2_147_483_647
+    retry_backoff_ms: int = 100
+    delivery_timeout_ms: int = 120_000
+    request_timeout_ms: int = 30_000
+    max_in_flight: int = 5
+    partitioner: str | PartitionerCallable | Partitioner = "sticky"
+    enable_idempotence: bool | None = None  # a bool after resolving
+    metadata_max_age_ms: int = 300_000
 
     def __post_init__(self) -> None:
         for name, lo in _WHOLE_NUMBERS:
