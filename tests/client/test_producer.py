@@ -44,6 +44,8 @@ from pulllog.records import Compression, RecordBatch, build_batch
 from pulllog.records.batch import iter_batches
 from pulllog.testing import BrokerThread
 
+from group_helpers import wait_until
+
 CODECS = [None, "gzip", "snappy", "lz4", "zstd"]
 WAIT_S = 30  # generous: only a hung client should ever hit it
 BASE_TIMESTAMP_MS = 1_700_000_000_000
@@ -708,6 +710,20 @@ async def test_the_sender_task_is_gone_after_close(pulllog_broker: BrokerThread)
     assert sender is not None and not sender.done()
     await producer.close()
     assert sender.done() and producer.sender_task is None
+    leftovers = [t.get_name() for t in asyncio.all_tasks() if t.get_name().startswith("pulllog-")]
+    assert leftovers == []
+
+
+async def test_close_right_after_start_still_shuts_the_supervisor_down(pulllog_broker: BrokerThread) -> None:
+    # close() before the supervisor task ever ran: it must still close the connections
+    producer = Producer(pulllog_broker.bootstrap_servers)
+    await producer.start()
+    assert pulllog_broker.call(lambda: len(pulllog_broker.broker.connections)) == 1
+    supervisor = producer.sender_task
+    await producer.close()
+    assert supervisor is not None and supervisor.done() and not supervisor.cancelled()
+    wait_until(lambda: not pulllog_broker.call(lambda: len(pulllog_broker.broker.connections)),
+               "the broker saw the producer's connection close")
     leftovers = [t.get_name() for t in asyncio.all_tasks() if t.get_name().startswith("pulllog-")]
     assert leftovers == []
 

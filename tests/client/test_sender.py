@@ -1,0 +1,183 @@
+"""The accumulator's sender API and the Sender (``pulllog.client.accumulator``, ``.sender``).
+
+The accumulator owns open and ready batches; the sender owns the batches in flight and
+moves batches only through the accumulator's methods. The first tests drive those methods
+by hand, as the sender does (no broker needed); the last ones run a real ``Sender`` with
+a real accumulator and idempotence manager against a real broker, without a Producer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+
+from pulllog.client.accumulator import ProducerBatch, RecordAccumulator, encode_headers
+from pulllog.client.cluster import Cluster
+from pulllog.client.idempotence import IdempotenceManager
+from pulllog.client.producer_config import ProducerConfig
+from pulllog.client.record_future import RecordFuture
+from pulllog.client.sender import Sender
+from pulllog.testing import BrokerThread
+
+T0 = 1_700_000_000_000
+NO_HEADERS = encode_headers(None)
+WAIT_S = 30  # generous: only a hung sender should ever hit it
+
+
+@pytest.fixture
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    loop = asyncio.new_event_loop()
+    yield loop
+    loop.close()
+
+
+def accumulator(loop: asyncio.AbstractEventLoop, batch_size: int = 1, buffer_memory: int = 1 << 20,
+                closed: list[tuple[str, int]] | None = None) -> RecordAccumulator:
+    """batch_size=1: every record is a batch of its own, closed at once."""
+    return RecordAccumulator(batch_size=batch_size, buffer_memory=buffer_memory, loop=loop,
+                             on_batch_closed=lambda t, p: (closed if closed is not None else []).append((t, p)),
+                             wake=lambda: None)
+
+
+def add(acc: RecordAccumulator, value: bytes, partition: int = 0, topic: str = "t") -> RecordFuture:
+    size = len(value) + 24
+    assert acc.pool.try_reserve(size)
+    future = acc.append(topic, partition, None, value, NO_HEADERS, T0, size)
+    assert future is not None
+    return future
+
+
+def values(batch: ProducerBatch) -> bytes:
+    assert batch.records is not None
+    return bytes(batch.records)
+
+
+def drain_all(acc: RecordAccumulator, topic: str = "t", partition: int = 0) -> list[ProducerBatch]:
+    q = acc.queue(topic, partition)
+    out = []
+    while (batch := acc.next_ready(q, 0.0, 60.0, lambda b: None)) is not None:
+        acc.drain(q, batch)
+        out.append(batch)
+    return out
+
+
+# ---------------------------------------------------------------------------- the accumulator's API
+
+
+def test_draining_the_open_batch_closes_it_and_gives_it_the_next_order(loop: asyncio.AbstractEventLoop) -> None:
+    closed: list[tuple[str, int]] = []
+    acc = accumulator(loop, batch_size=1 << 16, closed=closed)
+    add(acc, b"a")
+    q = acc.queue("t", 0)
+    assert acc.next_ready(q, 0.0, 60.0, lambda b: None) is None  # still open: not ready
+    batch = acc.open_batch(q)
+    assert batch is not None and batch.count == 1
+    acc.drain(q, batch)
+    assert batch.order == 0 and closed == [("t", 0)]
+    assert acc.open_batch(q) is None and not acc.has_ready(q)
+    add(acc, b"b")
+    nxt = acc.open_batch(q)
+    assert nxt is not None and nxt is not batch
+
+
+def test_next_ready_hands_expired_batches_to_expire_and_returns_the_first_fresh_one(
+        loop: asyncio.AbstractEventLoop) -> None:
+    acc = accumulator(loop)
+    for value in (b"old", b"older", b"fresh"):
+        add(acc, value)
+    q = acc.queue("t", 0)
+    batches = list(acc.waiting())
+    batches[0].created = batches[1].created = -100.0  # created long before delivery_timeout
+    batches[2].created = 0.0
+    expired: list[ProducerBatch] = []
+    assert acc.next_ready(q, 10.0, 60.0, expired.append) is batches[2]
+    assert expired == batches[:2] and list(acc.waiting()) == [batches[2]]
+
+
+def test_reenqueued_batches_go_back_in_their_order_ahead_of_new_ones(loop: asyncio.AbstractEventLoop) -> None:
+    acc = accumulator(loop)
+    for value in (b"0", b"1", b"2"):
+        add(acc, value)
+    sent = drain_all(acc)
+    assert [b.order for b in sent] == [0, 1, 2]
+    add(acc, b"3")  # a new batch, behind the retries
+    for batch in (sent[2], sent[0], sent[1]):  # answers fail in any order
+        acc.reenqueue(batch, retry_at=5.0)
+    assert [values(b)[-2:-1] for b in acc.waiting()] == [b"0", b"1", b"2", b"3"]
+    assert all(b.attempts == 1 and b.retry_at == 5.0 for b in sent)
+    assert not acc.earlier_ready(sent[0]) and acc.earlier_ready(sent[2])
+
+
+def test_waiting_lists_each_partitions_batches_in_order(loop: asyncio.AbstractEventLoop) -> None:
+    acc = accumulator(loop)
+    add(acc, b"a0")
+    add(acc, b"b0", partition=1)
+    add(acc, b"a1")
+    assert [(b.partition, b.order) for b in acc.waiting()] == [(0, 0), (0, 1), (1, 0)]
+
+
+def test_deallocate_gives_the_memory_back_and_abort_returns_what_is_incomplete(
+        loop: asyncio.AbstractEventLoop) -> None:
+    acc = accumulator(loop, buffer_memory=1000)
+    add(acc, b"x" * 100)
+    add(acc, b"y" * 100)
+    first, second = drain_all(acc)
+    assert acc.pool.available == 1000 - 2 * 124
+    acc.deallocate(first)
+    assert acc.pool.available == 1000 - 124 and acc.incomplete == {second}
+    add(acc, b"z", partition=3)
+    assert set(acc.abort()) == {second, *acc.incomplete} and len(acc.abort()) == 2
+    assert list(acc.waiting()) == [] and acc.open_batch(acc.queue("t", 3)) is None
+
+
+# ---------------------------------------------------------------------------- the Sender
+
+
+async def _run_sender(broker: BrokerThread, topic: str, partitions: int, **options: object) -> tuple[
+        Sender, RecordAccumulator, Cluster, asyncio.Task[None]]:
+    broker.call(broker.broker.topics.create, topic, partitions, {})  # type: ignore[union-attr]
+    config = ProducerConfig(broker.bootstrap_servers, **options)  # type: ignore[arg-type]
+    cluster = Cluster(broker.bootstrap_servers)
+    await cluster.refresh([topic])
+    wakeup = asyncio.Event()
+    acc = RecordAccumulator(batch_size=config.batch_bytes, buffer_memory=config.buffer_memory,
+                            loop=asyncio.get_running_loop(), on_batch_closed=lambda t, p: None, wake=wakeup.set)
+    idempotence = IdempotenceManager(enabled=bool(config.enable_idempotence))
+    sender = Sender(config, cluster, acc, idempotence, wakeup, topics={topic: None},
+                    on_metadata=lambda topics: None, on_failure=lambda error: None)
+    if config.enable_idempotence:
+        await sender.init_producer_id()
+    return sender, acc, cluster, asyncio.get_running_loop().create_task(sender.run())
+
+
+async def test_the_sender_sends_every_partitions_batches_in_order_and_leaves_nothing_in_flight(
+        pulllog_broker: BrokerThread) -> None:
+    sender, acc, cluster, running = await _run_sender(pulllog_broker, "sent", 2, batch_size=1)
+    try:
+        futures = [add(acc, b"%d" % i, partition=i % 2, topic="sent") for i in range(20)]
+        acc.flushing += 1
+        sender.wake()
+        done = await asyncio.wait_for(asyncio.gather(*futures), WAIT_S)
+        assert [(m.partition, m.offset) for m in done] == [(i % 2, i // 2) for i in range(20)]
+        assert sender.in_flight("sent", 0) == [] and sender.in_flight("sent", 1) == []
+        assert acc.incomplete == set() and acc.pool.used == 0
+    finally:
+        sender.stop()
+        await asyncio.wait_for(running, WAIT_S)
+        await cluster.close()
+
+
+async def test_stop_ends_run_and_leaves_no_task(pulllog_broker: BrokerThread) -> None:
+    sender, acc, cluster, running = await _run_sender(pulllog_broker, "stopped", 1, linger_ms=600_000)
+    lingering = add(acc, b"x", topic="stopped")
+    await asyncio.sleep(0)  # the sender runs a pass: the batch lingers
+    sender.stop()
+    await asyncio.wait_for(running, WAIT_S)
+    assert running.result() is None and sender.error is None
+    sender.abort(RuntimeError("closed"))
+    assert isinstance(lingering.exception(), RuntimeError)
+    leftovers = [t.get_name() for t in asyncio.all_tasks() if t.get_name().startswith("pulllog-producer")]
+    assert leftovers == []
+    await cluster.close()
