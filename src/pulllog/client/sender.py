@@ -99,6 +99,7 @@ class Sender:
         self._delivery_timeout_s = config.delivery_timeout_s
         self._metadata_max_age_s = config.metadata_max_age_s
         self._partition_limit = config.partition_in_flight
+        self._request_timeout_s = config.request_timeout_s
 
     def wake(self) -> None:
         self._wakeup.set()
@@ -206,7 +207,10 @@ class Sender:
             acc.drain(q, batch)
             self._mark_in_flight(q.key, flying_batches, batch)
             if batch.wire is None:
-                batch.seal(config.compression, *idempotence.stamp(batch))  # type: ignore[arg-type]
+                if idempotence.enabled:
+                    batch.seal(config.compression, *idempotence.stamp(batch))  # type: ignore[arg-type]
+                else:
+                    batch.seal(config.compression, -1, -1, -1)  # type: ignore[arg-type]
             requests.setdefault(node, []).append(batch)
             request_bytes[node] = request_bytes.get(node, 0) + len(batch.wire)  # type: ignore[arg-type]
             if flying + 1 < partition_limit and acc.has_ready(q):
@@ -314,7 +318,7 @@ class Sender:
         conn = None
         try:
             try:
-                async with asyncio.timeout(config.request_timeout_s):
+                async with asyncio.timeout(self._request_timeout_s):
                     conn = await self._cluster.connection(node)
                     version = conn.version("produce", 3, 9)
                     by_topic: dict[str, list[dict[str, Any]]] = {}
