@@ -1,12 +1,20 @@
-"""Build version-specific kio messages from plain data.
+"""Build version-specific kio messages from one description.
 
-Kafka's messages change shape from version to version (fields come and go), and kio
-generates one dataclass per version. Handlers describe a response once, as nested dicts
+Why this module exists: Kafka's messages change shape from version to version (fields come
+and go), and kio generates one dataclass per version. A handler serving JoinGroup v0-v9
+would otherwise construct ten different classes. Instead it describes its response once,
 with Kafka's field names in snake_case, and ``build(ResponseClass, data)`` keeps the fields
 that version has, fills the rest from the schema's defaults, and converts plain values
 (ints for error codes and durations, lists for arrays) to what kio's writers expect.
+The result is an ordinary kio entity; :func:`pulllog.net.protocol.encode_response` is the
+one encoder that turns it into bytes. Tests and the client use the same helper to build
+requests of any version.
+
 A field the version needs but the data lacks and the schema gives no default for is a
 programming error and raises at once, naming it.
+
+Classes are looked up by api key (:class:`pulllog.net.apis.ApiKey`) or by kio's module
+name (``"join_group"``).
 """
 
 from __future__ import annotations
@@ -15,11 +23,13 @@ import dataclasses
 import datetime
 import enum
 import functools
+import importlib
 import typing
 import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 
 __all__ = ["build", "response_class", "request_class", "to_plain"]
@@ -28,19 +38,20 @@ _ZERO_UUID = uuid.UUID(int=0)
 
 
 @functools.cache
-def response_class(api_key_module: str, version: int) -> type:
-    """``response_class("metadata", 12)`` -> kio.schema.metadata.v12.response.MetadataResponse."""
-    import importlib
-
-    module = importlib.import_module(f"kio.schema.{api_key_module}.v{version}.response")
+def response_class(api: int | str, version: int) -> type:
+    """``response_class(ApiKey.METADATA, 12)`` (or ``"metadata"``) ->
+    kio.schema.metadata.v12.response.MetadataResponse."""
+    if isinstance(api, int):
+        return load_response_schema(api, version)  # type: ignore[no-any-return]
+    module = importlib.import_module(f"kio.schema.{api}.v{version}.response")
     return _entity_in(module, "Response")
 
 
 @functools.cache
-def request_class(api_key_module: str, version: int) -> type:
-    import importlib
-
-    module = importlib.import_module(f"kio.schema.{api_key_module}.v{version}.request")
+def request_class(api: int | str, version: int) -> type:
+    if isinstance(api, int):
+        return load_request_schema(api, version)  # type: ignore[no-any-return]
+    module = importlib.import_module(f"kio.schema.{api}.v{version}.request")
     return _entity_in(module, "Request")
 
 

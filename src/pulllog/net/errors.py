@@ -28,7 +28,8 @@ from __future__ import annotations
 from typing import ClassVar
 
 from kio.schema.errors import ErrorCode
-from kio.schema.index import api_key_map
+
+from .apis import api_name
 
 __all__ = [
     "FrameError",
@@ -41,14 +42,6 @@ __all__ = [
     "UnsupportedVersionError",
     "api_name",
 ]
-
-
-def api_name(api_key: int) -> str:
-    """The name Kafka users know for an api key: 1 -> "Fetch", 18 -> "ApiVersions"."""
-    name = api_key_map.get(api_key)
-    if name is None:
-        return f"api key {api_key}"
-    return "".join(part.capitalize() for part in name.split("_"))
 
 
 class ProtocolError(Exception):

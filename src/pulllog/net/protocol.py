@@ -53,6 +53,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 from kio.static.protocol import RequestPayload, ResponsePayload
 
+from .apis import ApiKey
 from .errors import (
     InvalidRequestError,
     ProtocolError,
@@ -83,16 +84,16 @@ __all__ = [
     "response_header_version",
 ]
 
-API_VERSIONS: Final = 18
+API_VERSIONS: Final = int(ApiKey.API_VERSIONS)
 
 SupportedApis = Mapping[int, tuple[int, int]]
 """api_key -> (min_version, max_version), inclusive: what the broker serves."""
 
 _FIXED_HEADER: Final = struct.Struct(">hhi")
-_PRODUCE: Final = 0
+_PRODUCE: Final = int(ApiKey.PRODUCE)
 _INT16: Final = struct.Struct(">h")
 _INT32: Final = struct.Struct(">i")
-_METADATA: Final = 3
+_METADATA: Final = int(ApiKey.METADATA)
 
 R = TypeVar("R", bound=ResponsePayload)
 
