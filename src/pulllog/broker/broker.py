@@ -76,6 +76,10 @@ class Broker:
             initial_rebalance_delay_ms=self.config.group_initial_rebalance_delay_ms,
             offsets_retention_ms=self.config.offsets_retention_ms,
         )
+        # Handlers see the broker through pulllog.broker.api.BrokerApi. These two are bound
+        # once, not wrapped: Produce and Fetch call them per partition / per long poll.
+        self.partition = self.topics.partition_log
+        self.wait_for_fetch = self.fetch_purgatory.wait
         self.handlers = registry()
         self.supported_apis = {k: (h.min_version, h.max_version) for k, h in sorted(self.handlers.items())}
         self.decoder = RequestDecoder(self.supported_apis)

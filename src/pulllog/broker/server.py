@@ -5,20 +5,26 @@ Rules kept here:
 * Requests on a connection are handled one at a time and answered in order, as Kafka does.
   Clients may pipeline: up to ``queued.max.requests`` frames are read ahead, then reading
   pauses until the queue drains (back-pressure, and bounded memory per connection).
+* The server knows no API by name. It dispatches on the handler table
+  (``pulllog.broker.handlers``) and applies each :class:`~pulllog.broker.handlers.Handler`'s
+  declared rules: ``waits``, ``holds_answer``, ``unsupported_version``. It sees the broker
+  through :class:`ConnectionHost` (the handlers' ``BrokerApi`` plus what connections need),
+  never through the Broker class.
 * A frame that cannot be a request (negative or oversized size, garbage) closes that
   connection with one log line; so does a request the broker cannot answer in its
-  version (Kafka does the same). ApiVersions of an unknown version gets the v0 answer
-  with UNSUPPORTED_VERSION, so the client can pick a version.
+  version (Kafka does the same), unless its handler declares an ``unsupported_version``
+  answer (ApiVersions: the v0 answer with UNSUPPORTED_VERSION, so the client can pick a
+  version).
 * A handler that fails closes only its connection, with the traceback in the log. The
   broker keeps serving every other client.
 * Fetch responses carry ``FileSlice`` chunks, sent with sendfile (zero copy) after the
   bytes before them have been flushed. A handler may also return its frame already
   encoded (``bytes``), as Produce does; otherwise kio encodes the response it returns.
-* Pipelined Produce requests are answered with one write: while more requests are
-  already queued, a Produce answer is held back (at most ``_HOLD_MAX``) and goes out
-  with the next one. Any other request, and waiting for more bytes, sends what is held
-  first, so an answer never waits behind a long poll. A write is a syscall, the largest
-  single cost of a small request.
+* Pipelined answers of a handler that ``holds_answer`` (Produce) go out in one write:
+  while more requests are already queued, such an answer is held back (at most
+  ``_HOLD_MAX``) and goes out with the next one. Any other request, and waiting for more
+  bytes, sends what is held first, so an answer never waits behind a long poll. A write
+  is a syscall, the largest single cost of a small request.
 * Requests whose handler never waits (a plain ``def``: Produce) are answered inside
   ``data_received`` when the connection's task is idle (waiting for bytes, nothing queued
   or held, the transport writable), with one write for all the answers of that read. Order
@@ -36,29 +42,44 @@ import collections
 import itertools
 import logging
 import os
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ..net.api_versions import api_versions_response
 from ..net.errors import FrameError, RequestError, UnsupportedVersionError
 from ..net.fetch import FileSlice
 from ..net.framing import FrameDecoder
-from ..net.protocol import API_VERSIONS, encode_response
-from .handlers import RequestContext
-from .handlers.api_versions import advertised_versions
+from ..net.protocol import encode_response
 from ..purgatory.delayed import OperationCancelled
+from .api import BrokerApi
+from .handlers import Handler, RequestContext
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from ..net.protocol import RequestDecoder
 
 log = logging.getLogger("pulllog.broker")
 
 _ids = itertools.count(1)
-_PRODUCE = 0
 _HOLD_MAX = 64
 
 
+class ConnectionHost(BrokerApi, Protocol):
+    """What a connection needs of the broker: the handlers' interface, the handler table and
+    decoder, and the few settings and counters of the connection layer."""
+
+    @property
+    def handlers(self) -> Mapping[int, Handler]: ...
+
+    @property
+    def decoder(self) -> "RequestDecoder": ...
+
+    connections: set["Connection"]
+    accepting: bool
+    zero_copy: bool
+    internal_errors: int
+
+
 class Connection(asyncio.Protocol):
-    def __init__(self, broker: "Broker") -> None:
+    def __init__(self, broker: ConnectionHost) -> None:
         self.broker = broker
         self.id = next(_ids)
         self.decoder = FrameDecoder(broker.config.socket_request_max_bytes)
@@ -166,8 +187,9 @@ class Connection(asyncio.Protocol):
         try:
             request = broker.decoder.decode(frame)
         except UnsupportedVersionError as exc:
-            if exc.api_key == API_VERSIONS:
-                body = api_versions_response(exc.api_version or 0, advertised_versions(broker.supported_apis))
+            refused = broker.handlers.get(exc.api_key) if exc.api_key is not None else None
+            if refused is not None and refused.unsupported_version is not None:
+                body = refused.unsupported_version(broker, exc.api_version or 0)
                 await self._write(encode_response(exc.correlation_id, body))
                 return True
             log.warning("closing connection from %s:%d: %s", *self.peer, exc)
@@ -175,9 +197,9 @@ class Connection(asyncio.Protocol):
         except RequestError as exc:
             log.warning("closing connection from %s:%d: %s", *self.peer, exc)
             return False
-        if self._held and request.api_key != _PRODUCE:
-            await self._write(b"")
         handler = broker.handlers[request.api_key]
+        if self._held and not handler.holds_answer:
+            await self._write(b"")
         ctx = RequestContext(request, self.peer[0], self.peer[1], self.id)
         try:
             response: Any = handler.fn(broker, ctx)
@@ -191,7 +213,7 @@ class Connection(asyncio.Protocol):
         if response is None:
             return True
         if type(response) is bytes:  # a frame the handler encoded itself (Produce)
-            if self.frames and len(self._held) < _HOLD_MAX:
+            if handler.holds_answer and self.frames and len(self._held) < _HOLD_MAX:
                 self._held.append(response)  # more requests are queued: answer them in one write
             else:
                 await self._write(response)

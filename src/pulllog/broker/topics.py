@@ -9,6 +9,10 @@ On disk, under the data directory::
 The topic file is written (atomically: temp file + rename) before the partition
 directories it describes, so a crash leaves either no topic or a topic whose missing
 partition directories are created on the next start.
+
+Handlers ask for a partition's log with :meth:`TopicManager.partition_log`, which answers
+with the :class:`~pulllog.log.Log` or a :class:`PartitionError` carrying Kafka's error code:
+they never index the topic table or a topic's partition list themselves.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kio.schema.errors import ErrorCode
+
 from ..log import Log, LogConfig
 from ..log.config import ConfigError
 from ..log.log import wall_clock_ms
@@ -30,6 +36,7 @@ from ..log.log import wall_clock_ms
 __all__ = [
     "InvalidTopicError",
     "Partition",
+    "PartitionError",
     "Topic",
     "TopicExistsError",
     "TopicManager",
@@ -69,6 +76,14 @@ def validate_topic_name(name: str) -> None:
         raise InvalidTopicError(
             f"topic name {name!r} has characters other than ASCII letters, digits, '.', '_' and '-'"
         )
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionError:
+    """Why a partition has no log here: Kafka's error code and a one-line message."""
+
+    code: ErrorCode
+    message: str
 
 
 @dataclass
@@ -167,6 +182,25 @@ class TopicManager:
         """The topic's partition logs in partition order, or None when it does not exist."""
         topic = self.topics.get(name)
         return None if topic is None else [p.log for p in topic.partitions]
+
+    def find(self, name: str) -> Topic | None:
+        return self.topics.get(name)
+
+    def names(self) -> list[str]:
+        return list(self.topics)
+
+    def partition_log(self, name: str, index: int) -> Log | PartitionError:
+        """The log of partition ``index`` of topic ``name``, or UNKNOWN_TOPIC_OR_PARTITION.
+
+        The one lookup every handler uses, Produce's and Fetch's per partition: an error is
+        a value (no exception), and the found path allocates nothing."""
+        topic = self.topics.get(name)
+        if topic is None:
+            return PartitionError(ErrorCode.unknown_topic_or_partition, name)
+        partitions = topic.partitions
+        if 0 <= index < len(partitions):
+            return partitions[index].log
+        return PartitionError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} has no partition {index}")
 
     def by_id(self, topic_id: uuid.UUID) -> Topic | None:
         for topic in self.topics.values():

@@ -20,6 +20,11 @@ classic consumer groups run it:
    (``group.instance.id``) that restarts within its session timeout takes its old place and
    assignment without a rebalance (KIP-345); the incarnation it replaced is fenced.
 
+The API handlers call takes and returns frozen dataclasses (``JoinRequest`` -> ``JoinResult``,
+``SyncRequest`` -> ``SyncResult``, ``OffsetCommitRequest``, ``CommittedOffset``,
+``GroupDescription``, ``GroupOverview``), never the live ``Group`` and ``Member`` records, which
+only the coordinator changes.
+
 Timeouts (the join deadline, each member's session) are delayed operations in the
 purgatory's timing wheel. Offsets are appended to ``__consumer_offsets`` (compacted,
 partition chosen by the group id's hash) and acknowledged once appended; they are cached in
@@ -32,7 +37,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Protocol
 
@@ -46,7 +51,21 @@ from ..records import build_batch
 from . import records as rec
 from .state import Event, GroupState, next_state
 
-__all__ = ["GroupCoordinator", "GroupError", "OFFSETS_TOPIC"]
+__all__ = [
+    "OFFSETS_TOPIC",
+    "GroupCoordinator",
+    "GroupDescription",
+    "GroupError",
+    "GroupOverview",
+    "JoinRequest",
+    "JoinResult",
+    "JoinedMember",
+    "MemberDescription",
+    "OffsetCommit",
+    "OffsetCommitRequest",
+    "SyncRequest",
+    "SyncResult",
+]
 
 log = logging.getLogger("pulllog.group")
 
@@ -62,7 +81,35 @@ class GroupError(Exception):
         self.code = code
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
+class JoinRequest:
+    """A JoinGroup, whatever its version. ``protocols``: (name, metadata) in preference order."""
+
+    group_id: str
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: tuple[tuple[str, bytes], ...]
+    require_known_member_id: bool
+    """v4+ (KIP-394): a new dynamic member first gets MEMBER_ID_REQUIRED and its id."""
+    supports_skip_assignment: bool = True
+    """v9+ (KIP-814): a returning static leader may be told not to assign."""
+
+
+@dataclass(frozen=True, slots=True)
+class JoinedMember:
+    """A member as the leader sees it in its JoinGroup answer."""
+
+    member_id: str
+    group_instance_id: str | None
+    metadata: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class JoinResult:
     error: ErrorCode = ErrorCode.none
     generation: int = -1
@@ -70,8 +117,82 @@ class JoinResult:
     protocol_name: str | None = None
     leader: str = ""
     member_id: str = ""
-    members: list[tuple[str, str | None, bytes]] = field(default_factory=list)
+    members: tuple[JoinedMember, ...] = ()
+    """Every member with its subscription: for the leader only."""
     skip_assignment: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SyncRequest:
+    group_id: str
+    generation: int
+    member_id: str
+    group_instance_id: str | None
+    assignments: Mapping[str, bytes]
+    """member id -> assignment; only the leader sends any."""
+
+
+@dataclass(frozen=True, slots=True)
+class SyncResult:
+    error: ErrorCode
+    assignment: bytes
+    protocol_type: str | None
+    protocol_name: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class MemberDescription:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    metadata: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    """DescribeGroups' view of a group. As Kafka's GroupMetadata.summary: the protocol and each
+    member's metadata and assignment only for a Stable group (mid-rebalance they are not settled
+    yet); an unknown group is Dead with no members."""
+
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    members: tuple[MemberDescription, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupOverview:
+    """ListGroups' view of a group."""
+
+    group_id: str
+    protocol_type: str
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommit:
+    """One partition's offset in an OffsetCommit."""
+
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int
+    metadata: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitRequest:
+    """An OffsetCommit. A generation of -1 with no member id commits for a consumer that does
+    not use group management (only into a group without members)."""
+
+    group_id: str
+    generation: int
+    member_id: str
+    group_instance_id: str | None
+    offsets: tuple[OffsetCommit, ...]
 
 
 @dataclass(eq=False)
@@ -346,20 +467,13 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------------ JoinGroup
 
-    async def join(
-        self,
-        group_id: str,
-        member_id: str,
-        group_instance_id: str | None,
-        client_id: str,
-        client_host: str,
-        session_timeout_ms: int,
-        rebalance_timeout_ms: int,
-        protocol_type: str,
-        protocols: list[tuple[str, bytes]],
-        require_known_member_id: bool,
-        supports_skip_assignment: bool = True,
-    ) -> JoinResult:
+    async def join(self, request: JoinRequest) -> JoinResult:
+        """Answer one JoinGroup; waits until the join phase ends (or answers at once)."""
+        group_id, member_id, group_instance_id = request.group_id, request.member_id, request.group_instance_id
+        client_id, client_host, protocol_type = request.client_id, request.client_host, request.protocol_type
+        session_timeout_ms, rebalance_timeout_ms = request.session_timeout_ms, request.rebalance_timeout_ms
+        protocols = list(request.protocols)
+        supports_skip_assignment = request.supports_skip_assignment
         if not group_id:
             return JoinResult(ErrorCode.invalid_group_id, member_id=member_id)
         if not MIN_SESSION_TIMEOUT_MS <= session_timeout_ms <= MAX_SESSION_TIMEOUT_MS:
@@ -384,7 +498,7 @@ class GroupCoordinator:
                                                  session_timeout_ms, rebalance_timeout_ms, protocol_type, protocols,
                                                  supports_skip_assignment)
             new_id = f"{client_id or 'member'}-{uuid.uuid4()}"
-            if group_instance_id is None and require_known_member_id:
+            if group_instance_id is None and request.require_known_member_id:
                 group.pending_members.add(new_id)
                 self.purgatory.try_complete_else_watch(
                     DelayedTimeout(session_timeout_ms, partial(self._forget_pending_member, group, new_id)),
@@ -457,9 +571,8 @@ class GroupCoordinator:
             result = self._join_result(group, member)
             if member.member_id == group.leader_id:
                 if supports_skip_assignment:
-                    result.skip_assignment = True
-                else:
-                    result.leader, result.members = old_id, []
+                    return replace(result, skip_assignment=True)
+                return replace(result, leader=old_id, members=())
             return result
         member.join_future = asyncio.get_running_loop().create_future()
         self._prepare_rebalance(group)
@@ -467,12 +580,12 @@ class GroupCoordinator:
         return await member.join_future
 
     def _join_result(self, group: Group, member: Member) -> JoinResult:
-        result = JoinResult(ErrorCode.none, group.generation, group.protocol_type, group.protocol_name,
-                            group.leader_id or "", member.member_id)
+        members: tuple[JoinedMember, ...] = ()
         if member.member_id == group.leader_id:
-            result.members = [(m.member_id, m.group_instance_id, m.metadata_for(group.protocol_name or ""))
-                              for m in group.members.values()]
-        return result
+            members = tuple(JoinedMember(m.member_id, m.group_instance_id, m.metadata_for(group.protocol_name or ""))
+                            for m in group.members.values())
+        return JoinResult(ErrorCode.none, group.generation, group.protocol_type, group.protocol_name,
+                          group.leader_id or "", member.member_id, members)
 
     def _prepare_rebalance(self, group: Group) -> None:
         if group.state is GroupState.COMPLETING_REBALANCE:
@@ -523,8 +636,16 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------------ SyncGroup
 
-    async def sync(self, group_id: str, generation: int, member_id: str, group_instance_id: str | None,
-                   assignments: dict[str, bytes]) -> tuple[ErrorCode, bytes]:
+    async def sync(self, request: SyncRequest) -> SyncResult:
+        """Answer one SyncGroup: the member's assignment, once the leader has handed it in."""
+        error, assignment = await self._sync(request.group_id, request.generation, request.member_id,
+                                             request.group_instance_id, request.assignments)
+        group = self.groups.get(request.group_id)
+        return SyncResult(error, assignment, group.protocol_type if group else None,
+                          group.protocol_name if group else None)
+
+    async def _sync(self, group_id: str, generation: int, member_id: str, group_instance_id: str | None,
+                    assignments: Mapping[str, bytes]) -> tuple[ErrorCode, bytes]:
         group = self._group(group_id)
         if group is None:
             return ErrorCode.unknown_member_id, b""
@@ -640,13 +761,15 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------------ offsets
 
-    def commit_offsets(self, group_id: str, generation: int, member_id: str, group_instance_id: str | None,
-                       offsets: list[tuple[str, int, int, int, str | None]]) -> dict[tuple[str, int], ErrorCode]:
-        """offsets: (topic, partition, offset, leader_epoch, metadata). Durable when this returns."""
+    def commit_offsets(self, request: OffsetCommitRequest) -> dict[tuple[str, int], ErrorCode]:
+        """Append the offsets to ``__consumer_offsets``: durable when this returns.
+        Answers (topic, partition) -> error code."""
+        group_id, generation, member_id = request.group_id, request.generation, request.member_id
+        group_instance_id, offsets = request.group_instance_id, request.offsets
         group = self.groups.get(group_id)
         error = self._commit_error(group, group_id, generation, member_id, group_instance_id)
         if error is not ErrorCode.none:
-            return {(t, p): error for t, p, *_ in offsets}
+            return {(o.topic, o.partition): error for o in offsets}
         if group is None or group.state is GroupState.DEAD:
             group = self.groups[group_id] = Group(group_id)
         if group.members and member_id in group.members:
@@ -655,7 +778,8 @@ class GroupCoordinator:
         pairs = []
         now = self.clock()
         accepted = []
-        for topic, partition, offset, epoch, metadata in offsets:
+        for o in offsets:
+            topic, partition, offset, epoch, metadata = o.topic, o.partition, o.offset, o.leader_epoch, o.metadata
             if metadata is not None and len(metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
                 results[(topic, partition)] = ErrorCode.offset_metadata_too_large
                 continue
@@ -728,8 +852,22 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------------ admin
 
-    def list_groups(self) -> list[Group]:
-        return [g for g in self.groups.values() if g.state is not GroupState.DEAD]
+    def list_groups(self) -> list[GroupOverview]:
+        return [GroupOverview(g.group_id, g.protocol_type or "", g.state.value)
+                for g in self.groups.values() if g.state is not GroupState.DEAD]
+
+    def describe(self, group_id: str) -> GroupDescription:
+        group = self.groups.get(group_id)
+        if group is None:
+            return GroupDescription(group_id, GroupState.DEAD.value, "", "", ())
+        stable = group.state is GroupState.STABLE
+        protocol = group.protocol_name or ""
+        members = tuple(
+            MemberDescription(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                              m.metadata_for(protocol) if stable else b"", m.assignment if stable else b"")
+            for m in group.members.values())
+        return GroupDescription(group_id, group.state.value, group.protocol_type or "",
+                                protocol if stable else "", members)
 
     def delete_group(self, group_id: str) -> ErrorCode:
         group = self._group(group_id)

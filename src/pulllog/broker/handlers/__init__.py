@@ -1,12 +1,26 @@
 """One module per Kafka API, each registering its handler and the versions it serves.
 
 A newcomer finds the Fetch code in ``fetch.py``. ApiVersions is derived from this registry,
-so what the broker advertises cannot drift from what it implements.
+so what the broker advertises cannot drift from what it implements. Names come from the one
+table of APIs, :class:`pulllog.net.apis.ApiKey`.
 
-A handler is an ``async def`` when it may wait (long polls, rebalances), or a plain ``def``
-when it never does (Produce: validate, append, answer). The server runs a plain one right
-where the request's bytes arrive, without waking the connection's task: for a producer
-that sends one request at a time, that task switch is a large part of the request's cost.
+The boundary: a handler is ``fn(broker, ctx)``, where ``broker`` is the
+:class:`~pulllog.broker.api.BrokerApi` interface (never the Broker class) and ``ctx.body`` is
+the decoded request (a kio entity; Produce: ``pulllog.net.produce.ProduceRequestData``). It
+returns what the connection writes back: a kio response entity (encoded by
+``pulllog.net.protocol.encode_response``), an already-encoded frame (``bytes``, Produce), a
+list of chunks with ``FileSlice``s to send with sendfile (Fetch), or None (no answer: acks=0).
+
+Per-API rules live on the :class:`Handler` record, and the server applies them generically:
+
+* ``waits``: an ``async def`` handler may wait (long polls, rebalances); a plain ``def`` never
+  does (Produce: validate, append, answer), and the server runs it right where the request's
+  bytes arrive, without waking the connection's task. For a producer that sends one request
+  at a time, that task switch is a large part of the request's cost.
+* ``holds_answer``: the answer may be held back while more requests are queued, to go out
+  with the next one in one write (pipelined Produce). Any other answer flushes what is held.
+* ``unsupported_version``: how to answer a request of a version outside the served range
+  instead of closing the connection (ApiVersions, KIP-511); None for every other API.
 """
 
 from __future__ import annotations
@@ -17,9 +31,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from ...net.apis import ApiKey
+
 if TYPE_CHECKING:
+    from kio.static.protocol import ResponsePayload
+
     from ...net.protocol import Request
-    from ..broker import Broker
+    from ..api import BrokerApi
 
 __all__ = ["Handler", "RequestContext", "handler", "registry"]
 
@@ -41,18 +59,27 @@ class RequestContext(NamedTuple):
         return self.request.body
 
 
-HandlerFn = Callable[["Broker", RequestContext], Awaitable[Any] | Any]
+HandlerFn = Callable[["BrokerApi", RequestContext], Awaitable[Any] | Any]
+UnsupportedVersionAnswer = Callable[["BrokerApi", int], "ResponsePayload"]
+"""(broker, requested version) -> the response body to send instead of closing."""
 
 
 @dataclass(frozen=True, slots=True)
 class Handler:
-    api_key: int
-    name: str
+    api_key: ApiKey
     min_version: int
     max_version: int
     fn: HandlerFn
     waits: bool
     """True for an ``async def`` handler (await its result); False: ``fn`` answers at once."""
+    holds_answer: bool = False
+    """The answer may wait for the next write while more requests are queued."""
+    unsupported_version: UnsupportedVersionAnswer | None = None
+    """Answer a request of an unserved version with this body (else: close the connection)."""
+
+    @property
+    def name(self) -> str:
+        return self.api_key.api_name
 
 
 _REGISTRY: dict[int, Handler] = {}
@@ -84,12 +111,13 @@ _MODULES = (
 )
 
 
-def handler(api_key: int, name: str, min_version: int, max_version: int) -> Callable[[HandlerFn], HandlerFn]:
+def handler(api_key: ApiKey, min_version: int, max_version: int, *, holds_answer: bool = False,
+            unsupported_version: UnsupportedVersionAnswer | None = None) -> Callable[[HandlerFn], HandlerFn]:
     def register(fn: HandlerFn) -> HandlerFn:
         if api_key in _REGISTRY:
-            raise RuntimeError(f"two handlers for api key {api_key}")
-        _REGISTRY[api_key] = Handler(api_key, name, min_version, max_version, fn,
-                                     waits=inspect.iscoroutinefunction(fn))
+            raise RuntimeError(f"two handlers for {api_key.api_name} (api key {int(api_key)})")
+        _REGISTRY[int(api_key)] = Handler(api_key, min_version, max_version, fn, waits=inspect.iscoroutinefunction(fn),
+                                     holds_answer=holds_answer, unsupported_version=unsupported_version)
         return fn
 
     return register

@@ -9,12 +9,13 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from ...log import ConfigError, LogConfig
+from ...net.apis import ApiKey
 from ...net.build import build, response_class
 from ..topics import UnknownTopicError
 from . import RequestContext, handler
 
 if TYPE_CHECKING:
-    from ..broker import Broker
+    from ..api import BrokerApi
 
 TOPIC, BROKER = 2, 4
 # DescribeConfigs config sources
@@ -55,7 +56,7 @@ def config_type(name: str) -> int:
     return CONFIG_TYPES.get(name, UNKNOWN)
 
 
-def topic_config_entries(broker: "Broker", config: LogConfig, overridden: set[str]) -> list[dict[str, Any]]:
+def topic_config_entries(broker: "BrokerApi", config: LogConfig, overridden: set[str]) -> list[dict[str, Any]]:
     defaults = broker.config.log_defaults.to_kafka()
     out = []
     for name, value in config.to_kafka().items():
@@ -69,7 +70,7 @@ def topic_config_entries(broker: "Broker", config: LogConfig, overridden: set[st
     return out
 
 
-def _describe_one(broker: "Broker", r: Any, version: int) -> dict[str, Any]:
+def _describe_one(broker: "BrokerApi", r: Any, version: int) -> dict[str, Any]:
     keys = set(r.configuration_keys) if r.configuration_keys else None
     base = {"resource_type": r.resource_type, "resource_name": r.resource_name}
     if r.resource_type == TOPIC:
@@ -102,13 +103,13 @@ def _describe_one(broker: "Broker", r: Any, version: int) -> dict[str, Any]:
     return {**base, "error_code": 0, "error_message": None, "configs": configs}
 
 
-@handler(32, "DescribeConfigs", 1, 4)
-async def describe(broker: "Broker", ctx: RequestContext) -> Any:
+@handler(ApiKey.DESCRIBE_CONFIGS, 1, 4)
+async def describe(broker: "BrokerApi", ctx: RequestContext) -> Any:
     results = [_describe_one(broker, r, ctx.version) for r in ctx.body.resources]
-    return build(response_class("describe_configs", ctx.version), {"throttle_time": 0, "results": results})
+    return build(response_class(ApiKey.DESCRIBE_CONFIGS, ctx.version), {"throttle_time": 0, "results": results})
 
 
-def _alter(broker: "Broker", r: Any, new: dict[str, str], validate_only: bool) -> dict[str, Any]:
+def _alter(broker: "BrokerApi", r: Any, new: dict[str, str], validate_only: bool) -> dict[str, Any]:
     base = {"resource_type": r.resource_type, "resource_name": r.resource_name}
     if r.resource_type == BROKER:
         return {**base, "error_code": ErrorCode.invalid_request,
@@ -125,23 +126,23 @@ def _alter(broker: "Broker", r: Any, new: dict[str, str], validate_only: bool) -
     return {**base, "error_code": 0, "error_message": None}
 
 
-@handler(33, "AlterConfigs", 0, 2)
-async def alter(broker: "Broker", ctx: RequestContext) -> Any:
+@handler(ApiKey.ALTER_CONFIGS, 0, 2)
+async def alter(broker: "BrokerApi", ctx: RequestContext) -> Any:
     responses = []
     for r in ctx.body.resources:
         # AlterConfigs replaces the whole set of overrides
         new = {c.name: c.value for c in r.configs if c.value is not None}
         responses.append(_alter(broker, r, new, bool(ctx.body.validate_only)))
-    return build(response_class("alter_configs", ctx.version), {"throttle_time": 0, "responses": responses})
+    return build(response_class(ApiKey.ALTER_CONFIGS, ctx.version), {"throttle_time": 0, "responses": responses})
 
 
-@handler(44, "IncrementalAlterConfigs", 0, 1)
-async def incremental_alter(broker: "Broker", ctx: RequestContext) -> Any:
+@handler(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1)
+async def incremental_alter(broker: "BrokerApi", ctx: RequestContext) -> Any:
     responses = []
     for r in ctx.body.resources:
         current: dict[str, str] = {}
-        if r.resource_type == TOPIC and r.resource_name in broker.topics.topics:
-            topic = broker.topics.topics[r.resource_name]
+        topic = broker.topics.find(r.resource_name) if r.resource_type == TOPIC else None
+        if topic is not None:
             current = dict(topic.overrides)
         error = None
         for c in r.configs:
@@ -156,9 +157,9 @@ async def incremental_alter(broker: "Broker", ctx: RequestContext) -> Any:
                 if c.name != "cleanup.policy":
                     error = f"{c.name} is not a list config; APPEND and SUBTRACT apply to list configs only"
                     break
+                existing = broker.topics.find(r.resource_name)
                 base_value = current.get(c.name) or (
-                    broker.topics.topics[r.resource_name].config.cleanup_policy
-                    if r.resource_name in broker.topics.topics else "delete")
+                    existing.config.cleanup_policy if existing is not None else "delete")
                 items = [x for x in base_value.split(",") if x]
                 for item in (c.value or "").split(","):
                     if c.config_operation == APPEND and item and item not in items:
@@ -174,4 +175,4 @@ async def incremental_alter(broker: "Broker", ctx: RequestContext) -> Any:
                               "error_code": ErrorCode.invalid_config, "error_message": error})
             continue
         responses.append(_alter(broker, r, current, bool(ctx.body.validate_only)))
-    return build(response_class("incremental_alter_configs", ctx.version), {"throttle_time": 0, "responses": responses})
+    return build(response_class(ApiKey.INCREMENTAL_ALTER_CONFIGS, ctx.version), {"throttle_time": 0, "responses": responses})

@@ -6,16 +6,17 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from ...net.apis import ApiKey
 from ...net.build import build, response_class
 from ..topics import UnknownTopicError
 from . import RequestContext, handler
 
 if TYPE_CHECKING:
-    from ..broker import Broker
+    from ..api import BrokerApi
 
 
-@handler(37, "CreatePartitions", 0, 3)
-async def handle(broker: "Broker", ctx: RequestContext) -> Any:
+@handler(ApiKey.CREATE_PARTITIONS, 0, 3)
+async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     body = ctx.body
     results = []
     for t in body.topics:
@@ -28,4 +29,4 @@ async def handle(broker: "Broker", ctx: RequestContext) -> Any:
             results.append({"name": t.name, "error_code": ErrorCode.unknown_topic_or_partition, "error_message": str(exc)})
         except ValueError as exc:
             results.append({"name": t.name, "error_code": ErrorCode.invalid_partitions, "error_message": str(exc)})
-    return build(response_class("create_partitions", ctx.version), {"throttle_time": 0, "results": results})
+    return build(response_class(ApiKey.CREATE_PARTITIONS, ctx.version), {"throttle_time": 0, "results": results})

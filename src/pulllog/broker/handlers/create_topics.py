@@ -8,17 +8,18 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from ...log import ConfigError
+from ...net.apis import ApiKey
 from ...net.build import build, response_class
 from ..topics import InvalidTopicError, TopicExistsError
 from . import RequestContext, handler
 from .configs import topic_config_entries
 
 if TYPE_CHECKING:
-    from ..broker import Broker
+    from ..api import BrokerApi
 
 
-@handler(19, "CreateTopics", 2, 7)
-async def handle(broker: "Broker", ctx: RequestContext) -> Any:
+@handler(ApiKey.CREATE_TOPICS, 2, 7)
+async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     body = ctx.body
     validate_only = bool(getattr(body, "validate_only", False))
     results = []
@@ -26,7 +27,7 @@ async def handle(broker: "Broker", ctx: RequestContext) -> Any:
     for t in body.topics:
         results.append(create_one(broker, t, validate_only, duplicate=t.name in seen))
         seen.add(t.name)
-    return build(response_class("create_topics", ctx.version), {"throttle_time": 0, "topics": results})
+    return build(response_class(ApiKey.CREATE_TOPICS, ctx.version), {"throttle_time": 0, "topics": results})
 
 
 def _error(name: str, code: ErrorCode, message: str) -> dict[str, Any]:
@@ -34,7 +35,7 @@ def _error(name: str, code: ErrorCode, message: str) -> dict[str, Any]:
             "num_partitions": -1, "replication_factor": -1, "configs": []}
 
 
-def create_one(broker: "Broker", t: Any, validate_only: bool, duplicate: bool) -> dict[str, Any]:
+def create_one(broker: "BrokerApi", t: Any, validate_only: bool, duplicate: bool) -> dict[str, Any]:
     name = t.name
     if duplicate:
         return _error(name, ErrorCode.invalid_request, f"topic {name!r} appears twice in the request")

@@ -7,26 +7,26 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from ...log import OffsetOutOfRangeError
+from ...net.apis import ApiKey
 from ...net.build import build, response_class
+from ..topics import PartitionError
 from . import RequestContext, handler
 
 if TYPE_CHECKING:
-    from ..broker import Broker
+    from ..api import BrokerApi
 
 
-@handler(21, "DeleteRecords", 0, 2)
-async def handle(broker: "Broker", ctx: RequestContext) -> Any:
+@handler(ApiKey.DELETE_RECORDS, 0, 2)
+async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     topics = []
     for t in ctx.body.topics:
-        topic = broker.topics.topics.get(t.name)
         parts = []
         for p in t.partitions:
             index = p.partition_index
-            if topic is None or not 0 <= index < len(topic.partitions):
-                parts.append({"partition_index": index, "low_watermark": -1,
-                              "error_code": ErrorCode.unknown_topic_or_partition})
+            log = broker.partition(t.name, index)
+            if isinstance(log, PartitionError):
+                parts.append({"partition_index": index, "low_watermark": -1, "error_code": log.code})
                 continue
-            log = topic.partitions[index].log
             target = log.high_watermark if p.offset == -1 else p.offset
             try:
                 low = log.delete_records_before(target)
@@ -36,4 +36,4 @@ async def handle(broker: "Broker", ctx: RequestContext) -> Any:
             except OSError:
                 parts.append({"partition_index": index, "low_watermark": -1, "error_code": ErrorCode.kafka_storage_error})
         topics.append({"name": t.name, "partitions": parts})
-    return build(response_class("delete_records", ctx.version), {"throttle_time": 0, "topics": topics})
+    return build(response_class(ApiKey.DELETE_RECORDS, ctx.version), {"throttle_time": 0, "topics": topics})

@@ -7,15 +7,16 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from ...net.apis import ApiKey
 from ...net.build import build, response_class
 from . import RequestContext, handler
 
 if TYPE_CHECKING:
-    from ..broker import Broker
+    from ..api import BrokerApi
 
 
-@handler(20, "DeleteTopics", 1, 6)
-async def handle(broker: "Broker", ctx: RequestContext) -> Any:
+@handler(ApiKey.DELETE_TOPICS, 1, 6)
+async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     body = ctx.body
     if ctx.version >= 6:
         requested = [(t.name, t.topic_id) for t in body.topics]
@@ -25,7 +26,7 @@ async def handle(broker: "Broker", ctx: RequestContext) -> Any:
     for name, topic_id in requested:
         topic = None
         if name:
-            topic = broker.topics.topics.get(name)
+            topic = broker.topics.find(name)
         elif topic_id is not None and topic_id != uuid.UUID(int=0):
             topic = broker.topics.by_id(topic_id)
         if topic is None:
@@ -35,4 +36,4 @@ async def handle(broker: "Broker", ctx: RequestContext) -> Any:
             continue
         broker.delete_topic(topic.name)
         responses.append({"name": topic.name, "topic_id": topic.topic_id, "error_code": 0, "error_message": None})
-    return build(response_class("delete_topics", ctx.version), {"throttle_time": 0, "responses": responses})
+    return build(response_class(ApiKey.DELETE_TOPICS, ctx.version), {"throttle_time": 0, "responses": responses})

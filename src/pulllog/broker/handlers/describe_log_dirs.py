@@ -17,24 +17,25 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from ...net.apis import ApiKey
 from ...net.build import build, response_class
 from . import RequestContext, handler
 
 if TYPE_CHECKING:
-    from ..broker import Broker
+    from ..api import BrokerApi
 
 
-@handler(35, "DescribeLogDirs", 1, 4)
-async def handle(broker: "Broker", ctx: RequestContext) -> Any:
+@handler(ApiKey.DESCRIBE_LOG_DIRS, 1, 4)
+async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     requested = ctx.body.topics
     wanted: dict[str, set[int] | None]
     if requested is None:
-        wanted = {name: None for name in broker.topics.topics}
+        wanted = {name: None for name in broker.topics.names()}
     else:
         wanted = {t.topic: set(t.partitions) for t in requested}
     topics = []
     for name, indexes in wanted.items():
-        topic = broker.topics.topics.get(name)
+        topic = broker.topics.find(name)
         if topic is None:
             continue
         parts = [
@@ -51,5 +52,5 @@ async def handle(broker: "Broker", ctx: RequestContext) -> Any:
         total = usable = -1
     result = {"error_code": 0, "log_dir": str(log_dir), "topics": topics,
               "total_bytes": total, "usable_bytes": usable}
-    return build(response_class("describe_log_dirs", ctx.version),
+    return build(response_class(ApiKey.DESCRIBE_LOG_DIRS, ctx.version),
                  {"throttle_time": 0, "error_code": ErrorCode.none, "results": [result]})

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from ...log import Log, OffsetOutOfRangeError
+from ...net.apis import ApiKey
 from ...net.fetch import (
     FetchPartitionResponse,
     FetchResponseData,
@@ -27,10 +28,11 @@ from ...net.fetch import (
     encode_fetch_response,
 )
 from ...purgatory.delayed import DelayedOperation
+from ..topics import PartitionError
 from . import RequestContext, handler
 
 if TYPE_CHECKING:
-    from ..broker import Broker
+    from ..api import BrokerApi
 
 READ_COMMITTED = 1
 
@@ -73,20 +75,19 @@ def _partition_max_bytes(p: Any) -> int:
     return int(getattr(p, "partition_max_bytes", 1 << 20))
 
 
-def read_partitions(broker: "Broker", topics: Any, max_bytes: int, isolation: int) -> tuple[list[FetchTopicResponse], int]:
+def read_partitions(broker: "BrokerApi", topics: Any, max_bytes: int, isolation: int) -> tuple[list[FetchTopicResponse], int]:
     remaining = max_bytes
     total = 0
     out: list[FetchTopicResponse] = []
     for t in topics:
         name = t.topic
-        topic = broker.topics.topics.get(name)
         parts: list[FetchPartitionResponse] = []
         for p in t.partitions:
             index = p.partition
-            if topic is None or not 0 <= index < len(topic.partitions):
-                parts.append(FetchPartitionResponse(index, ErrorCode.unknown_topic_or_partition.value, records=b""))
+            log = broker.partition(name, index)
+            if isinstance(log, PartitionError):
+                parts.append(FetchPartitionResponse(index, log.code.value, records=b""))
                 continue
-            log = topic.partitions[index].log
             hw = log.high_watermark
             lso = hw  # no open transactions yet: last stable offset = high watermark
             aborted = [] if isolation == READ_COMMITTED else None
@@ -115,22 +116,19 @@ def read_partitions(broker: "Broker", topics: Any, max_bytes: int, isolation: in
     return out, total
 
 
-def _watches(broker: "Broker", topics: Any) -> list[_Watch]:
+def _watches(broker: "BrokerApi", topics: Any) -> list[_Watch]:
     watches = []
     for t in topics:
-        topic = broker.topics.topics.get(t.topic)
-        if topic is None:
-            continue
         for p in t.partitions:
-            if 0 <= p.partition < len(topic.partitions):
-                log = topic.partitions[p.partition].log
+            log = broker.partition(t.topic, p.partition)
+            if not isinstance(log, PartitionError):
                 active = log.active_segment
                 watches.append(_Watch(log, p.fetch_offset, active, active.size))
     return watches
 
 
-@handler(1, "Fetch", 4, 12)
-async def handle(broker: "Broker", ctx: RequestContext) -> Any:
+@handler(ApiKey.FETCH, 4, 12)
+async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     body = ctx.body
     max_bytes = int(getattr(body, "max_bytes", 2**31 - 1))
     isolation = int(getattr(body, "isolation_level", 0))
@@ -141,7 +139,7 @@ async def handle(broker: "Broker", ctx: RequestContext) -> Any:
     if total < min_bytes and max_wait_ms > 0 and not has_error and body.topics:
         op = DelayedFetch(max_wait_ms, min_bytes, _watches(broker, body.topics), already_available=total)
         keys = [(t.topic, p.partition) for t in body.topics for p in t.partitions]
-        await broker.fetch_purgatory.wait(op, keys)
+        await broker.wait_for_fetch(op, keys)
         topics, total = read_partitions(broker, body.topics, max_bytes, isolation)
     data = FetchResponseData(throttle_time_ms=0, error_code=0, session_id=0, topics=topics)
     return encode_fetch_response(ctx.request.correlation_id, ctx.version, data)

@@ -11,16 +11,17 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from ...net.apis import ApiKey
 from ...net.build import build, response_class
 from . import RequestContext, handler
 
 if TYPE_CHECKING:
-    from ..broker import Broker
+    from ..api import BrokerApi
 
 GROUP, TRANSACTION = 0, 1
 
 
-def _answer(broker: "Broker", key: str, key_type: int) -> dict[str, Any]:
+def _answer(broker: "BrokerApi", key: str, key_type: int) -> dict[str, Any]:
     host, port = broker.advertised
     if key_type != GROUP:
         return {"key": key, "error_code": ErrorCode.coordinator_not_available,
@@ -29,13 +30,13 @@ def _answer(broker: "Broker", key: str, key_type: int) -> dict[str, Any]:
             "host": host, "port": port}
 
 
-@handler(10, "FindCoordinator", 0, 4)
-async def handle(broker: "Broker", ctx: RequestContext) -> Any:
+@handler(ApiKey.FIND_COORDINATOR, 0, 4)
+async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     body = ctx.body
     key_type = int(getattr(body, "key_type", GROUP))
     if ctx.version >= 4:
         coordinators = [_answer(broker, key, key_type) for key in body.coordinator_keys]
-        return build(response_class("find_coordinator", ctx.version), {"throttle_time": 0, "coordinators": coordinators})
+        return build(response_class(ApiKey.FIND_COORDINATOR, ctx.version), {"throttle_time": 0, "coordinators": coordinators})
     answer = _answer(broker, body.key, key_type)
     answer.pop("key")
-    return build(response_class("find_coordinator", ctx.version), {"throttle_time": 0, **answer})
+    return build(response_class(ApiKey.FIND_COORDINATOR, ctx.version), {"throttle_time": 0, **answer})

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ...net.apis import ApiKey
 from ...net.build import build, response_class
 from . import RequestContext, handler
 
 if TYPE_CHECKING:
-    from ..broker import Broker
+    from ..api import BrokerApi
 
 
-@handler(12, "Heartbeat", 0, 4)
-async def handle(broker: "Broker", ctx: RequestContext) -> Any:
+@handler(ApiKey.HEARTBEAT, 0, 4)
+async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     b = ctx.body
     error = broker.groups.heartbeat(b.group_id, b.generation_id, b.member_id, getattr(b, "group_instance_id", None))
-    return build(response_class("heartbeat", ctx.version), {"throttle_time": 0, "error_code": error})
+    return build(response_class(ApiKey.HEARTBEAT, ctx.version), {"throttle_time": 0, "error_code": error})

@@ -10,23 +10,24 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from ...net.apis import ApiKey
 from ...net.build import build, response_class
 from . import RequestContext, handler
 
 if TYPE_CHECKING:
-    from ..broker import Broker
+    from ..api import BrokerApi
 
 _MAX_EPOCH = 2**15 - 1
 
 
-@handler(22, "InitProducerId", 0, 4)
-async def handle(broker: "Broker", ctx: RequestContext) -> Any:
+@handler(ApiKey.INIT_PRODUCER_ID, 0, 4)
+async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     body = ctx.body
     if body.transactional_id is not None:
         # no transaction coordinator yet (transactions are a later issue)
         data = {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available,
                 "producer_id": -1, "producer_epoch": -1}
-        return build(response_class("init_producer_id", ctx.version), data)
+        return build(response_class(ApiKey.INIT_PRODUCER_ID, ctx.version), data)
     existing = int(getattr(body, "producer_id", -1))
     existing_epoch = int(getattr(body, "producer_epoch", -1))
     if existing >= 0 and existing_epoch < _MAX_EPOCH - 1:
@@ -34,4 +35,4 @@ async def handle(broker: "Broker", ctx: RequestContext) -> Any:
     else:
         producer_id, epoch = broker.next_producer_id(), 0
     data = {"throttle_time": 0, "error_code": 0, "producer_id": producer_id, "producer_epoch": epoch}
-    return build(response_class("init_producer_id", ctx.version), data)
+    return build(response_class(ApiKey.INIT_PRODUCER_ID, ctx.version), data)

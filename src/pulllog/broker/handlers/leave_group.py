@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ...net.apis import ApiKey
 from ...net.build import build, response_class
 from . import RequestContext, handler
 
 if TYPE_CHECKING:
-    from ..broker import Broker
+    from ..api import BrokerApi
 
 
-@handler(13, "LeaveGroup", 0, 5)
-async def handle(broker: "Broker", ctx: RequestContext) -> Any:
+@handler(ApiKey.LEAVE_GROUP, 0, 5)
+async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     b = ctx.body
     if ctx.version >= 3:
         members = [(m.member_id, m.group_instance_id) for m in b.members]
@@ -20,8 +21,8 @@ async def handle(broker: "Broker", ctx: RequestContext) -> Any:
         members = [(b.member_id, None)]
     top, results = broker.groups.leave(b.group_id, members)
     if ctx.version < 3:
-        return build(response_class("leave_group", ctx.version), {"throttle_time": 0, "error_code": results[0]})
-    return build(response_class("leave_group", ctx.version), {
+        return build(response_class(ApiKey.LEAVE_GROUP, ctx.version), {"throttle_time": 0, "error_code": results[0]})
+    return build(response_class(ApiKey.LEAVE_GROUP, ctx.version), {
         "throttle_time": 0, "error_code": top,
         "members": [{"member_id": m, "group_instance_id": i, "error_code": e}
                     for (m, i), e in zip(members, results)]})

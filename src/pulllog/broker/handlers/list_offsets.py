@@ -8,29 +8,29 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from ...net.apis import ApiKey
 from ...net.build import build, response_class
+from ..topics import PartitionError
 from . import RequestContext, handler
 
 if TYPE_CHECKING:
-    from ..broker import Broker
+    from ..api import BrokerApi
 
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 
 
-@handler(2, "ListOffsets", 1, 7)
-async def handle(broker: "Broker", ctx: RequestContext) -> Any:
+@handler(ApiKey.LIST_OFFSETS, 1, 7)
+async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     topics = []
     isolation = int(getattr(ctx.body, "isolation_level", 0))
     for t in ctx.body.topics:
-        topic = broker.topics.topics.get(t.name)
         parts = []
         for p in t.partitions:
             index = p.partition_index
-            if topic is None or not 0 <= index < len(topic.partitions):
-                parts.append({"partition_index": index, "error_code": ErrorCode.unknown_topic_or_partition,
-                              "timestamp": -1, "offset": -1})
+            log = broker.partition(t.name, index)
+            if isinstance(log, PartitionError):
+                parts.append({"partition_index": index, "error_code": log.code, "timestamp": -1, "offset": -1})
                 continue
-            log = topic.partitions[index].log
             ts, offset = -1, -1
             if p.timestamp == LATEST:
                 offset = log.high_watermark  # last stable offset = HW until transactions exist
@@ -52,4 +52,4 @@ async def handle(broker: "Broker", ctx: RequestContext) -> Any:
             parts.append({"partition_index": index, "error_code": 0, "timestamp": ts, "offset": offset,
                           "leader_epoch": 0})
         topics.append({"name": t.name, "partitions": parts})
-    return build(response_class("list_offsets", ctx.version), {"throttle_time": 0, "topics": topics})
+    return build(response_class(ApiKey.LIST_OFFSETS, ctx.version), {"throttle_time": 0, "topics": topics})

@@ -10,15 +10,16 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from ...net.apis import ApiKey
 from ...net.build import build, response_class
 from ..topics import InvalidTopicError, Topic, validate_topic_name
 from . import RequestContext, handler
 
 if TYPE_CHECKING:
-    from ..broker import Broker
+    from ..api import BrokerApi
 
 
-def topic_entry(broker: "Broker", topic: Topic) -> dict[str, Any]:
+def topic_entry(broker: "BrokerApi", topic: Topic) -> dict[str, Any]:
     node = broker.config.node_id
     return {
         "error_code": 0,
@@ -40,19 +41,19 @@ def topic_entry(broker: "Broker", topic: Topic) -> dict[str, Any]:
     }
 
 
-@handler(3, "Metadata", 0, 12)
-async def handle(broker: "Broker", ctx: RequestContext) -> Any:
+@handler(ApiKey.METADATA, 0, 12)
+async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     body = ctx.body
     version = ctx.version
     requested = body.topics
     if requested is None or (version == 0 and not requested):
-        names = [t.name for t in broker.topics.topics.values()]
+        names = broker.topics.names()
     else:
         names = [t.name for t in requested if t.name is not None]
     allow_create = getattr(body, "allow_auto_topic_creation", True) and broker.config.auto_create_topics
     topics = []
     for name in names:
-        topic = broker.topics.topics.get(name)
+        topic = broker.topics.find(name)
         if topic is None and allow_create:
             try:
                 topic = broker.auto_create_topic(name)
@@ -77,4 +78,4 @@ async def handle(broker: "Broker", ctx: RequestContext) -> Any:
         "topics": topics,
         "cluster_authorized_operations": -2147483648,
     }
-    return build(response_class("metadata", version), data)
+    return build(response_class(ApiKey.METADATA, version), data)

@@ -4,24 +4,27 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ...group.coordinator import OffsetCommit, OffsetCommitRequest
+from ...net.apis import ApiKey
 from ...net.build import build, response_class
 from . import RequestContext, handler
 
 if TYPE_CHECKING:
-    from ..broker import Broker
+    from ..api import BrokerApi
 
 
-@handler(8, "OffsetCommit", 2, 9)
-async def handle(broker: "Broker", ctx: RequestContext) -> Any:
+@handler(ApiKey.OFFSET_COMMIT, 2, 9)
+async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     b = ctx.body
     generation = int(getattr(b, "generation_id_or_member_epoch", getattr(b, "generation_id", -1)))
-    offsets = [(t.name, p.partition_index, p.committed_offset, int(getattr(p, "committed_leader_epoch", -1)),
-                p.committed_metadata) for t in b.topics for p in t.partitions]
-    results = broker.groups.commit_offsets(b.group_id, generation, b.member_id,
-                                           getattr(b, "group_instance_id", None), offsets)
+    offsets = tuple(OffsetCommit(t.name, p.partition_index, p.committed_offset,
+                                 int(getattr(p, "committed_leader_epoch", -1)), p.committed_metadata)
+                    for t in b.topics for p in t.partitions)
+    results = broker.groups.commit_offsets(OffsetCommitRequest(
+        b.group_id, generation, b.member_id, getattr(b, "group_instance_id", None), offsets))
     topics: dict[str, list[dict[str, Any]]] = {}
     for t in b.topics:
         topics[t.name] = [{"partition_index": p.partition_index, "error_code": results[(t.name, p.partition_index)]}
                           for p in t.partitions]
-    return build(response_class("offset_commit", ctx.version), {
+    return build(response_class(ApiKey.OFFSET_COMMIT, ctx.version), {
         "throttle_time": 0, "topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]})

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ...net.apis import ApiKey
 from ...net.build import build, response_class
 from . import RequestContext, handler
 
 if TYPE_CHECKING:
-    from ..broker import Broker
+    from ..api import BrokerApi
 
 
-@handler(47, "OffsetDelete", 0, 0)
-async def handle(broker: "Broker", ctx: RequestContext) -> Any:
+@handler(ApiKey.OFFSET_DELETE, 0, 0)
+async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     b = ctx.body
     wanted = [(t.name, p.partition_index) for t in b.topics for p in t.partitions]
     top, results = broker.groups.delete_offsets(b.group_id, wanted)
     topics = [{"name": t.name, "partitions": [
         {"partition_index": p.partition_index, "error_code": results.get((t.name, p.partition_index), top)}
         for p in t.partitions]} for t in b.topics]
-    return build(response_class("offset_delete", ctx.version), {"error_code": top, "throttle_time": 0, "topics": topics})
+    return build(response_class(ApiKey.OFFSET_DELETE, ctx.version), {"error_code": top, "throttle_time": 0, "topics": topics})

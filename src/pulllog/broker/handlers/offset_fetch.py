@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ...net.apis import ApiKey
 from ...net.build import build, response_class
 from . import RequestContext, handler
 
 if TYPE_CHECKING:
-    from ..broker import Broker
+    from ..api import BrokerApi
 
 
-def _group_answer(broker: "Broker", group_id: str, topics: Any) -> list[dict[str, Any]]:
+def _group_answer(broker: "BrokerApi", group_id: str, topics: Any) -> list[dict[str, Any]]:
     wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
     found = broker.groups.fetch_offsets(group_id, wanted)
     by_topic: dict[str, list[dict[str, Any]]] = {}
@@ -27,12 +28,12 @@ def _group_answer(broker: "Broker", group_id: str, topics: Any) -> list[dict[str
     return [{"name": name, "partitions": parts} for name, parts in by_topic.items()]
 
 
-@handler(9, "OffsetFetch", 1, 9)
-async def handle(broker: "Broker", ctx: RequestContext) -> Any:
+@handler(ApiKey.OFFSET_FETCH, 1, 9)
+async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     b = ctx.body
     if ctx.version >= 8:
         groups = [{"group_id": g.group_id, "topics": _group_answer(broker, g.group_id, g.topics), "error_code": 0}
                   for g in b.groups]
-        return build(response_class("offset_fetch", ctx.version), {"throttle_time": 0, "groups": groups})
-    return build(response_class("offset_fetch", ctx.version), {
+        return build(response_class(ApiKey.OFFSET_FETCH, ctx.version), {"throttle_time": 0, "groups": groups})
+    return build(response_class(ApiKey.OFFSET_FETCH, ctx.version), {
         "throttle_time": 0, "topics": _group_answer(broker, b.group_id, b.topics), "error_code": 0})

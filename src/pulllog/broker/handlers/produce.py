@@ -9,7 +9,9 @@ offset); with replication it will wait in the purgatory.
 The answer is encoded by hand (``pulllog.net.produce``), not through kio: a producer that
 sends one record per request makes this the broker's most frequent response. For the same
 reason the handler is a plain function: it never waits, so the server runs it as soon as
-the request's bytes arrive (see ``pulllog.broker.server``).
+the request's bytes arrive (see ``pulllog.broker.server``), and it ``holds_answer``: while
+more requests of the connection are queued, its answer waits to go out with theirs in one
+write.
 """
 
 from __future__ import annotations
@@ -20,15 +22,16 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
-from ...records import InvalidRecordError
 from ...log import RecordErrors
+from ...net.apis import ApiKey
 from ...net.produce import PartitionProduceResponse, TopicProduceResponse, encode_produce_response
-from ..topics import InvalidTopicError, UnknownTopicError, validate_topic_name
+from ...records import InvalidRecordError
+from ..topics import InvalidTopicError, PartitionError, validate_topic_name
 from . import RequestContext, handler
 from .errors import error_code_for
 
 if TYPE_CHECKING:
-    from ..broker import Broker
+    from ..api import BrokerApi
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +41,8 @@ def _partition_error(index: int, code: ErrorCode, message: str | None = None,
     return PartitionProduceResponse(index, code.value, record_errors=record_errors, error_message=message)
 
 
-@handler(0, "Produce", 3, 9)
-def handle(broker: "Broker", ctx: RequestContext) -> bytes | None:
+@handler(ApiKey.PRODUCE, 3, 9, holds_answer=True)
+def handle(broker: "BrokerApi", ctx: RequestContext) -> bytes | None:
     body = ctx.body
     acks = body.acks
     responses = []
@@ -57,20 +60,18 @@ def handle(broker: "Broker", ctx: RequestContext) -> bytes | None:
     return encode_produce_response(ctx.request.correlation_id, ctx.version, responses)
 
 
-def append_partition(broker: "Broker", topic_name: str, index: int, records: bytes | None) -> PartitionProduceResponse:
-    topic = broker.topics.topics.get(topic_name)
-    try:
-        if topic is None:
-            # As Kafka: only Metadata creates topics (auto.create.topics.enable). Every
-            # producer asks for metadata before it sends, and retries this error after it.
+def append_partition(broker: "BrokerApi", topic_name: str, index: int, records: bytes | None) -> PartitionProduceResponse:
+    partition_log = broker.partition(topic_name, index)
+    if isinstance(partition_log, PartitionError):
+        # As Kafka: only Metadata creates topics (auto.create.topics.enable). Every
+        # producer asks for metadata before it sends, and retries this error after it.
+        try:
             validate_topic_name(topic_name)
-            raise UnknownTopicError(topic_name)
-        partition = broker.topics.partition(topic_name, index)
-    except (InvalidTopicError, UnknownTopicError) as exc:
-        return _partition_error(index, error_code_for(exc), str(exc))
+        except InvalidTopicError as exc:
+            return _partition_error(index, error_code_for(exc), str(exc))
+        return _partition_error(index, partition_log.code, partition_log.message)
     if not records:
         return _partition_error(index, ErrorCode.corrupt_message, "the request carries no records for this partition")
-    partition_log = partition.log
     try:
         batches = partition_log.validate(records)
         if any(header.is_control for _pos, header in batches):

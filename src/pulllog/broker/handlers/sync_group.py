@@ -1,24 +1,28 @@
-"""SyncGroup (14): the leader hands in the assignment; every member gets its part."""
+"""SyncGroup (14): the leader hands in the assignment; every member gets its part.
+
+v5+ answers with the group's protocol type and name (KIP-559), so a client can check them.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ...group.coordinator import SyncRequest
+from ...net.apis import ApiKey
 from ...net.build import build, response_class
 from . import RequestContext, handler
 
 if TYPE_CHECKING:
-    from ..broker import Broker
+    from ..api import BrokerApi
 
 
-@handler(14, "SyncGroup", 0, 5)
-async def handle(broker: "Broker", ctx: RequestContext) -> Any:
+@handler(ApiKey.SYNC_GROUP, 0, 5)
+async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     b = ctx.body
-    assignments = {a.member_id: bytes(a.assignment) for a in b.assignments}
-    error, assignment = await broker.groups.sync(b.group_id, b.generation_id, b.member_id,
-                                                 getattr(b, "group_instance_id", None), assignments)
-    group = broker.groups.groups.get(b.group_id)
-    data = {"throttle_time": 0, "error_code": error, "assignment": assignment,
-            "protocol_type": group.protocol_type if group else None,
-            "protocol_name": group.protocol_name if group else None}
-    return build(response_class("sync_group", ctx.version), data)
+    result = await broker.groups.sync(SyncRequest(
+        group_id=b.group_id, generation=b.generation_id, member_id=b.member_id,
+        group_instance_id=getattr(b, "group_instance_id", None),
+        assignments={a.member_id: bytes(a.assignment) for a in b.assignments}))
+    return build(response_class(ApiKey.SYNC_GROUP, ctx.version), {
+        "throttle_time": 0, "error_code": result.error, "assignment": result.assignment,
+        "protocol_type": result.protocol_type, "protocol_name": result.protocol_name})

@@ -1,0 +1,108 @@
+"""What a request handler may ask of the broker: the interface between the two.
+
+Handlers (``pulllog.broker.handlers``) and the connection shell (``pulllog.broker.server``)
+are written against :class:`BrokerApi`, never against ``pulllog.broker.broker``: the broker
+imports the handler registry and the server, and neither imports it back (an import-linter
+contract keeps it so). :class:`~pulllog.broker.broker.Broker` satisfies the protocol
+structurally; a test may hand a handler anything else that does.
+
+Rules the interface keeps:
+
+* A partition's log comes from one call, :meth:`BrokerApi.partition`, which answers with the
+  :class:`~pulllog.log.Log` or a :class:`~pulllog.broker.topics.PartitionError` holding Kafka's
+  error code (UNKNOWN_TOPIC_OR_PARTITION). Nothing here exposes the topic table itself.
+* Topics are read and changed through :class:`TopicCatalog` (find, create, alter, ...);
+  groups through the :class:`~pulllog.group.coordinator.GroupCoordinator`'s methods, which
+  take and return dataclasses.
+* Everything here runs on the broker's event loop thread; nothing is locked.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from ..group.coordinator import GroupCoordinator
+    from ..log import Log, LogConfig
+    from .config import BrokerConfig
+    from .purgatory import DelayedOperation
+    from .topics import PartitionError, Topic
+
+__all__ = ["BrokerApi", "TopicCatalog"]
+
+
+class TopicCatalog(Protocol):
+    """The topics of this broker, as handlers see them (``pulllog.broker.topics.TopicManager``)."""
+
+    cluster_id: str
+
+    def find(self, name: str) -> "Topic | None": ...
+
+    def get(self, name: str) -> "Topic":
+        """The topic, or UnknownTopicError."""
+        ...
+
+    def by_id(self, topic_id: uuid.UUID) -> "Topic | None": ...
+
+    def names(self) -> list[str]: ...
+
+    def check_new_topic(self, name: str, partitions: int, configs: Mapping[str, str]) -> "LogConfig": ...
+
+    def create(self, name: str, partitions: int, configs: Mapping[str, str] | None = None) -> "Topic": ...
+
+    def add_partitions(self, name: str, total: int, *, validate_only: bool = False) -> None: ...
+
+    def alter_config(self, name: str, overrides: Mapping[str, str], *,
+                     validate_only: bool = False) -> "LogConfig": ...
+
+
+class BrokerApi(Protocol):
+    """What handlers may ask of the broker."""
+
+    @property
+    def config(self) -> "BrokerConfig": ...
+
+    @property
+    def port(self) -> int:
+        """The port actually bound (``port=0`` asks for any free one)."""
+        ...
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        """(host, port) clients are told to connect to."""
+        ...
+
+    @property
+    def supported_apis(self) -> Mapping[int, tuple[int, int]]:
+        """api key -> (min_version, max_version): what the handler registry serves."""
+        ...
+
+    @property
+    def topics(self) -> TopicCatalog: ...
+
+    @property
+    def groups(self) -> "GroupCoordinator": ...
+
+    def partition(self, topic: str, index: int) -> "Log | PartitionError":
+        """The log of one partition, or why there is none (Kafka's error code)."""
+        ...
+
+    def auto_create_topic(self, name: str) -> "Topic":
+        """Create ``name`` with ``num.partitions`` (Metadata's auto-creation)."""
+        ...
+
+    def delete_topic(self, name: str) -> None:
+        """Delete the topic, answering the long polls that read it first."""
+        ...
+
+    def on_append(self, topic: str, partition: int) -> None:
+        """Records were appended: wake the fetches waiting on that partition."""
+        ...
+
+    def next_producer_id(self) -> int: ...
+
+    async def wait_for_fetch(self, op: "DelayedOperation", partitions: Iterable[tuple[str, int]]) -> None:
+        """Park a long-poll Fetch in the fetch purgatory until it completes or expires."""
+        ...
