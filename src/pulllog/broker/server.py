@@ -17,9 +17,9 @@ Rules kept here:
   version).
 * A handler that fails closes only its connection, with the traceback in the log. The
   broker keeps serving every other client.
-* Fetch responses carry ``FileSlice`` chunks, sent with sendfile (zero copy) after the
-  bytes before them have been flushed. A handler may also return its frame already
-  encoded (``bytes``), as Produce does; otherwise kio encodes the response it returns.
+* A handler returns a typed response; its record's ``encode`` makes the frame. Fetch's
+  frames carry ``FileSlice`` chunks, sent with sendfile (zero copy) after the bytes before
+  them have been flushed.
 * Pipelined answers of a handler that ``holds_answer`` (Produce) go out in one write:
   while more requests are already queued, such an answer is held back (at most
   ``_HOLD_MAX``) and goes out with the next one. Any other request, and waiting for more
@@ -205,22 +205,21 @@ class Connection(asyncio.Protocol):
             response: Any = handler.fn(broker, ctx)
             if handler.waits:
                 response = await response
+            if response is None:  # no answer (Produce with acks=0)
+                return True
+            encoded = handler.encode(request.correlation_id, request.api_version, response)
         except (OperationCancelled, asyncio.CancelledError):
             raise
         except Exception:
             self._handler_failed(handler.name, request)
             return False
-        if response is None:
-            return True
-        if type(response) is bytes:  # a frame the handler encoded itself (Produce)
+        if type(encoded) is bytes:
             if handler.holds_answer and self.frames and len(self._held) < _HOLD_MAX:
-                self._held.append(response)  # more requests are queued: answer them in one write
+                self._held.append(encoded)  # more requests are queued: answer them in one write
             else:
-                await self._write(response)
-        elif isinstance(response, list):
-            await self._write_chunks(response)
+                await self._write(encoded)
         else:
-            await self._write(encode_response(request.correlation_id, response))
+            await self._write_chunks(encoded)  # type: ignore[arg-type]
         return True
 
     def _answer_at_once(self, frames: list[bytes]) -> list[bytes]:
@@ -241,8 +240,9 @@ class Connection(asyncio.Protocol):
             ctx = RequestContext(request, self.peer[0], self.peer[1], self.id)
             try:
                 response: Any = handler.fn(broker, ctx)
+                if response is not None:  # None: no answer (Produce with acks=0)
+                    answers.append(handler.encode(request.correlation_id, request.api_version, response))  # type: ignore[arg-type]
             except OperationCancelled:
-                response = None
                 self._closing = True
             except Exception:
                 self._handler_failed(handler.name, request)
@@ -252,10 +252,6 @@ class Connection(asyncio.Protocol):
                 done = len(frames)
                 break
             done += 1
-            if response is None:
-                continue
-            answers.append(response if type(response) is bytes
-                           else encode_response(request.correlation_id, response))
         if answers and self.transport is not None:
             self.transport.write(answers[0] if len(answers) == 1 else b"".join(answers))
         return frames[done:]

@@ -7,9 +7,11 @@ table of APIs, :class:`pulllog.net.apis.ApiKey`.
 The boundary: a handler is ``fn(broker, ctx)``, where ``broker`` is the
 :class:`~pulllog.broker.api.BrokerApi` interface (never the Broker class) and ``ctx.body`` is
 the decoded request (a kio entity; Produce: ``pulllog.net.produce.ProduceRequestData``). It
-returns what the connection writes back: a kio response entity (encoded by
-``pulllog.net.protocol.encode_response``), an already-encoded frame (``bytes``, Produce), a
-list of chunks with ``FileSlice``s to send with sendfile (Fetch), or None (no answer: acks=0).
+returns a typed response, or None for no answer at all (Produce with acks=0), and its
+record's ``encode`` turns that response into the frame: kio's writer for a kio response
+entity (the default), ``encode_produce_response`` for Produce's ``TopicProduceResponse``
+list, ``encode_fetch_response`` for Fetch's ``FetchResponseData`` (bytes plus ``FileSlice``
+chunks that go out with sendfile). Handlers never encode bytes themselves.
 
 Per-API rules live on the :class:`Handler` record, and the server applies them generically:
 
@@ -32,14 +34,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ...net.apis import ApiKey
+from ...net.protocol import encode_response
 
 if TYPE_CHECKING:
     from kio.static.protocol import ResponsePayload
 
+    from ...net.fetch import Chunk
     from ...net.protocol import Request
     from ..api import BrokerApi
 
-__all__ = ["Handler", "RequestContext", "handler", "registry"]
+__all__ = ["Encoder", "Handler", "RequestContext", "encode_kio", "handler", "registry"]
 
 
 class RequestContext(NamedTuple):
@@ -60,6 +64,8 @@ class RequestContext(NamedTuple):
 
 
 HandlerFn = Callable[["BrokerApi", RequestContext], Awaitable[Any] | Any]
+Encoder = Callable[[int, int, Any], "bytes | list[Chunk]"]
+"""(correlation id, api version, response) -> the response frame, size prefix included."""
 UnsupportedVersionAnswer = Callable[["BrokerApi", int], "ResponsePayload"]
 """(broker, requested version) -> the response body to send instead of closing."""
 
@@ -72,6 +78,8 @@ class Handler:
     fn: HandlerFn
     waits: bool
     """True for an ``async def`` handler (await its result); False: ``fn`` answers at once."""
+    encode: Encoder
+    """Turns what ``fn`` returns into the frame. A plain-``def`` handler's encoder gives bytes."""
     holds_answer: bool = False
     """The answer may wait for the next write while more requests are queued."""
     unsupported_version: UnsupportedVersionAnswer | None = None
@@ -111,13 +119,20 @@ _MODULES = (
 )
 
 
-def handler(api_key: ApiKey, min_version: int, max_version: int, *, holds_answer: bool = False,
+def encode_kio(correlation_id: int, version: int, body: "ResponsePayload") -> bytes:
+    """The default encoder: a kio response entity (its class fixes the version)."""
+    return encode_response(correlation_id, body)
+
+
+def handler(api_key: ApiKey, min_version: int, max_version: int, *, encode: Encoder = encode_kio,
+            holds_answer: bool = False,
             unsupported_version: UnsupportedVersionAnswer | None = None) -> Callable[[HandlerFn], HandlerFn]:
     def register(fn: HandlerFn) -> HandlerFn:
         if api_key in _REGISTRY:
             raise RuntimeError(f"two handlers for {api_key.api_name} (api key {int(api_key)})")
-        _REGISTRY[int(api_key)] = Handler(api_key, min_version, max_version, fn, waits=inspect.iscoroutinefunction(fn),
-                                     holds_answer=holds_answer, unsupported_version=unsupported_version)
+        _REGISTRY[int(api_key)] = Handler(api_key, min_version, max_version, fn,
+                                          waits=inspect.iscoroutinefunction(fn), encode=encode,
+                                          holds_answer=holds_answer, unsupported_version=unsupported_version)
         return fn
 
     return register

@@ -127,8 +127,8 @@ def _watches(broker: "BrokerApi", topics: Any) -> list[_Watch]:
     return watches
 
 
-@handler(ApiKey.FETCH, 4, 12)
-async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
+@handler(ApiKey.FETCH, 4, 12, encode=encode_fetch_response)
+async def handle(broker: "BrokerApi", ctx: RequestContext) -> FetchResponseData:
     body = ctx.body
     max_bytes = int(getattr(body, "max_bytes", 2**31 - 1))
     isolation = int(getattr(body, "isolation_level", 0))
@@ -141,5 +141,4 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
         keys = [(t.topic, p.partition) for t in body.topics for p in t.partitions]
         await broker.wait_for_fetch(op, keys)
         topics, total = read_partitions(broker, body.topics, max_bytes, isolation)
-    data = FetchResponseData(throttle_time_ms=0, error_code=0, session_id=0, topics=topics)
-    return encode_fetch_response(ctx.request.correlation_id, ctx.version, data)
+    return FetchResponseData(throttle_time_ms=0, error_code=0, session_id=0, topics=topics)

@@ -41,8 +41,8 @@ def _partition_error(index: int, code: ErrorCode, message: str | None = None,
     return PartitionProduceResponse(index, code.value, record_errors=record_errors, error_message=message)
 
 
-@handler(ApiKey.PRODUCE, 3, 9, holds_answer=True)
-def handle(broker: "BrokerApi", ctx: RequestContext) -> bytes | None:
+@handler(ApiKey.PRODUCE, 3, 9, encode=encode_produce_response, holds_answer=True)
+def handle(broker: "BrokerApi", ctx: RequestContext) -> list[TopicProduceResponse] | None:
     body = ctx.body
     acks = body.acks
     responses = []
@@ -50,14 +50,14 @@ def handle(broker: "BrokerApi", ctx: RequestContext) -> bytes | None:
         for topic in body.topic_data:
             responses.append(TopicProduceResponse(topic.name, [
                 _partition_error(p.index, ErrorCode.invalid_required_acks) for p in topic.partition_data]))
-        return encode_produce_response(ctx.request.correlation_id, ctx.version, responses)
+        return responses
     for topic_data in body.topic_data:
         name = topic_data.name
         responses.append(TopicProduceResponse(name, [append_partition(broker, name, p.index, p.records)
                                                      for p in topic_data.partition_data]))
     if acks == 0:
         return None
-    return encode_produce_response(ctx.request.correlation_id, ctx.version, responses)
+    return responses
 
 
 def append_partition(broker: "BrokerApi", topic_name: str, index: int, records: bytes | None) -> PartitionProduceResponse:
