@@ -12,8 +12,8 @@ Rules the interface keeps:
   :class:`~pulllog.log.Log` or a :class:`~pulllog.broker.topics.PartitionError` holding Kafka's
   error code (UNKNOWN_TOPIC_OR_PARTITION). Nothing here exposes the topic table itself.
 * Topics are read and changed through :class:`TopicCatalog` (find, create, alter, ...);
-  groups through the :class:`~pulllog.group.coordinator.GroupCoordinator`'s methods, which
-  take and return dataclasses.
+  groups through :class:`GroupCoordinatorApi` (the coordinator's methods, which take and
+  return dataclasses; never its ``groups`` table).
 * Everything here runs on the broker's event loop thread; nothing is locked.
 """
 
@@ -24,13 +24,24 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from ..group.coordinator import GroupCoordinator
+    from kio.schema.errors import ErrorCode
+
+    from ..group.coordinator import (
+        CommittedOffset,
+        GroupDescription,
+        GroupOverview,
+        JoinRequest,
+        JoinResult,
+        OffsetCommitRequest,
+        SyncRequest,
+        SyncResult,
+    )
     from ..log import Log, LogConfig
     from .config import BrokerConfig
     from .purgatory import DelayedOperation
     from .topics import PartitionError, Topic
 
-__all__ = ["BrokerApi", "TopicCatalog"]
+__all__ = ["BrokerApi", "GroupCoordinatorApi", "TopicCatalog"]
 
 
 class TopicCatalog(Protocol):
@@ -58,6 +69,35 @@ class TopicCatalog(Protocol):
                      validate_only: bool = False) -> "LogConfig": ...
 
 
+class GroupCoordinatorApi(Protocol):
+    """The group coordinator, as handlers see it (``pulllog.group.coordinator.GroupCoordinator``)."""
+
+    async def join(self, request: "JoinRequest") -> "JoinResult": ...
+
+    async def sync(self, request: "SyncRequest") -> "SyncResult": ...
+
+    def heartbeat(self, group_id: str, generation: int, member_id: str,
+                  group_instance_id: str | None) -> "ErrorCode": ...
+
+    def leave(self, group_id: str, members: list[tuple[str, str | None]]) -> "tuple[ErrorCode, list[ErrorCode]]":
+        """members: (member id, group instance id); answers the top-level and per-member codes."""
+        ...
+
+    def commit_offsets(self, request: "OffsetCommitRequest") -> "dict[tuple[str, int], ErrorCode]": ...
+
+    def fetch_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]] | None,
+                      ) -> "dict[tuple[str, int], CommittedOffset | None]": ...
+
+    def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]],
+                       ) -> "tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]": ...
+
+    def describe(self, group_id: str) -> "GroupDescription": ...
+
+    def list_groups(self) -> "list[GroupOverview]": ...
+
+    def delete_group(self, group_id: str) -> "ErrorCode": ...
+
+
 class BrokerApi(Protocol):
     """What handlers may ask of the broker."""
 
@@ -83,7 +123,7 @@ class BrokerApi(Protocol):
     def topics(self) -> TopicCatalog: ...
 
     @property
-    def groups(self) -> "GroupCoordinator": ...
+    def groups(self) -> GroupCoordinatorApi: ...
 
     def partition(self, topic: str, index: int) -> "Log | PartitionError":
         """The log of one partition, or why there is none (Kafka's error code)."""
