@@ -37,8 +37,8 @@ if TYPE_CHECKING:
         SyncResult,
     )
     from ..log import Log, LogConfig
+    from ..purgatory import DelayedOperation
     from .config import BrokerConfig
-    from .purgatory import DelayedOperation
     from .topics import PartitionError, Topic
 
 __all__ = ["BrokerApi", "GroupCoordinatorApi", "TopicCatalog"]

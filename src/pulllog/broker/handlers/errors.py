@@ -5,8 +5,8 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from ...log import ConfigError, OffsetOutOfRangeError, RecordErrors, RecordTooLargeError
-from ...records import CorruptRecordError, InvalidRecordError, UnsupportedMagicError
 from ...log.producer_state import InvalidProducerEpochError, InvalidProducerFieldsError, OutOfOrderSequenceError
+from ...records import CorruptRecordError, InvalidRecordError, UnsupportedMagicError
 from ..topics import InvalidTopicError, TopicExistsError, UnknownTopicError
 
 __all__ = ["error_code_for"]
