@@ -20,7 +20,7 @@ classic consumer groups run it:
    (``group.instance.id``) that restarts within its session timeout takes its old place and
    assignment without a rebalance (KIP-345); the incarnation it replaced is fenced.
 
-The API handlers call takes and returns frozen dataclasses (``JoinRequest`` -> ``JoinResult``,
+The API that handlers call takes and returns frozen dataclasses (``JoinRequest`` -> ``JoinResult``,
 ``SyncRequest`` -> ``SyncResult``, ``OffsetCommitRequest``, ``CommittedOffset``,
 ``GroupDescription``, ``GroupOverview``), never the live ``Group`` and ``Member`` records, which
 only the coordinator changes.
