@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
-import anyio
 import pytest
 
 from pulllog.purgatory.delayed import (
@@ -266,14 +266,21 @@ def test_try_complete_must_complete_when_it_says_so() -> None:
 # -- with a real event loop: generous bounds only, these must never be flaky --------
 
 
+async def watched_by(purgatory: Purgatory, key: str, count: int) -> None:
+    """Return once ``count`` operations watch ``key`` (a task's first step runs a pass later)."""
+    async with asyncio.timeout(5):
+        while purgatory.watched(key) != count:
+            await asyncio.sleep(0)
+
+
 async def test_operation_expires_near_its_deadline_with_the_driver_running() -> None:
     purgatory: Purgatory = DelayedOperationPurgatory("Fetch")
     log = Partitions()
-    async with anyio.create_task_group() as tg:
-        await tg.start(purgatory.run)
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(purgatory.run())
         op = DelayedFetch(50, 1, ["t-0"], log)
         started = time.monotonic()
-        with anyio.fail_after(5):
+        async with asyncio.timeout(5):
             await purgatory.wait(op, ["t-0"])
         elapsed = time.monotonic() - started
         purgatory.shutdown()
@@ -286,17 +293,12 @@ async def test_check_and_complete_wakes_the_waiter_at_once() -> None:
     purgatory: Purgatory = DelayedOperationPurgatory("Fetch")
     log = Partitions()
     op = DelayedFetch(30_000, 1, ["t-0"], log)
-    async with anyio.create_task_group() as tg:
-        await tg.start(purgatory.run)
-
-        async def fetch_handler(*, task_status=anyio.TASK_STATUS_IGNORED) -> None:
-            task_status.started()
-            await purgatory.wait(op, ["t-0"])
-
-        await tg.start(fetch_handler)
-        assert purgatory.watched("t-0") == 1
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(purgatory.run())
+        tg.create_task(purgatory.wait(op, ["t-0"]))  # a Fetch handler's long poll
+        await watched_by(purgatory, "t-0", 1)
         started = time.monotonic()
-        with anyio.fail_after(5):
+        async with asyncio.timeout(5):
             log.append("t-0", 1)
             assert purgatory.check_and_complete("t-0") == 1
             await op.wait()
@@ -312,12 +314,12 @@ async def test_earlier_deadline_wakes_a_sleeping_driver() -> None:
     purgatory: Purgatory = DelayedOperationPurgatory("Fetch")
     log = Partitions()
     late = DelayedFetch(60_000, 1, ["t-0"], log)
-    async with anyio.create_task_group() as tg:
-        await tg.start(purgatory.run)
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(purgatory.run())
         purgatory.try_complete_else_watch(late, ["t-0"])
-        await anyio.sleep(0.01)  # the driver is now asleep until the 60 s bucket
+        await asyncio.sleep(0.01)  # the driver is now asleep until the 60 s bucket
         early = DelayedFetch(20, 1, ["t-0"], log)
-        with anyio.fail_after(5):
+        async with asyncio.timeout(5):
             await purgatory.wait(early, ["t-0"])
         purgatory.shutdown()
 
@@ -329,8 +331,9 @@ async def test_cancelled_waiter_leaves_nothing_behind() -> None:
     purgatory: Purgatory = DelayedOperationPurgatory("Fetch")
     log = Partitions()
     op = DelayedFetch(30_000, 1, ["t-0"], log)
-    with anyio.move_on_after(0.02):
-        await purgatory.wait(op, ["t-0"])
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.02):
+            await purgatory.wait(op, ["t-0"])
 
     assert op.is_cancelled
     assert purgatory.watched("t-0") == 0
@@ -343,17 +346,17 @@ async def test_shutdown_wakes_waiters_with_operation_cancelled_and_stops_the_dri
     op = DelayedFetch(30_000, 1, ["t-0"], log)
     outcome: list[str] = []
 
-    async def fetch_handler(*, task_status=anyio.TASK_STATUS_IGNORED) -> None:
-        task_status.started()
+    async def fetch_handler() -> None:
         try:
             await purgatory.wait(op, ["t-0"])
         except OperationCancelled:
             outcome.append("cancelled")
 
-    with anyio.fail_after(5):
-        async with anyio.create_task_group() as tg:
-            await tg.start(purgatory.run)
-            await tg.start(fetch_handler)
+    async with asyncio.timeout(5):
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(purgatory.run())
+            tg.create_task(fetch_handler())
+            await watched_by(purgatory, "t-0", 1)
             purgatory.shutdown()  # the task group then exits: the driver returned
 
     assert outcome == ["cancelled"]

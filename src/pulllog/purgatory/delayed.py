@@ -39,12 +39,13 @@ Rules this module keeps:
   nobody watches any more is forgotten. Kafka purges its watcher lists
   periodically; dict-backed watcher lists make that unnecessary here.
 * **One owner.** A purgatory belongs to one event loop and is called from its
-  thread only (from a worker thread, go through ``anyio.from_thread.run_sync``);
+  thread only (from a worker thread, go through ``loop.call_soon_threadsafe``);
   nothing is locked, so the watcher and the timer never interleave. Its driver,
-  :meth:`DelayedOperationPurgatory.run`, is started in a task group
-  (``await tg.start(purgatory.run)``); it sleeps until the next bucket of the wheel
+  :meth:`DelayedOperationPurgatory.run`, is a task in its owner's task group
+  (``tg.create_task(purgatory.run())``); it sleeps until the next bucket of the wheel
   is due, or until an operation with an earlier deadline is added, and returns
-  after :meth:`~DelayedOperationPurgatory.shutdown`.
+  after :meth:`~DelayedOperationPurgatory.shutdown`. Operations added before the
+  driver's first step are not missed: each pass reads the wheel's next deadline.
 
 A request handler awaits its operation::
 
@@ -67,13 +68,10 @@ and the log, after appending to a partition, calls
 
 from __future__ import annotations
 
+import asyncio
 import enum
 from collections.abc import Hashable, Iterable
 from typing import Generic, TypeVar
-
-import anyio
-import anyio.lowlevel
-from anyio.abc import TaskStatus
 
 from pulllog.purgatory.timing_wheel import Clock, Timer, TimerTask, monotonic_ms
 
@@ -118,7 +116,7 @@ class DelayedOperation(TimerTask):
     def __init__(self, delay_ms: int) -> None:
         super().__init__(delay_ms)
         self._state = _State.WAITING
-        self._done: anyio.Event | None = None  # created by the first waiter
+        self._done: asyncio.Event | None = None  # created by the first waiter
         self._purgatory: DelayedOperationPurgatory[Hashable, DelayedOperation] | None = None
 
     # -- to implement -------------------------------------------------------------
@@ -175,7 +173,7 @@ class DelayedOperation(TimerTask):
         """Return once the operation completed; raise :exc:`OperationCancelled` if cancelled."""
         if self._state is _State.WAITING:
             if self._done is None:
-                self._done = anyio.Event()
+                self._done = asyncio.Event()
             await self._done.wait()
         if self._state is _State.CANCELLED:
             raise OperationCancelled(f"{self!r} was cancelled before it completed")
@@ -224,7 +222,7 @@ class DelayedOperationPurgatory(Generic[K, Op]):
         self._waiting: dict[Op, tuple[K, ...]] = {}
         self._shut_down = False
         self._running = False
-        self._wakeup: anyio.Event | None = None  # set to wake the driver early
+        self._wakeup: asyncio.Event | None = None  # set to wake the driver early
         self._sleeping_until: int | None = None
 
     # -- what the broker calls ----------------------------------------------------
@@ -297,13 +295,12 @@ class DelayedOperationPurgatory(Generic[K, Op]):
         """Expire the operations due at ``now_ms`` (default: the clock); return how many."""
         return self._timer.poll(now_ms)
 
-    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Expire operations on time until :meth:`shutdown`: ``await tg.start(purgatory.run)``."""
+    async def run(self) -> None:
+        """Expire operations on time until :meth:`shutdown`: ``tg.create_task(purgatory.run())``."""
         if self._running:
             raise RuntimeError(f"purgatory {self.name!r} already has a driver running")
         self._running = True
         try:
-            task_status.started()
             while not self._shut_down:
                 self.poll()
                 await self._sleep_until_next_expiration()
@@ -369,14 +366,19 @@ class DelayedOperationPurgatory(Generic[K, Op]):
             wakeup.set()
 
     async def _sleep_until_next_expiration(self) -> None:
-        self._wakeup = wakeup = anyio.Event()
+        self._wakeup = wakeup = asyncio.Event()
         due = self._sleeping_until = self._timer.next_expiration_ms()
         if due is None:
             await wakeup.wait()
             return
         delay_ms = due - self._clock()
         if delay_ms <= 0:
-            await anyio.lowlevel.checkpoint()
+            await asyncio.sleep(0)  # let the loop run between passes over a backlog of due buckets
             return
-        with anyio.move_on_after(delay_ms / 1000):
+        # The deadline sets the same event an earlier operation or shutdown() sets: one way
+        # to wake up, and no cancellation (a timeout scope) on the driver's normal path.
+        alarm = asyncio.get_running_loop().call_later(delay_ms / 1000, wakeup.set)
+        try:
             await wakeup.wait()
+        finally:
+            alarm.cancel()
