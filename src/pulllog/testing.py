@@ -22,7 +22,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
 from .broker import Broker
@@ -65,7 +64,7 @@ class BrokerThread:
 
     def _main(self) -> None:
         try:
-            anyio.run(self._serve)
+            asyncio.run(self._serve())
         except BaseException as exc:  # reported to start()'s caller
             self._error = exc
             self._ready.set()
@@ -73,8 +72,13 @@ class BrokerThread:
     async def _serve(self) -> None:
         self._loop = asyncio.get_running_loop()
         self.broker = Broker(data_dir=self.data_dir, **self.options)
-        async with anyio.create_task_group() as tg:
-            await tg.start(self.broker.serve)
+        ready: asyncio.Future[Broker] = self._loop.create_future()
+        ready.add_done_callback(self._on_ready)
+        await self.broker.serve(ready=ready)  # returns after stop(), once shut down cleanly
+
+    def _on_ready(self, ready: "asyncio.Future[Broker]") -> None:
+        # A failure to start reaches start()'s caller from _main, with its error.
+        if not ready.cancelled() and ready.exception() is None:
             self._ready.set()
 
     def call(self, fn: Any, *args: Any) -> Any:

@@ -1,4 +1,4 @@
-"""`pulllog serve` as a real process: SIGKILL loses nothing acknowledged; SIGTERM is clean."""
+"""`pulllog serve` as a real process: SIGKILL loses nothing acknowledged; SIGTERM and SIGINT are clean."""
 
 from __future__ import annotations
 
@@ -122,14 +122,15 @@ def test_sigkill_mid_produce_loses_nothing_acknowledged(serve, acks: str) -> Non
             assert stored.get(offset) == value, f"acknowledged {partition}@{offset} is missing"
 
 
-def test_sigterm_shuts_down_cleanly_and_restart_needs_no_recovery(serve) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_shuts_down_cleanly_and_restart_needs_no_recovery(serve, sig: signal.Signals) -> None:
     broker = serve()
     bootstrap = f"127.0.0.1:{broker.port}"
     producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap})
     for i in range(1000):
         producer.produce("clean", b"%d" % i, partition=0)
     assert producer.flush(10) == 0
-    assert broker.signal(signal.SIGTERM) == 0
+    assert broker.signal(sig) == 0
     log_text = broker.log.read_text()
     assert "stopped cleanly" in log_text
     assert (broker.data_dir / "clean-0" / ".clean-shutdown").exists()

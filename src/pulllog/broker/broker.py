@@ -19,16 +19,15 @@ Lifecycle (structured: everything the broker starts is joined before it returns)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
+from types import TracebackType
 from typing import Any
-
-import anyio
-from anyio.abc import TaskStatus
 
 from ..group.coordinator import GroupCoordinator
 from ..log.cleaner import clean
@@ -91,10 +90,11 @@ class Broker:
         self.zero_copy = True
         self.internal_errors = 0  # handler failures (bugs): each closed one connection
         self._server: asyncio.AbstractServer | None = None
-        self._stop = anyio.Event()
-        self._stopped = anyio.Event()
+        self._stop = asyncio.Event()
         self._next_producer_id = (time.time_ns() // 1_000_000) << 8
-        self._task_group: Any = None
+        self._task_group: asyncio.TaskGroup | None = None
+        self._tasks: list[asyncio.Task[None]] = []  # the broker's own (not the connections')
+        self._cleaned_up = False
 
     # ------------------------------------------------------------------ addresses
 
@@ -112,8 +112,70 @@ class Broker:
 
     # ------------------------------------------------------------------ running
 
-    async def serve(self, *, task_status: TaskStatus[Any] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Run until :meth:`stop` (or cancellation); reports ``self`` once listening."""
+    async def __aenter__(self) -> "Broker":
+        """Load the logs, listen, and start the broker's tasks; returns once clients can connect."""
+        await self._start()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        """Shut down and join every task: gracefully after a clean exit, at once after an error.
+
+        The block's own error propagates as it is (not wrapped in an exception group); a task of
+        the broker's that failed is raised in an exception group, as a task group does.
+        """
+        if exc is None:
+            self.stop()  # the shutdown task runs the graceful sequence, then every task returns
+        else:
+            self._cancel_tasks()
+        try:
+            assert self._task_group is not None
+            # A cancellation goes to the task group, which keeps asyncio's cancel/uncancel
+            # accounting right; any other error of the block stays the block's.
+            cancelled = isinstance(exc, asyncio.CancelledError)
+            await self._task_group.__aexit__(exc_type if cancelled else None, exc if cancelled else None,
+                                             tb if cancelled else None)
+        finally:
+            self._final_cleanup()
+
+    async def serve(self, *, ready: "asyncio.Future[Broker] | None" = None) -> None:
+        """Run until :meth:`stop` (or cancellation), then shut down cleanly.
+
+        ``ready`` gets this broker once it listens, or the error that kept it from listening
+        (which ``serve`` raises too). In a task group::
+
+            ready = asyncio.get_running_loop().create_future()
+            tg.create_task(broker.serve(ready=ready))
+            broker = await ready
+        """
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                await stack.enter_async_context(self)
+            except BaseException as exc:
+                _report_failure(ready, exc)
+                raise
+            if ready is not None and not ready.done():
+                ready.set_result(self)
+            await self._stop.wait()
+
+    def stop(self) -> None:
+        """Begin a clean shutdown (safe to call more than once, and before the broker started).
+
+        :meth:`serve` returns once it is done; in ``async with Broker()`` the block's end waits
+        for it.
+        """
+        self._stop.set()
+
+    @property
+    def task_group(self) -> asyncio.TaskGroup:
+        """The task group that owns every task of the running broker (connections included)."""
+        if self._task_group is None:
+            raise RuntimeError("the broker is not running; use `async with Broker(...)` or `await broker.serve()`")
+        return self._task_group
+
+    async def _start(self) -> None:
+        if self._task_group is not None:
+            raise RuntimeError("this broker already ran; create a new Broker to start another")
         self.recovery_report = self.topics.load()
         for line in self.recovery_report:
             log.warning("recovery: %s", line)
@@ -133,21 +195,26 @@ class Broker:
                 "is another broker running there? pick another port with --listen",
             ) from None
         self.port = self._server.sockets[0].getsockname()[1]
+        self._task_group = tg = asyncio.TaskGroup()
+        await tg.__aenter__()
+        # Everything below belongs to the group, and so do the connections' tasks
+        # (Connection.connection_made): leaving the group joins them all.
+        self._tasks = [
+            tg.create_task(self.fetch_purgatory.run(), name="pulllog-purgatory-fetch"),
+            tg.create_task(self.group_purgatory.run(), name="pulllog-purgatory-rebalance"),
+            tg.create_task(self._housekeeping(), name="pulllog-housekeeping"),
+            tg.create_task(self._shutdown_when_stopped(), name="pulllog-shutdown"),
+        ]
         self.accepting = True
         log.info("pulllog broker %d listening on %s:%d, data in %s (%d topic(s))",
                  self.config.node_id, self.config.host, self.port, self.config.data_dir, len(self.topics.topics))
-        try:
-            async with anyio.create_task_group() as tg:
-                await tg.start(self.fetch_purgatory.run)
-                await tg.start(self.group_purgatory.run)
-                tg.start_soon(self._housekeeping)
-                task_status.started(self)
-                await self._stop.wait()
-                await self._shutdown_connections()
-                tg.cancel_scope.cancel()
-        finally:
-            with anyio.CancelScope(shield=True):
-                await self._final_cleanup()
+
+    async def _shutdown_when_stopped(self) -> None:
+        await self._stop.wait()
+        await self._shutdown_connections()
+        for task in self._tasks:
+            if task is not asyncio.current_task():
+                task.cancel()  # housekeeping; the purgatory drivers already returned
 
     async def _shutdown_connections(self) -> None:
         self.accepting = False
@@ -161,44 +228,43 @@ class Broker:
         tasks = [c.task for c in list(self.connections) if c.task is not None]
         if tasks:
             _done, pending = await asyncio.wait(tasks, timeout=_SHUTDOWN_GRACE_S)
+            if pending:
+                log.warning("%d connection(s) still busy %.0f s after shutdown began; cancelling them",
+                            len(pending), _SHUTDOWN_GRACE_S)
             for task in pending:
                 task.cancel()
             if pending:
                 await asyncio.wait(pending, timeout=1.0)
 
-    async def _final_cleanup(self) -> None:
+    def _cancel_tasks(self) -> None:
+        """Stop at once: refuse connections, cancel every task the broker started."""
+        self.accepting = False
+        if self._server is not None:
+            self._server.close()
+        self.fetch_purgatory.shutdown()
+        self.groups.shutdown()
+        self.group_purgatory.shutdown()
+        for conn in list(self.connections):
+            if conn.task is not None:
+                conn.task.cancel()
+        for task in self._tasks:
+            task.cancel()
+
+    def _final_cleanup(self) -> None:
+        if self._cleaned_up:
+            return
+        self._cleaned_up = True
         self.accepting = False
         if self._server is not None:
             self._server.close()
         for conn in list(self.connections):
-            if conn.task is not None and not conn.task.done():
-                conn.task.cancel()
             if conn.transport is not None:
                 conn.transport.abort()
         self.fetch_purgatory.shutdown()
         self.groups.shutdown()
         self.group_purgatory.shutdown()
-        self.topics.close()
+        self.topics.close()  # flush every log and write its clean-shutdown marker
         log.info("pulllog broker %d stopped cleanly", self.config.node_id)
-        self._stopped.set()
-
-    def stop(self) -> None:
-        """Ask :meth:`serve` to shut down cleanly (safe to call more than once)."""
-        self._stop.set()
-
-    async def __aenter__(self) -> "Broker":
-        self._task_group = anyio.create_task_group()
-        await self._task_group.__aenter__()
-        try:
-            await self._task_group.start(self.serve)
-        except BaseException:
-            await self._task_group.__aexit__(None, None, None)
-            raise
-        return self
-
-    async def __aexit__(self, *exc_info: Any) -> bool | None:
-        self.stop()
-        return await self._task_group.__aexit__(*exc_info)
 
     # ------------------------------------------------------------------ housekeeping
 
@@ -206,7 +272,7 @@ class Broker:
         interval_s = max(0.05, min(self.config.flush_scheduler_interval_ms, 1000) / 1000)
         last_retention = last_clean = last_offsets_expiry = last_producer_expiry = wall_clock_ms()
         while True:
-            await anyio.sleep(interval_s)
+            await asyncio.sleep(interval_s)
             now = wall_clock_ms()
             for partition_log in list(self.topics.all_logs()):
                 try:
@@ -283,3 +349,14 @@ class Broker:
     def next_producer_id(self) -> int:
         self._next_producer_id += 1
         return self._next_producer_id
+
+
+def _report_failure(ready: "asyncio.Future[Broker] | None", exc: BaseException) -> None:
+    """Tell whoever awaits ``ready`` that the broker will not listen."""
+    if ready is None or ready.done():
+        return
+    if isinstance(exc, Exception):
+        ready.set_exception(exc)
+        ready.exception()  # serve() raises the same error: the future need not log it as unretrieved
+    else:
+        ready.cancel()  # a cancellation or an interrupt, not an error of the broker's

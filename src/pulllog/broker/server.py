@@ -1,5 +1,9 @@
 """The asyncio shell around the sans-I/O protocol: one task per connection.
 
+Each connection's task belongs to the broker's task group (see :mod:`pulllog.broker.broker`):
+it ends when the client goes, on an error of its own (which closes this connection only), or
+at shutdown, after the request in hand (:meth:`Connection.begin_close`) or by cancellation.
+
 Rules kept here:
 
 * Requests on a connection are handled one at a time and answered in order, as Kafka does.
@@ -108,8 +112,16 @@ class Connection(asyncio.Protocol):
             transport.abort()
             self._closed = True
             return
+        # The task belongs to the broker's task group, which joins it at shutdown.
+        run = self._run()
+        try:
+            self.task = self.broker.task_group.create_task(run, name=f"pulllog-conn-{self.id}")
+        except RuntimeError:  # the group is already stopping (a task of the broker's failed)
+            run.close()
+            transport.abort()
+            self._closed = True
+            return
         self.broker.connections.add(self)
-        self.task = asyncio.get_running_loop().create_task(self._run(), name=f"pulllog-conn-{self.id}")
 
     def data_received(self, data: bytes) -> None:
         if self._closing:
@@ -177,10 +189,20 @@ class Connection(asyncio.Protocol):
             log.exception("connection from %s:%d failed; closing it", *self.peer)
         finally:
             self.broker.connections.discard(self)
-            if self.transport is not None and not self._closed:
-                if self._held:
-                    self.transport.write(b"".join(self._held))
-                self.transport.close()
+            self._close_transport()
+
+    def _close_transport(self) -> None:
+        # Never raises: an error escaping a connection's task would stop the whole broker's
+        # task group, and one connection must only ever close itself.
+        if self.transport is None or self._closed:
+            return
+        try:
+            if self._held:
+                self.transport.write(b"".join(self._held))
+            self.transport.close()
+        except Exception:
+            log.exception("closing the connection from %s:%d failed", *self.peer)
+            self.transport.abort()
 
     async def _handle(self, frame: bytes) -> bool:
         broker = self.broker

@@ -8,14 +8,15 @@ not apply are accepted with one warning each, so a stock server.properties works
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
 import socket
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import anyio
 import click
 
 from ..broker import Broker, BrokerConfig
@@ -82,17 +83,18 @@ def serve(data_dir: Path | None, listen: str | None, advertised_listener: str | 
     _check_data_dir(config.data_dir)
     for setting in config.ignored:
         click.echo(f"warning: {setting}", err=True)
-    backend_options = {}
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None
     if loop == "uvloop":
         try:
-            import uvloop  # noqa: F401
+            import uvloop
         except ImportError:
             raise CliError("--loop uvloop needs uvloop: pip install 'pulllog[uvloop]'", EXIT_USAGE) from None
-        backend_options["use_uvloop"] = True
+        loop_factory = uvloop.new_event_loop
     _setup_logging(log_level)
     broker = Broker(config=config)
     try:
-        anyio.run(_run, broker, backend_options=backend_options)
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            runner.run(_run(broker))
     except KeyboardInterrupt:
         pass
     except BaseException as exc:
@@ -135,15 +137,24 @@ def _first(exc: BaseException, kind: type[OSError]) -> OSError | None:
 
 
 async def _run(broker: Broker) -> None:
-    # The signal receiver is open before "ready" is printed: a SIGTERM sent as soon as the
-    # broker says it is ready must still shut it down cleanly, not kill it.
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with anyio.create_task_group() as tg:
-            await tg.start(broker.serve)
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGINT, signal.SIGTERM)
+    # Before serving: a SIGTERM sent as soon as "ready" is printed, or during log recovery,
+    # still shuts the broker down cleanly instead of killing it.
+    for signum in signals:
+        loop.add_signal_handler(signum, _on_signal, broker, signum)
+    try:
+        ready: asyncio.Future[Broker] = loop.create_future()
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(broker.serve(ready=ready), name="pulllog-broker")
+            await ready
             click.echo(f"pulllog broker ready: bootstrap.servers={broker.bootstrap_servers} "
                        f"(data in {broker.config.data_dir.resolve()}); Ctrl-C stops it", err=True)
-            async for signum in signals:
-                logging.getLogger("pulllog.broker").info(
-                    "%s received: shutting down cleanly", signal.Signals(signum).name)
-                broker.stop()
-                break
+    finally:
+        for signum in signals:
+            loop.remove_signal_handler(signum)
+
+
+def _on_signal(broker: Broker, signum: int) -> None:
+    logging.getLogger("pulllog.broker").info("%s received: shutting down cleanly", signal.Signals(signum).name)
+    broker.stop()
