@@ -31,14 +31,18 @@ from pathlib import Path
 
 BROKER = textwrap.dedent(
     """
-    import sys, anyio
+    import asyncio, sys
     from pulllog.broker import Broker
     async def main():
-        broker = Broker(data_dir=sys.argv[1], port=0)
-        async with anyio.create_task_group() as tg:
-            await tg.start(broker.serve)
+        async with Broker(data_dir=sys.argv[1], port=0) as broker:
             print("ready", broker.port, flush=True)
-    anyio.run(main, **({"backend_options": {"use_uvloop": True}} if sys.argv[2] == "uvloop" else {}))
+            await asyncio.Event().wait()  # until the benchmark terminates this process
+    loop_factory = None
+    if sys.argv[2] == "uvloop":
+        import uvloop
+        loop_factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        runner.run(main())
     """
 )
 

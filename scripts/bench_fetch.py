@@ -27,15 +27,15 @@ import confluent_kafka
 
 BROKER = textwrap.dedent(
     """
-    import sys, anyio
+    import asyncio, sys
     from pulllog.broker import Broker
     async def main():
         broker = Broker(data_dir=sys.argv[1], port=int(sys.argv[2]))
         broker.zero_copy = sys.argv[3] == "1"
-        async with anyio.create_task_group() as tg:
-            await tg.start(broker.serve)
+        async with broker:
             print("ready", flush=True)
-    anyio.run(main)
+            await asyncio.Event().wait()  # until the benchmark terminates this process
+    asyncio.run(main())
     """
 )
 

@@ -86,14 +86,18 @@ ONLY = {"sets of 50": ("pulllog",)}  # cases not every client has
 
 BROKER = textwrap.dedent(
     """
-    import sys, anyio
+    import asyncio, sys
     from pulllog.broker import Broker
     async def main():
-        broker = Broker(data_dir=sys.argv[1], port=int(sys.argv[2]))
-        async with anyio.create_task_group() as tg:
-            await tg.start(broker.serve)
+        async with Broker(data_dir=sys.argv[1], port=int(sys.argv[2])):
             print("ready", flush=True)
-    anyio.run(main, **({"backend_options": {"use_uvloop": True}} if sys.argv[3] == "uvloop" else {}))
+            await asyncio.Event().wait()  # until the benchmark terminates this process
+    loop_factory = None
+    if sys.argv[3] == "uvloop":
+        import uvloop
+        loop_factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        runner.run(main())
     """
 )
 

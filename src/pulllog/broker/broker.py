@@ -7,13 +7,18 @@ As a library::
 
 As a service: ``pulllog serve`` runs :meth:`Broker.serve` until SIGINT / SIGTERM.
 
-Lifecycle (structured: everything the broker starts is joined before it returns):
+Lifecycle (structured: one ``asyncio.TaskGroup`` owns every task the broker starts, and
+leaving ``async with Broker()`` joins them all):
 
 1. load topics, running log recovery where a partition was not shut down cleanly;
-2. listen, start the purgatory driver and the housekeeping loop (flush.ms, retention,
-   compaction);
-3. on stop: stop accepting, let each connection finish the request in hand, cancel
-   long polls, then flush every log and write its clean-shutdown marker.
+2. listen, enter the task group and start in it the purgatory drivers, the housekeeping
+   loop (flush.ms, retention, compaction) and the shutdown task; each accepted connection's
+   task joins the same group;
+3. on :meth:`Broker.stop` (or a clean exit from the block): stop accepting, cancel long
+   polls, let each connection finish the request in hand (up to 5 s, then cancel it), stop
+   housekeeping;
+4. after an error or a cancellation instead: cancel every task at once;
+5. either way, once every task is joined: flush every log and write its clean-shutdown marker.
 """
 
 from __future__ import annotations
