@@ -152,9 +152,13 @@ async def _run(broker: Broker) -> None:
                        f"(data in {broker.config.data_dir.resolve()}); Ctrl-C stops it", err=True)
     finally:
         for signum in signals:
-            loop.remove_signal_handler(signum)
+            loop.remove_signal_handler(signum)  # no-op for a handler _on_signal removed
 
 
 def _on_signal(broker: Broker, signum: int) -> None:
     logging.getLogger("pulllog.broker").info("%s received: shutting down cleanly", signal.Signals(signum).name)
     broker.stop()
+    # Once is enough: a second Ctrl-C during the shutdown's grace period interrupts it.
+    loop = asyncio.get_running_loop()
+    for other in (signal.SIGINT, signal.SIGTERM):
+        loop.remove_signal_handler(other)
