@@ -3,6 +3,19 @@
 ``LogConfig.from_kafka({"segment.bytes": "1048576", ...})`` accepts the strings a user
 or a CreateTopics request gives, checks each value, and raises ConfigError with a message
 that names the key and what is allowed. The defaults are Kafka's.
+
+Three settings need a word:
+
+* ``preallocate=true`` is refused (INVALID_CONFIG). Kafka then creates each segment file at
+  ``segment.bytes`` and truncates it on roll; recovery would have to tell the zero tail
+  from a torn write. pulllog appends to files that are exactly as long as their data, so
+  false is the only value that describes what it does.
+* ``unclean.leader.election.enable`` is accepted, true or false: it lets an out-of-sync
+  replica become leader. A pulllog partition has one replica, always in sync with itself,
+  so there is never an election to allow or forbid; both values behave as they would on
+  a one-broker Kafka cluster.
+* ``max.compaction.lag.ms`` also caps ``segment.ms`` for a compacted topic (Kafka's
+  ``maxSegmentMs``), so the active segment rolls and its records can be cleaned in time.
 """
 
 from __future__ import annotations
@@ -54,6 +67,14 @@ def _compression_type(name: str, raw: Any) -> str:
     return _choice("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")(name, raw)
 
 
+def _preallocate(name: str, raw: Any) -> bool:
+    if _bool(name, raw):
+        raise ConfigError(
+            f"{name}=true is not supported: pulllog does not preallocate segment files; leave it false"
+        )
+    return False
+
+
 def _bool(name: str, raw: Any) -> bool:
     value = str(raw).strip().lower()
     if value not in ("true", "false"):
@@ -80,7 +101,7 @@ _SPEC: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "message.timestamp.type": ("message_timestamp_type", _choice("CreateTime", "LogAppendTime")),
     "compression.type": ("compression_type", _compression_type),
     "file.delete.delay.ms": ("file_delete_delay_ms", _long(0)),
-    "preallocate": ("preallocate", _bool),
+    "preallocate": ("preallocate", _preallocate),
     "unclean.leader.election.enable": ("unclean_leader_election_enable", _bool),
     "min.insync.replicas": ("min_insync_replicas", _long(1, 2**31 - 1)),
 }
@@ -128,6 +149,13 @@ class LogConfig:
     @property
     def delete(self) -> bool:
         return "delete" in self.cleanup_policy.split(",")
+
+    @property
+    def roll_ms(self) -> int:
+        """The segment age that rolls the active segment (Kafka's ``maxSegmentMs``)."""
+        if self.compact and self.max_compaction_lag_ms > 0:
+            return min(self.segment_ms, self.max_compaction_lag_ms)
+        return self.segment_ms
 
     @property
     def log_append_time(self) -> bool:

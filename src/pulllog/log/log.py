@@ -35,12 +35,15 @@ Guarantees (the paper's section 3.1 and Kafka's "Log" design):
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import logging
 import os
 import shutil
+import threading
 import time
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -138,6 +141,30 @@ class RecoveryReport:
         return text
 
 
+class CleaningGuard:
+    """How the log's owner keeps the cleaner thread away while it changes files under it.
+
+    The cleaner thread holds ``lock`` while it reads this log's segments (planning and
+    rewriting) and checks ``aborted`` between batches. The owner, before it closes,
+    truncates or deletes segments (which closes their file descriptors, so a number could
+    be reused under the cleaner's reads), sets ``aborted`` and takes the lock: it waits at
+    most one batch. Retention and DeleteRecords need no guard: they only unlink files,
+    and an unlinked file stays readable through its open descriptor."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.aborted = threading.Event()
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        self.aborted.set()
+        with self.lock:
+            try:
+                yield
+            finally:
+                self.aborted.clear()
+
+
 class Log:
     """Use ``Log.open(directory, config)``; call ``close()`` to shut down cleanly."""
 
@@ -145,14 +172,18 @@ class Log:
         self.directory = directory
         self.config = config
         self.clock = clock
-        self._segments: tuple[LogSegment, ...] = ()
-        self._bases: tuple[int, ...] = ()
+        self._view: tuple[tuple[LogSegment, ...], tuple[int, ...]] = ((), ())
         self.log_start_offset = 0
         self.recovery_point = 0
         self._unflushed_records = 0
         self._last_flush_ms = clock()
         self.recovery = RecoveryReport(clean=True)
         self.producer_state = ProducerStateManager(directory)
+        self.cleaning = CleaningGuard()
+        # When set (by the log cleaner's thread), retention renames segments to *.deleted
+        # and queues the paths here for that thread to unlink: see LogSegment.mark_deleted.
+        self.defer_unlinks = False
+        self.files_to_unlink: collections.deque[Path] = collections.deque()
         self._closed = False
 
     # ------------------------------------------------------------------ opening
@@ -250,6 +281,10 @@ class Log:
         return self._segments
 
     @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
     def active_segment(self) -> LogSegment:
         return self._segments[-1]
 
@@ -267,8 +302,12 @@ class Log:
         return sum(s.size for s in self._segments)
 
     def _set_segments(self, segments: list[LogSegment] | tuple[LogSegment, ...]) -> None:
-        self._segments = tuple(segments)
-        self._bases = tuple(s.base_offset for s in segments)
+        # One assignment, so another thread (the cleaner) never sees a mixed pair.
+        self._view = (tuple(segments), tuple(s.base_offset for s in segments))
+
+    @property
+    def _segments(self) -> tuple[LogSegment, ...]:
+        return self._view[0]
 
     # ------------------------------------------------------------------ appending
 
@@ -444,7 +483,7 @@ class Log:
         ``max_offset`` (exclusive, e.g. the high watermark) caps what is visible. Returns
         None when there is nothing at or after ``offset`` yet.
         """
-        segments, bases = self._segments, self._bases  # one consistent snapshot
+        segments, bases = self._view  # one consistent snapshot
         start, end = self.log_start_offset, segments[-1].next_offset
         if offset < start or offset > end:
             raise OffsetOutOfRangeError(offset, start, end)
@@ -540,7 +579,11 @@ class Log:
         # Producers stay known (KIP-360); only snapshots of deleted segments go.
         self.producer_state.delete_snapshots_before(self._segments[0].base_offset)
         for segment in old[:count]:
-            segment.delete()  # open slices keep the data: the FileIO lives while referenced
+            # Open slices keep the data: the FileIO lives while referenced.
+            if self.defer_unlinks:
+                self.files_to_unlink.extend(segment.mark_deleted())
+            else:
+                segment.delete()
 
     def delete_records_before(self, offset: int) -> int:
         """DeleteRecords: make ``offset`` the new log start offset (never past the HW)."""
@@ -557,12 +600,13 @@ class Log:
         """Remove everything at and after ``offset`` (replication's truncation, and tests)."""
         if offset >= self.log_end_offset:
             return
-        keep = [s for s in self._segments if s.base_offset < offset] or [self._segments[0]]
-        for segment in self._segments[len(keep):]:
-            segment.close()
-            segment.delete()
-        keep[-1].truncate_to(offset)
-        self._set_segments(keep)
+        with self.cleaning.paused():
+            keep = [s for s in self._segments if s.base_offset < offset] or [self._segments[0]]
+            for segment in self._segments[len(keep):]:
+                segment.close()
+                segment.delete()
+            keep[-1].truncate_to(offset)
+            self._set_segments(keep)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
         self._checkpoint()
@@ -594,17 +638,19 @@ class Log:
         """Flush everything and leave the clean-shutdown marker."""
         if self._closed:
             return
-        self.flush()
-        self._snapshot_producers(self.log_end_offset, sync=True)
-        for segment in self._segments:
-            segment.close()
-        (self.directory / CLEAN_SHUTDOWN_FILE).touch()
-        self._closed = True
+        with self.cleaning.paused():
+            self.flush()
+            self._snapshot_producers(self.log_end_offset, sync=True)
+            for segment in self._segments:
+                segment.close()
+            (self.directory / CLEAN_SHUTDOWN_FILE).touch()
+            self._closed = True
 
     def delete(self) -> None:
-        for segment in self._segments:
-            segment.close()
-        self._closed = True
+        with self.cleaning.paused():
+            for segment in self._segments:
+                segment.close()
+            self._closed = True
         shutil.rmtree(self.directory, ignore_errors=True)
 
     def __repr__(self) -> str:

@@ -154,7 +154,7 @@ class LogSegment:
             waited = incoming_max_timestamp - self.rolling_based_ms
         else:
             waited = now_ms - self.created_ms
-        if waited > self.config.segment_ms:
+        if waited > self.config.roll_ms:
             return True
         return self.offset_index.is_full or self.time_index.is_full
 
@@ -368,6 +368,31 @@ class LogSegment:
         self.offset_index.delete()
         self.time_index.delete()
         self.log_path.unlink(missing_ok=True)
+
+    def mark_deleted(self) -> list[Path]:
+        """Rename the files to ``*.deleted`` (Kafka's asynchronous delete) and return the new
+        paths for someone to unlink later: unlinking a large file frees its blocks there
+        and then (tens of milliseconds per 64 MiB here), too long for the event loop. A
+        crash leaves ``*.deleted`` files, which ``Log.open`` removes. Open slices keep
+        reading, as with ``delete``."""
+        self.offset_index.close()
+        self.time_index.close()
+        moved: list[Path] = []
+        for attr in ("offset_index", "time_index"):
+            index = getattr(self, attr)
+            target = Path(f"{index.path}.deleted")
+            try:
+                index.rename(target)
+            except FileNotFoundError:
+                continue
+            moved.append(target)
+        target = Path(f"{self.log_path}.deleted")
+        try:
+            os.rename(self.log_path, target)
+        except FileNotFoundError:
+            return moved
+        self.log_path = target
+        return moved + [target]
 
     def rename_suffix(self, old: str, new: str) -> None:
         """For compaction's swap protocol: e.g. ``.cleaned`` -> ``.swap`` -> ``""``."""

@@ -7,10 +7,11 @@ The protocol. For each group, with ``B`` the group's base offset::
       fsync                                                                deletes *.cleaned
     2 rename .cleaned -> .swap, the .log last;  old segments, *.swap       a committed swap,
       fsync the directory                                                  and finishes it
-    3 delete the old segments' files            some old segments, *.swap  the same
-    4 rename .swap -> final, the .log last;     B.index..., B.log.swap     the same
-      fsync the directory
+    3 rename the old segments' files to         some old segments, *.swap  the same (it
+      *.deleted                                                            deletes *.deleted)
+    4 rename .swap -> final, the .log last      B.index..., B.log.swap     the same
     5 Log.replace_segments(old, [new])          memory only
+    6 fsync the directory, unlink *.deleted     B.log...                   the new log
 
 ``B.log.swap`` is the commit point. To finish a swap (``complete_interrupted_swaps``, run by
 ``Log.open``), the swap file's offset range [B, next offset) is read; every old segment
@@ -20,7 +21,10 @@ indexes. An index ``.swap`` without a ``.log.swap`` never committed and is delet
 segments past the swap's range (possible when the cleaned tail lost every record) stay:
 their records were only superseded, so the log is still correct, just less compacted.
 
-Steps 2-4 are :func:`commit_swap`; the caller does step 5 on the Log.
+Step 2 is :func:`commit_cleaned`, steps 3-4 :func:`swap_files`; the cleaner runs 1, 2
+and 6 on its thread and 3-5 on the Log's owner (renames only, no fsync: a crash before
+step 6 finishes the swap at the next open). Dropping a committed swap whose old segments
+are untouched (``LogSegment.delete`` of the ``.swap`` files) is safe too.
 """
 
 from __future__ import annotations
@@ -34,8 +38,8 @@ from ..records.batch import BATCH_HEADER_SIZE, read_header
 from ..records.errors import InvalidRecordError
 from .segment import LogSegment, parse_segment_name, segment_name
 
-__all__ = ["CLEANED_SUFFIX", "SWAP_SUFFIX", "commit_swap", "complete_interrupted_swaps", "fsync_dir",
-           "remove_segment_files"]
+__all__ = ["CLEANED_SUFFIX", "SWAP_SUFFIX", "commit_cleaned", "complete_interrupted_swaps", "fsync_dir",
+           "remove_segment_files", "swap_files"]
 
 logger = logging.getLogger(__name__)
 
@@ -44,14 +48,20 @@ SWAP_SUFFIX = ".swap"
 _SEGMENT_FILES = (".log", ".index", ".timeindex")
 
 
-def commit_swap(directory: Path, old: Sequence[LogSegment], cleaned: LogSegment) -> None:
-    """Steps 2-4: make ``cleaned`` (written as ``*.cleaned`` and fsynced) replace ``old``."""
+def commit_cleaned(directory: Path, cleaned: LogSegment) -> None:
+    """Step 2: ``cleaned`` (written as ``*.cleaned`` and fsynced) becomes a committed swap."""
     cleaned.rename_suffix(CLEANED_SUFFIX, SWAP_SUFFIX)  # renames the .log last: the commit point
     fsync_dir(directory)
+
+
+def swap_files(old: Sequence[LogSegment], cleaned: LogSegment) -> list[Path]:
+    """Steps 3-4, renames only; returns the old segments' ``*.deleted`` files to unlink
+    (unlinking a large file frees its blocks there and then, which takes a while)."""
+    doomed: list[Path] = []
     for segment in old:
-        segment.delete()  # open FileSlices keep reading: their FileIO stays open
+        doomed += segment.mark_deleted()  # open FileSlices keep reading: their FileIO stays open
     cleaned.rename_suffix(SWAP_SUFFIX, "")
-    fsync_dir(directory)
+    return doomed
 
 
 def complete_interrupted_swaps(directory: Path) -> set[int]:
