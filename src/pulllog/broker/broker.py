@@ -12,13 +12,15 @@ leaving ``async with Broker()`` joins them all):
 
 1. load topics, running log recovery where a partition was not shut down cleanly;
 2. listen, enter the task group and start in it the purgatory drivers, the housekeeping
-   loop (flush.ms, retention, compaction) and the shutdown task; each accepted connection's
+   loop (flush.ms, retention) and the shutdown task, and start the log cleaner's thread
+   (compaction, see log/cleaner.py); each accepted connection's
    task joins the same group;
 3. on :meth:`Broker.stop` (or a clean exit from the block): stop accepting, cancel long
    polls, let each connection finish the request in hand (up to 5 s, then cancel it), stop
    housekeeping;
 4. after an error or a cancellation instead: cancel every task at once;
-5. either way, once every task is joined: flush every log and write its clean-shutdown marker.
+5. either way, once every task is joined: stop the cleaner thread, then flush every log and
+   write its clean-shutdown marker.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from types import TracebackType
 from typing import Any
 
 from ..group.coordinator import GroupCoordinator
-from ..log.cleaner import clean
+from ..log.cleaner import LogCleaner, run_on_loop
 from ..log.log import wall_clock_ms
 from ..net.protocol import RequestDecoder
 from .config import BrokerConfig
@@ -100,6 +102,7 @@ class Broker:
         self._task_group: asyncio.TaskGroup | None = None
         self._tasks: list[asyncio.Task[None]] = []  # the broker's own (not the connections')
         self._cleaned_up = False
+        self.cleaner: LogCleaner | None = None  # its thread runs while serve() does
 
     # ------------------------------------------------------------------ addresses
 
@@ -211,6 +214,9 @@ class Broker:
             tg.create_task(self._shutdown_when_stopped(), name="pulllog-shutdown"),
         ]
         self.accepting = True
+        self.cleaner = LogCleaner(self.config.data_dir, self._partition_logs, run_on_loop(loop),
+                                  backoff_ms=self.config.cleaner_backoff_ms)
+        self.cleaner.start()
         log.info("pulllog broker %d listening on %s:%d, data in %s (%d topic(s))",
                  self.config.node_id, self.config.host, self.port, self.config.data_dir, len(self.topics.topics))
 
@@ -268,6 +274,8 @@ class Broker:
         self.fetch_purgatory.shutdown()
         self.groups.shutdown()
         self.group_purgatory.shutdown()
+        if self.cleaner is not None:
+            self.cleaner.shutdown()  # waits for one batch at most; a pending swap is cancelled
         self.topics.close()  # flush every log and write its clean-shutdown marker
         log.info("pulllog broker %d stopped cleanly", self.config.node_id)
 
@@ -275,7 +283,7 @@ class Broker:
 
     async def _housekeeping(self) -> None:
         interval_s = max(0.05, min(self.config.flush_scheduler_interval_ms, 1000) / 1000)
-        last_retention = last_clean = last_offsets_expiry = last_producer_expiry = wall_clock_ms()
+        last_retention = last_offsets_expiry = last_producer_expiry = wall_clock_ms()
         while True:
             await asyncio.sleep(interval_s)
             now = wall_clock_ms()
@@ -298,9 +306,6 @@ class Broker:
             if now - last_producer_expiry >= self.config.producer_id_expiration_check_interval_ms:
                 last_producer_expiry = now
                 self.expire_producer_ids(now)
-            if now - last_clean >= self.config.cleaner_backoff_ms:
-                last_clean = now
-                self.run_cleaner(now)
 
     def run_retention(self, now: int | None = None) -> int:
         deleted = 0
@@ -311,6 +316,8 @@ class Broker:
                 log.error("retention on %s failed: %s", partition_log.directory.name, exc)
         if deleted:
             log.info("retention deleted %d segment(s)", deleted)
+            if self.cleaner is not None:
+                self.cleaner.wake()  # its thread unlinks the files (see Log.files_to_unlink)
         return deleted
 
     def expire_producer_ids(self, now: int | None = None) -> int:
@@ -322,18 +329,11 @@ class Broker:
             log.info("expired %d idle producer id(s) past producer.id.expiration.ms", expired)
         return expired
 
-    def run_cleaner(self, now: int | None = None) -> None:
-        for topic in list(self.topics.topics.values()):
-            if not topic.config.compact:
-                continue
-            for partition in topic.partitions:
-                try:
-                    stats = clean(partition.log, now)
-                except (OSError, ValueError) as exc:
-                    log.error("compaction of %s failed: %s", partition.name, exc)
-                    continue
-                if stats.segments_cleaned:
-                    log.info("compacted %s: %s", partition.name, stats.summary())
+    def _partition_logs(self) -> list[tuple[str, int, Any]]:
+        """(topic, partition, log) of every partition; called from the cleaner's thread, so
+        it copies each container in one step (the loop may add or remove topics)."""
+        return [(topic.name, partition.index, partition.log)
+                for topic in list(self.topics.topics.values()) for partition in list(topic.partitions)]
 
     # ------------------------------------------------------------------ for handlers
 

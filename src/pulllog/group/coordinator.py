@@ -48,6 +48,8 @@ from ..log.log import wall_clock_ms
 from ..net.consumer_protocol import decode_subscription
 from ..purgatory import DelayedOperation, DelayedOperationPurgatory
 from ..records import build_batch
+from ..records.batch import RecordBatch, iter_batches
+from ..records.decoding import decode_records
 from . import records as rec
 from .state import Event, GroupState, next_state
 
@@ -73,6 +75,42 @@ OFFSETS_TOPIC = "__consumer_offsets"
 MIN_SESSION_TIMEOUT_MS = 6_000
 MAX_SESSION_TIMEOUT_MS = 1_800_000
 OFFSET_METADATA_MAX_BYTES = 4096
+
+
+@dataclass(slots=True)
+class _ReplayedRecord:
+    """The record shape ``decode_records`` fills in (its contract names these slots)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    timestamp_type: int
+    key: bytes | None
+    value: bytes | None
+    headers: Any
+
+
+def _data_records(plog: Log) -> Iterable[_ReplayedRecord]:
+    """Every data record of ``plog`` from its log start offset, across compaction's holes."""
+    offset = plog.log_start_offset
+    while offset < plog.log_end_offset:
+        piece = plog.read(offset, 4 << 20)
+        if piece is None:
+            return
+        data = piece.read()
+        moved = False
+        for pos, header in iter_batches(data):
+            offset = header.next_offset
+            moved = True
+            if header.is_control:
+                continue
+            batch = RecordBatch.from_bytes(data, pos)
+            body = batch.payload()
+            yield from decode_records(_ReplayedRecord, body, 0, len(body), header.records_count,
+                                      header.base_offset, header.base_timestamp, 0, -1, OFFSETS_TOPIC, 0)
+        if not moved:
+            return
 
 
 class GroupError(Exception):
@@ -382,22 +420,17 @@ class GroupCoordinator:
         self._offsets_log(group_id).append(build_batch([(k, v, now) for k, v in pairs]))
 
     def load(self) -> int:
-        """Replay ``__consumer_offsets`` into memory; returns how many groups were loaded."""
+        """Replay ``__consumer_offsets`` into memory; returns how many groups were loaded.
+
+        Runs before the broker listens, so it delays no request; records are decoded by
+        the C decoder (``records.decoding``) when it is built."""
         logs = self.topics.partition_logs(OFFSETS_TOPIC)
         if logs is None:
             return 0
         self.offsets_partitions = len(logs)
         for plog in logs:
-            offset = plog.log_start_offset
-            while offset < plog.log_end_offset:
-                batches = plog.read_batches(offset, 4 << 20)
-                if not batches:
-                    break
-                for batch in batches:
-                    if not batch.header.is_control:
-                        for record in batch.records():
-                            self._replay(record.key, record.value)
-                    offset = batch.last_offset + 1
+            for record in _data_records(plog):
+                self._replay(record.key, record.value)
         return len(self.groups)
 
     def _replay(self, key: bytes | None, value: bytes | None) -> None:
