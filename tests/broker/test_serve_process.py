@@ -21,8 +21,9 @@ def free_port() -> int:
 
 
 class ServeProcess:
-    def __init__(self, data_dir: Path, port: int) -> None:
+    def __init__(self, data_dir: Path, port: int, overrides: tuple[str, ...] = ()) -> None:
         self.data_dir, self.port = data_dir, port
+        self.overrides = overrides
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = data_dir.parent / f"serve-{port}.log"
 
@@ -30,7 +31,8 @@ class ServeProcess:
         out = open(self.log, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pulllog.cli.main", "serve", "--data-dir", str(self.data_dir),
-             "--listen", f"127.0.0.1:{self.port}", "--override", "num.partitions=3"],
+             "--listen", f"127.0.0.1:{self.port}", "--override", "num.partitions=3",
+             *(arg for o in self.overrides for arg in ("--override", o))],
             stdout=out, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -57,8 +59,8 @@ class ServeProcess:
 def serve(tmp_path: Path):
     procs: list[ServeProcess] = []
 
-    def start(port: int | None = None) -> ServeProcess:
-        p = ServeProcess(tmp_path / "data", port or free_port()).start()
+    def start(port: int | None = None, overrides: tuple[str, ...] = ()) -> ServeProcess:
+        p = ServeProcess(tmp_path / "data", port or free_port(), overrides).start()
         procs.append(p)
         return p
 

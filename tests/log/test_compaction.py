@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pulllog.records import Compression, Record, build_batch
-from pulllog.log import Log, LogConfig, LogSegment
+from pulllog.log import ConfigError, Log, LogConfig, LogSegment
 from pulllog.log.cleaner import CleanerStats, clean, group_segments_by_size
 from pulllog.records.batch import ControlType, RecordBatch, TimestampType, build_control_batch, iter_batches
 
@@ -476,8 +476,8 @@ def _build_crash_log(path: Path, clock: Clock) -> tuple[Log, list[Record]]:
     ("method", "after", "when", "committed"),
     [
         ("rename_suffix", 0, ".cleaned", False),  # .cleaned written, never renamed
-        ("delete", 0, None, True),  # .swap files exist, old segments intact
-        ("delete", 1, None, True),  # old segments partly deleted
+        ("mark_deleted", 0, None, True),  # .swap files exist, old segments intact
+        ("mark_deleted", 1, None, True),  # old segments partly renamed to .deleted
         ("rename_suffix", 0, ".swap", True),  # old segments gone, .swap not yet final
     ],
     ids=["cleaned-only", "swap-before-delete", "swap-half-deleted", "swap-before-rename"],
@@ -627,3 +627,20 @@ def test_compaction_preserves_the_latest_value_of_every_key(
                 assert latest[record.key] == record.offset
                 assert record.value is not None, "tombstones past the horizon are gone"
         log.close()
+
+
+def test_max_compaction_lag_rolls_the_active_segment(tmp_path: Path) -> None:
+    clock = Clock()
+    log = open_log(tmp_path / "t-0", clock, segment_bytes=1 << 20, max_compaction_lag_ms=1000)
+    put(log, b"a", b"1")
+    clock.now += 1001
+
+    put(log, b"a", b"2")
+
+    assert len(log.segments) == 2  # segment.ms (7 days) alone would not have rolled
+
+
+def test_preallocate_true_is_refused_and_unclean_election_accepted() -> None:
+    with pytest.raises(ConfigError, match="preallocate=true is not supported"):
+        LogConfig.from_kafka({"preallocate": "true"})
+    assert LogConfig.from_kafka({"unclean.leader.election.enable": "true"}).unclean_leader_election_enable
