@@ -416,7 +416,7 @@ def _index_bytes(index: OffsetIndex | TimeIndex) -> int:
 def _largest_timestamp(segment: LogSegment) -> int:
     if segment.max_timestamp >= 0:
         return segment.max_timestamp
-    return int(os.stat(segment.log_path).st_mtime * 1000)
+    return int(os.fstat(segment.file.fileno()).st_mtime * 1000)  # the path may be renamed meanwhile
 
 
 def _read_batch(segment: LogSegment, position: int, header: BatchHeader) -> RecordBatch:
@@ -498,9 +498,9 @@ def _build_offset_map(
             break
         if segment.next_offset <= first_dirty_offset:
             continue
-        if should_abort():
-            raise CleaningAborted(segment.log_path.name)
         for position, header in segment.headers():
+            if should_abort():  # per batch: the owner may be waiting to close the log
+                raise CleaningAborted(segment.log_path.name)
             if header.base_offset >= limit:
                 break
             if header.last_offset < first_dirty_offset:
@@ -539,9 +539,9 @@ def _rewrite_group(
         pending = bytearray()
         positions: list[tuple[int, BatchHeader]] = []
         for segment in group:
-            if should_abort():
-                raise CleaningAborted(segment.log_path.name)
             for position, header in segment.headers():
+                if should_abort():  # per batch: the owner may be waiting to close the log
+                    raise CleaningAborted(segment.log_path.name)
                 batch = _read_batch(segment, position, header)
                 result = _filter_batch(batch, offset_map, producers, now, horizon)
                 kept += result.kept
@@ -559,7 +559,8 @@ def _rewrite_group(
         if pending:
             cleaned.append(pending, positions)
         # Kafka keeps the last segment's mtime: time-based retention falls back on it.
-        mtime_ns = max(os.stat(s.log_path).st_mtime_ns for s in group)
+        # fstat: retention may rename a file of the group meanwhile (the swap then gives up).
+        mtime_ns = max(os.fstat(s.file.fileno()).st_mtime_ns for s in group)
         os.utime(cleaned.log_path, ns=(mtime_ns, mtime_ns))
         cleaned.flush()
         if cleaned.is_empty:
