@@ -47,16 +47,21 @@ public class ClientCheck {
         }
     }
 
-    // Two consumers in one group with the cooperative-sticky assignor, each on its own thread:
-    // read until the group has n records, committing synchronously; prints who owned what.
+    // Two consumers in one group with the cooperative-sticky assignor, each on its own thread.
+    // The second joins once the first has records in hand (a cooperative rebalance while it
+    // consumes); both poll, committing synchronously after each poll, until the group has n
+    // records and each member owns partitions. Prints who owned what and any duplicate.
     static void consumeGroup(String bootstrap, String topic, String group, int n) throws Exception {
         ConcurrentHashMap<String, String> seen = new ConcurrentHashMap<>();
-        AtomicBoolean done = new AtomicBoolean(false);
+        ConcurrentHashMap<String, Integer> owning = new ConcurrentHashMap<>();
+        CountDownLatch firstHasRecords = new CountDownLatch(1);
         ExecutorService pool = Executors.newFixedThreadPool(2);
         List<Future<Set<TopicPartition>>> owners = new ArrayList<>();
         for (int c = 0; c < 2; c++) {
             final String name = "member" + c;
+            final boolean second = c == 1;
             owners.add(pool.submit(() -> {
+                if (second && !firstHasRecords.await(120, TimeUnit.SECONDS)) throw new IllegalStateException("member0 got no records");
                 Properties p = new Properties();
                 p.put("bootstrap.servers", bootstrap);
                 p.put("group.id", group);
@@ -64,26 +69,38 @@ public class ClientCheck {
                 p.put("auto.offset.reset", "earliest");
                 p.put("enable.auto.commit", "false");
                 p.put("partition.assignment.strategy", CooperativeStickyAssignor.class.getName());
-                p.put("max.poll.records", "50");
+                p.put("max.poll.records", "20");
                 Set<TopicPartition> everOwned = new TreeSet<>(Comparator.comparing(TopicPartition::toString));
                 try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(p, new StringDeserializer(), new StringDeserializer())) {
-                    consumer.subscribe(List.of(topic));
+                    // Commit what was read before a partition moves (the cooperative protocol revokes
+                    // during poll); a commit that meets a rebalance is retried after the next poll.
+                    consumer.subscribe(List.of(topic), new ConsumerRebalanceListener() {
+                        public void onPartitionsRevoked(Collection<TopicPartition> partitions) {
+                            if (!partitions.isEmpty()) consumer.commitSync();
+                        }
+                        public void onPartitionsAssigned(Collection<TopicPartition> partitions) {}
+                    });
                     long deadline = System.currentTimeMillis() + 120_000;
-                    while (!done.get() && System.currentTimeMillis() < deadline) {
-                        ConsumerRecords<String, String> records = consumer.poll(Duration.ofMillis(200));
+                    while (System.currentTimeMillis() < deadline) {
+                        ConsumerRecords<String, String> records = consumer.poll(Duration.ofMillis(100));
                         everOwned.addAll(consumer.assignment());
+                        owning.put(name, consumer.assignment().size());
                         for (ConsumerRecord<String, String> r : records) {
                             String previous = seen.put(r.partition() + ":" + r.offset(), name);
                             if (previous != null) System.out.println("duplicate " + r.partition() + ":" + r.offset());
                         }
-                        consumer.commitSync();
-                        if (seen.size() >= n) done.set(true);
+                        try {
+                            consumer.commitSync();
+                        } catch (org.apache.kafka.common.errors.RebalanceInProgressException e) {
+                            continue;  // the next poll completes the rebalance (and the revocation commits)
+                        }
+                        if (!records.isEmpty()) firstHasRecords.countDown();
+                        boolean bothOwn = owning.getOrDefault("member0", 0) > 0 && owning.getOrDefault("member1", 0) > 0;
+                        if (seen.size() >= n && bothOwn) break;
                     }
                 }
                 return everOwned;
             }));
-            // the second member joins while the first already consumes: a cooperative rebalance
-            if (c == 0) Thread.sleep(1500);
         }
         for (int c = 0; c < 2; c++) {
             System.out.println("owned member" + c + " " + owners.get(c).get(180, TimeUnit.SECONDS).size());
