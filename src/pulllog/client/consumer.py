@@ -71,6 +71,7 @@ from .membership import (
     resolve_assignors,
 )
 from .subscription_state import PartitionState, SubscriptionState
+from .task_scope import TaskScope
 from .types import ConsumerRecord, TopicPartition
 
 __all__ = [
@@ -196,8 +197,7 @@ class Consumer:
         self._subscriptions = SubscriptionState()  # subscription, assignment, positions: the one copy
         self._cluster: Cluster | None = None
         self._fetcher: Fetcher | None = None
-        self._supervisor: asyncio.Task[None] | None = None  # owns every task below, in _tg
-        self._tg: asyncio.TaskGroup | None = None
+        self._tasks: TaskScope | None = None  # the supervisor: owns every task the consumer starts
         self._returned = asyncio.Event()  # the application came back for more records
         self._polls = 0  # calls to getmany/getone/__anext__: the group checks they keep coming
         self._waiting = 0  # reads waiting for the fetcher right now (polling, too)
@@ -220,7 +220,7 @@ class Consumer:
         """Connect to a bootstrap server and start the consumer's tasks."""
         if self._closed:
             raise ConsumerClosedError("this consumer was closed; create a new one")
-        if self._supervisor is not None:
+        if self._tasks is not None:
             return
         cluster = Cluster(self._bootstrap_servers, client_id=self.client_id,
                           request_timeout_ms=self._request_timeout_ms,
@@ -240,32 +240,19 @@ class Consumer:
         committed = self._membership.fetch_committed if self._membership is not None else None
         self._fetcher = fetcher = Fetcher(cluster, self._config, subscriptions, committed)
         subscriptions.add_listener(fetcher.wake)
-        ready = asyncio.get_running_loop().create_future()
-        self._supervisor = asyncio.get_running_loop().create_task(self._supervise(ready), name="pulllog-consumer")
-        await asyncio.shield(ready)  # the task group is open: children may be added from now on
-
-    async def _supervise(self, ready: asyncio.Future[None]) -> None:
-        """The consumer's one top-level task: its task group owns every other task."""
-        assert self._fetcher is not None
-        try:
-            async with asyncio.TaskGroup() as tg:
-                self._tg = tg
-                tg.create_task(self._fetcher.run(), name="pulllog-consumer-fetcher")
-                if self._membership is not None:
-                    self._group_task = tg.create_task(self._membership.run(), name="pulllog-consumer-group")
-                ready.set_result(None)
-                await asyncio.get_running_loop().create_future()  # until close() cancels it
-        finally:
-            self._tg = None
-            if not ready.done():
-                ready.cancel()
+        self._tasks = TaskScope("pulllog-consumer")
+        await self._tasks.open()
+        self._spawn(fetcher.run(), "pulllog-consumer-fetcher")
+        if self._membership is not None:
+            self._group_task = self._spawn(self._membership.run(), "pulllog-consumer-group")
 
     def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
-        """Run ``work`` as a child of the supervisor; it must not raise (that would end the consumer)."""
-        if self._tg is None or self._closed:
+        """Run ``work`` as a child of the consumer's supervisor; it must not raise (that would
+        end the consumer's every task)."""
+        if self._tasks is None or self._closed:
             work.close()
             raise ConsumerClosedError("the consumer is closed")
-        return self._tg.create_task(work, name=name)
+        return self._tasks.spawn(work, name)
 
     async def close(self) -> None:
         """Leave the group (commit what was processed, revoke, LeaveGroup unless static), stop
@@ -285,7 +272,8 @@ class Consumer:
                     await self._membership.leave("the consumer is closing")
                 finally:
                     await self._membership.close()
-            await _cancel_and_join(self._supervisor)
+            if self._tasks is not None:
+                await self._tasks.aclose()
         finally:
             if self._cluster is not None:
                 await self._cluster.close()
@@ -679,7 +667,7 @@ class Consumer:
         self._returned.set()
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else "running" if self._supervisor is not None else "not started"
+        state = "closed" if self._closed else "running" if self._tasks is not None else "not started"
         group = f", group {self._group_config.group_id!r}" if self._group_config is not None else ""
         return f"Consumer({state}{group}, {len(self._subscriptions)} partitions assigned)"
 
