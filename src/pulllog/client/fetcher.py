@@ -188,7 +188,7 @@ class Fetcher:
         for state in list(self.subscriptions.partitions.values()):
             if state.busy or state.error is not None or state.halted or state.retry_at > now or state.paused:
                 continue
-            if state.position is None:
+            if state.needs_reset:
                 to_reset.append(state)
             elif self._fetchable(state, now):
                 if state.leader is None or self.cluster.metadata_stale:
