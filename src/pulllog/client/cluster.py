@@ -182,7 +182,11 @@ class Cluster:
             data = {"topics": wanted, "allow_auto_topic_creation": allow_auto_create,
                     "include_cluster_authorized_operations": False,
                     "include_topic_authorized_operations": False}
-            resp = await asyncio.wait_for(conn.request("metadata", version, data), self.request_timeout_ms / 1000)
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancellation that
+            # arrives as the answer does, and the task cancelled (a consumer's group task at close)
+            # would run on.
+            async with asyncio.timeout(self.request_timeout_ms / 1000):
+                resp = await conn.request("metadata", version, data)
             self.brokers = {int(b.node_id): (b.host, int(b.port)) for b in resp.brokers}
             self.cluster_id = getattr(resp, "cluster_id", None)
             self.controller_id = int(getattr(resp, "controller_id", -1))

@@ -98,8 +98,10 @@ class KafkaConnection:
         the connection's own, closed with it)."""
         conn = cls(host, port, client_id)
         try:
-            conn._reader, conn._writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port, limit=_READ_LIMIT), timeout)
+            # asyncio.timeout, not wait_for, here and below: Python 3.11's wait_for swallows a
+            # cancellation that arrives as the awaited call completes.
+            async with asyncio.timeout(timeout):
+                conn._reader, conn._writer = await asyncio.open_connection(host, port, limit=_READ_LIMIT)
         except (OSError, asyncio.TimeoutError) as exc:
             if isinstance(exc, asyncio.TimeoutError):
                 reason = "timed out"
@@ -122,12 +124,14 @@ class KafkaConnection:
 
     async def _negotiate(self, timeout: float) -> None:
         try:
-            resp = await asyncio.wait_for(self.request("api_versions", 3, {
-                "client_software_name": "pulllog", "client_software_version": "0.1.0"}), timeout)
+            async with asyncio.timeout(timeout):
+                resp = await self.request("api_versions", 3, {
+                    "client_software_name": "pulllog", "client_software_version": "0.1.0"})
         except asyncio.TimeoutError:
             raise BrokerUnreachableError(f"{self.address} accepted the connection but did not answer ApiVersions") from None
         if resp.error_code != ErrorCode.none:
-            resp = await asyncio.wait_for(self.request("api_versions", 0, {}), timeout)
+            async with asyncio.timeout(timeout):
+                resp = await self.request("api_versions", 0, {})
         self.api_versions = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in resp.api_keys}
 
     def version(self, api: str, lo: int, hi: int) -> int:
