@@ -402,7 +402,7 @@ async def test_next_fetch_is_in_flight_while_the_application_holds_records(pulll
         consumer.assign([tp])
         first = await read(consumer, 1)
         # Without reading further, the fetcher has the next response too (and then stops).
-        state = consumer._states[tp]
+        state = consumer._subscriptions.state(tp)
         async with asyncio.timeout(WAIT_S):
             while len(state.chunks) < 2:
                 await asyncio.sleep(0.01)
@@ -491,7 +491,7 @@ async def test_getmany_without_max_records_returns_at_most_max_poll_records(pull
     async with consumer_for(pulllog_broker, auto_offset_reset="earliest", max_poll_records=20) as consumer:
         consumer.assign([tp])
         async with asyncio.timeout(WAIT_S):
-            while consumer.highwater(tp) is None or len(consumer._states[tp].chunks) == 0:
+            while consumer.highwater(tp) is None or len(consumer._subscriptions.state(tp).chunks) == 0:
                 await asyncio.sleep(0.01)  # all 50 records are buffered
         batch = await consumer.getmany()
     assert [r.offset for r in batch[tp]] == list(range(20))

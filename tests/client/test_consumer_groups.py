@@ -589,6 +589,32 @@ async def test_commit_nowait_commits_in_the_background_and_close_waits_for_it(pu
         assert await consumer.committed(tp) == 10
 
 
+def pulllog_tasks() -> set[str]:
+    return {name for t in asyncio.all_tasks() if not t.done() and (name := t.get_name()).startswith("pulllog-")}
+
+
+async def test_close_cancels_and_joins_every_task_the_consumer_started(pulllog_broker: Any) -> None:
+    numbered_topic(pulllog_broker.bootstrap_servers, "owned", 1, 10)
+    before = pulllog_tasks()
+    consumer = Consumer(pulllog_broker.bootstrap_servers, group_id="g-owned", enable_auto_commit=True, **GROUP_OPTIONS)
+    await consumer.start()
+    consumer.subscribe("owned")
+    read = 0
+    while read < 10:
+        batch = await asyncio.wait_for(consumer.getmany(timeout_ms=100), TIMEOUT_S)
+        read += sum(len(records) for records in batch.values())
+    pending = consumer.commit_nowait()
+    running = pulllog_tasks() - before
+    # The supervisor and its children: fetcher, group membership with heartbeat and auto-commit,
+    # and the connections' read loops under the cluster's scope.
+    assert {"pulllog-consumer", "pulllog-consumer-fetcher", "pulllog-consumer-group",
+            "pulllog-heartbeat-g-owned", "pulllog-autocommit-g-owned"} <= running
+    assert any(name.startswith("pulllog-client-") for name in running)
+    await consumer.close()
+    await pending
+    assert pulllog_tasks() - before == set()
+
+
 async def test_unsubscribe_leaves_the_group_and_assign_resumes_from_the_committed_offset(pulllog_broker: Any) -> None:
     create_topic(pulllog_broker.bootstrap_servers, "leaving", 4)
     ownership, consumed = Ownership(), Consumed()

@@ -2,7 +2,8 @@
 
 Bootstrap servers are tried in order until one answers; after that, Metadata responses
 say which broker leads each partition, and connections to brokers are opened lazily and
-reused. Metadata is refreshed on a timer (``metadata_max_age_ms``) and whenever a caller
+reused; their read loops are tasks of the cluster's :class:`~pulllog.client.task_scope.TaskScope`,
+which ``close()`` cancels and joins. Metadata is refreshed on a timer (``metadata_max_age_ms``) and whenever a caller
 saw a sign that it is stale (NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, a lost
 connection).
 """
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from kio.schema.errors import ErrorCode
 
 from .connection import BrokerUnreachableError, ConnectionClosedError, KafkaConnection
+from .task_scope import TaskScope
 from .errors import KafkaError, UnknownTopicError
 
 __all__ = ["Cluster", "KafkaError", "PartitionInfo", "TopicInfo", "UnknownTopicError", "parse_bootstrap"]
@@ -92,13 +94,15 @@ class Cluster:
         self._refresh_lock = asyncio.Lock()
         self._last_refresh = 0.0
         self._closed = False
+        self._tasks = TaskScope(f"pulllog-cluster[{client_id}]")  # owns every connection's read loop
 
     # ------------------------------------------------------------------ connections
 
     async def _connect(self, host: str, port: int) -> KafkaConnection:
+        if self._closed:
+            raise ConnectionClosedError(f"the client {self.client_id!r} is closed")
         try:
-            return await KafkaConnection.connect(host, port, client_id=self.client_id,
-                                                 timeout=self.connect_timeout_ms / 1000)
+            return await self.connect(host, port, timeout=self.connect_timeout_ms / 1000)
         except BrokerUnreachableError:
             if not await _resolves(host, port):
                 raise BrokerUnreachableError(
@@ -112,6 +116,13 @@ class Cluster:
             raise BrokerUnreachableError(
                 f"{host}:{port} is not a Kafka broker: it did not answer ApiVersions; "
                 "check the port in --bootstrap-server / bootstrap.servers") from None
+
+    async def connect(self, host: str, port: int, *, timeout: float) -> KafkaConnection:
+        """A new connection whose read loop the cluster owns (closed by ``close()`` at the latest)."""
+        if self._closed:
+            raise ConnectionClosedError(f"the client {self.client_id!r} is closed")
+        await self._tasks.open()
+        return await KafkaConnection.connect(host, port, client_id=self.client_id, timeout=timeout, tasks=self._tasks)
 
     async def any_connection(self) -> KafkaConnection:
         """A live connection to some broker: an open one, else the bootstrap servers in turn."""
@@ -171,7 +182,11 @@ class Cluster:
             data = {"topics": wanted, "allow_auto_topic_creation": allow_auto_create,
                     "include_cluster_authorized_operations": False,
                     "include_topic_authorized_operations": False}
-            resp = await asyncio.wait_for(conn.request("metadata", version, data), self.request_timeout_ms / 1000)
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancellation that
+            # arrives as the answer does, and the task cancelled (a consumer's group task at close)
+            # would run on.
+            async with asyncio.timeout(self.request_timeout_ms / 1000):
+                resp = await conn.request("metadata", version, data)
             self.brokers = {int(b.node_id): (b.host, int(b.port)) for b in resp.brokers}
             self.cluster_id = getattr(resp, "cluster_id", None)
             self.controller_id = int(getattr(resp, "controller_id", -1))
@@ -227,6 +242,7 @@ class Cluster:
         self._bootstrap_conn = None
         for conn in conns:
             await conn.close()
+        await self._tasks.aclose()
 
 
 async def _resolves(host: str, port: int) -> bool:

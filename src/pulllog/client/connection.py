@@ -5,6 +5,11 @@ correlation id, which one reader task per connection matches up. Kafka brokers a
 connection's requests in order, so responses arrive in the order they were sent; we still
 match by correlation id, which also catches a confused peer.
 
+The read loop is a task of the caller's :class:`~pulllog.client.task_scope.TaskScope` (a
+Cluster's, for all its connections), or of the connection's own when it is used alone; it
+never raises (a TaskGroup child that raised would cancel its siblings): whatever ends it
+fails the requests in flight with ConnectionClosedError instead.
+
 On connect the connection asks ApiVersions (v3, falling back to v0 as KIP-511 says) and
 ``version(api, lo, hi)`` then picks the highest version both sides speak.
 """
@@ -24,6 +29,7 @@ from kio.schema.errors import ErrorCode
 from ..net.build import build, request_class, response_class
 from ..net.framing import DEFAULT_MAX_FRAME_SIZE, peer_hint
 from ..net.protocol import decode_response, encode_request
+from .task_scope import TaskScope
 
 __all__ = ["BrokerUnreachableError", "ConnectionClosedError", "KafkaConnection", "UnsupportedByBrokerError"]
 
@@ -69,6 +75,7 @@ class KafkaConnection:
         self._pending: dict[int, tuple[asyncio.Future[Any], type]] = {}
         self._ids = itertools.count(1)
         self._read_task: asyncio.Task[None] | None = None
+        self._own_tasks: TaskScope | None = None  # the read loop's scope when no caller gives one
         self._closed = False
         self._error: BaseException | None = None
 
@@ -85,11 +92,16 @@ class KafkaConnection:
         return len(self._pending)
 
     @classmethod
-    async def connect(cls, host: str, port: int, *, client_id: str = "pulllog", timeout: float = 10.0) -> "KafkaConnection":
+    async def connect(cls, host: str, port: int, *, client_id: str = "pulllog", timeout: float = 10.0,
+                      tasks: TaskScope | None = None) -> "KafkaConnection":
+        """Connect and negotiate versions; the read loop runs in ``tasks`` (else in a scope of
+        the connection's own, closed with it)."""
         conn = cls(host, port, client_id)
         try:
-            conn._reader, conn._writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port, limit=_READ_LIMIT), timeout)
+            # asyncio.timeout, not wait_for, here and below: Python 3.11's wait_for swallows a
+            # cancellation that arrives as the awaited call completes.
+            async with asyncio.timeout(timeout):
+                conn._reader, conn._writer = await asyncio.open_connection(host, port, limit=_READ_LIMIT)
         except (OSError, asyncio.TimeoutError) as exc:
             if isinstance(exc, asyncio.TimeoutError):
                 reason = "timed out"
@@ -99,8 +111,11 @@ class KafkaConnection:
                 f"cannot connect to a broker at {host}:{port} ({reason}); is one running? "
                 "start one with `pulllog serve`"
             ) from None
-        conn._read_task = asyncio.get_running_loop().create_task(conn._read_loop(), name=f"pulllog-client-{host}:{port}")
         try:
+            if tasks is None:
+                tasks = conn._own_tasks = TaskScope(f"pulllog-client-{host}:{port}")
+                await tasks.open()
+            conn._read_task = tasks.spawn(conn._read_loop(), f"pulllog-client-{host}:{port}")
             await conn._negotiate(timeout)
         except BaseException:
             await conn.close()
@@ -109,12 +124,14 @@ class KafkaConnection:
 
     async def _negotiate(self, timeout: float) -> None:
         try:
-            resp = await asyncio.wait_for(self.request("api_versions", 3, {
-                "client_software_name": "pulllog", "client_software_version": "0.1.0"}), timeout)
+            async with asyncio.timeout(timeout):
+                resp = await self.request("api_versions", 3, {
+                    "client_software_name": "pulllog", "client_software_version": "0.1.0"})
         except asyncio.TimeoutError:
             raise BrokerUnreachableError(f"{self.address} accepted the connection but did not answer ApiVersions") from None
         if resp.error_code != ErrorCode.none:
-            resp = await asyncio.wait_for(self.request("api_versions", 0, {}), timeout)
+            async with asyncio.timeout(timeout):
+                resp = await self.request("api_versions", 0, {})
         self.api_versions = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in resp.api_keys}
 
     def version(self, api: str, lo: int, hi: int) -> int:
@@ -193,6 +210,9 @@ class KafkaConnection:
             raise
         except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
             self._fail(exc)
+        except Exception as exc:  # a bug: fail this connection's requests, not the task group's other children
+            log.error("the read loop of the connection to %s failed", self.address, exc_info=exc)
+            self._fail(exc)
 
     def _bad_frame(self, size: int, head: bytes) -> ConnectionClosedError:
         hint = peer_hint(head) or " (is this a Kafka broker's port?)"
@@ -218,6 +238,8 @@ class KafkaConnection:
                 await self._read_task
             except (asyncio.CancelledError, Exception):
                 pass
+        if self._own_tasks is not None:
+            await self._own_tasks.aclose()
         self._fail(ConnectionClosedError("closed"))
         if self._writer is not None:
             try:

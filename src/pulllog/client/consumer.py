@@ -19,10 +19,16 @@ way it moves through them with :meth:`~Consumer.seek`, :meth:`~Consumer.seek_to_
 :meth:`~Consumer.seek_to_end` and :meth:`~Consumer.offsets_for_times`. Records come from
 ``async for``, :meth:`~Consumer.getone` or :meth:`~Consumer.getmany`.
 
-Behind them a fetcher task (:mod:`pulllog.client.fetcher`), owned by the consumer (created
-by ``start()``, cancelled and joined by ``close()``), keeps the next Fetch in flight while the
-application handles the records of the previous one, and records are decoded a batch at a
-time as the application reaches them (:mod:`pulllog.client.completed_fetch`).
+Behind them a fetcher task (:mod:`pulllog.client.fetcher`) keeps the next Fetch in flight
+while the application handles the records of the previous one, and records are decoded a
+batch at a time as the application reaches them (:mod:`pulllog.client.completed_fetch`).
+The subscription, the assignment and every partition's position live in one
+:class:`~pulllog.client.subscription_state.SubscriptionState`, shared by the consumer, the
+fetcher and the group membership.
+
+Tasks: ``start()`` creates one supervisor task, which owns an ``asyncio.TaskGroup`` holding
+the fetcher, the group membership (:mod:`pulllog.client.membership`) and background commits;
+``close()`` cancels it and joins them all. No task the consumer starts outlives it.
 
 Errors come to the application when it reads the partition they belong to:
 :class:`OffsetOutOfRangeError` / :class:`NoOffsetForPartitionError` with
@@ -35,7 +41,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from types import TracebackType
 from typing import Any, NamedTuple
 
@@ -53,7 +59,6 @@ from .fetcher import (
     InvalidOffsetError,
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
-    PartitionState,
 )
 from .membership import (
     CommitFailedError,
@@ -65,6 +70,8 @@ from .membership import (
     SubscriptionSpec,
     resolve_assignors,
 )
+from .subscription_state import PartitionState, SubscriptionState
+from .task_scope import TaskScope
 from .types import ConsumerRecord, TopicPartition
 
 __all__ = [
@@ -187,12 +194,10 @@ class Consumer:
             max_partition_bytes=max_partition_fetch_bytes, auto_offset_reset=auto_offset_reset,
             read_committed=isolation_level == "read_committed", check_crcs=check_crcs,
             request_timeout_ms=request_timeout_ms, retry_backoff_ms=retry_backoff_ms)
-        self._states: dict[TopicPartition, PartitionState] = {}
+        self._subscriptions = SubscriptionState()  # subscription, assignment, positions: the one copy
         self._cluster: Cluster | None = None
         self._fetcher: Fetcher | None = None
-        self._fetch_task: asyncio.Task[None] | None = None
-        self._reading: PartitionState | None = None  # the partition getone() reads until its chunk ends
-        self._held: set[PartitionState] = set()  # records handed out since the application last came back
+        self._tasks: TaskScope | None = None  # the supervisor: owns every task the consumer starts
         self._returned = asyncio.Event()  # the application came back for more records
         self._polls = 0  # calls to getmany/getone/__anext__: the group checks they keep coming
         self._waiting = 0  # reads waiting for the fetcher right now (polling, too)
@@ -206,17 +211,16 @@ class Consumer:
         self._callbacks = {"on_partitions_revoked": on_partitions_revoked,
                            "on_partitions_assigned": on_partitions_assigned,
                            "on_partitions_lost": on_partitions_lost}
-        self._subscription: SubscriptionSpec | None = None
         self._membership: GroupMembership | None = None
-        self._group_task: asyncio.Task[None] | None = None
+        self._group_task: asyncio.Task[None] | None = None  # a child of the supervisor
 
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        """Connect to a bootstrap server and start the fetcher task."""
+        """Connect to a bootstrap server and start the consumer's tasks."""
         if self._closed:
             raise ConsumerClosedError("this consumer was closed; create a new one")
-        if self._fetch_task is not None:
+        if self._tasks is not None:
             return
         cluster = Cluster(self._bootstrap_servers, client_id=self.client_id,
                           request_timeout_ms=self._request_timeout_ms,
@@ -227,16 +231,28 @@ class Consumer:
             await cluster.close()
             raise
         self._cluster = cluster
+        subscriptions = self._subscriptions
         if self._group_config is not None:
-            self._membership = GroupMembership(cluster, self._group_config, _GroupPartitions(self), **self._callbacks)
-            if self._subscription is not None:
-                self._membership.subscribe(self._subscription)
+            self._membership = GroupMembership(cluster, self._group_config, subscriptions, _GroupHost(self),
+                                               **self._callbacks)
+            if subscriptions.subscribed:
+                self._membership.subscription_changed()
         committed = self._membership.fetch_committed if self._membership is not None else None
-        self._fetcher = Fetcher(cluster, self._config, self._states, committed)
-        loop = asyncio.get_running_loop()
-        self._fetch_task = loop.create_task(self._fetcher.run(), name="pulllog-consumer-fetcher")
+        self._fetcher = fetcher = Fetcher(cluster, self._config, subscriptions, committed)
+        subscriptions.add_listener(fetcher.wake)
+        self._tasks = TaskScope("pulllog-consumer")
+        await self._tasks.open()
+        self._spawn(fetcher.run(), "pulllog-consumer-fetcher")
         if self._membership is not None:
-            self._group_task = loop.create_task(self._membership.run(), name="pulllog-consumer-group")
+            self._group_task = self._spawn(self._membership.run(), "pulllog-consumer-group")
+
+    def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        """Run ``work`` as a child of the consumer's supervisor; it must not raise (that would
+        end the consumer's every task)."""
+        if self._tasks is None or self._closed:
+            work.close()
+            raise ConsumerClosedError("the consumer is closed")
+        return self._tasks.spawn(work, name)
 
     async def close(self) -> None:
         """Leave the group (commit what was processed, revoke, LeaveGroup unless static), stop
@@ -244,7 +260,6 @@ class Consumer:
         if self._closed:
             return
         self._closed = True
-        task, self._fetch_task = self._fetch_task, None
         if self._fetcher is not None:
             self._fetcher.data_ready.set()  # readers waiting in getone() / async for see the close
             self._fetcher.positions_changed.set()
@@ -257,7 +272,8 @@ class Consumer:
                     await self._membership.leave("the consumer is closing")
                 finally:
                     await self._membership.close()
-            await _cancel_and_join(task)
+            if self._tasks is not None:
+                await self._tasks.aclose()
         finally:
             if self._cluster is not None:
                 await self._cluster.close()
@@ -291,20 +307,19 @@ class Consumer:
                              "without one, assign() partitions yourself")
         if self._closed:
             raise ConsumerClosedError("the consumer is closed")
-        if self._subscription is None and self._states:
-            raise ValueError("this consumer has assign()ed partitions; assign([]) first, then subscribe()")
-        self._subscription = SubscriptionSpec.parse(topics)
+        self._subscriptions.subscribe(SubscriptionSpec.parse(topics))
         if self._membership is not None:
-            self._membership.subscribe(self._subscription)
+            self._membership.subscription_changed()
 
     async def unsubscribe(self) -> None:
         """Leave the group: commit what was processed (with auto-commit), revoke every
         partition, send LeaveGroup (unless a static member). Then assign() may be used."""
-        if self._subscription is None:
+        subscriptions = self._subscriptions
+        if not subscriptions.subscribed:
             return
-        self._subscription = None
         membership = self._membership
         if membership is None or self._closed:
+            subscriptions.unsubscribe()
             return
         self._ack(None)
         await _cancel_and_join(self._group_task)
@@ -312,17 +327,13 @@ class Consumer:
         try:
             await membership.leave("the consumer unsubscribed")
         finally:
-            membership.subscription = None
-            membership.topics = frozenset()
-            self._group_task = asyncio.get_running_loop().create_task(membership.run(), name="pulllog-consumer-group")
+            subscriptions.unsubscribe()
+            if not self._closed:
+                self._group_task = self._spawn(membership.run(), "pulllog-consumer-group")
 
     def subscription(self) -> set[str]:
         """The topics subscribed to now: the names given, and the topics matching the patterns."""
-        if self._subscription is None:
-            return set()
-        if self._membership is not None:
-            return set(self._membership.topics)
-        return set(self._subscription.topics)
+        return set(self._subscriptions.subscribed_topics)
 
     @property
     def member_id(self) -> str:
@@ -348,10 +359,10 @@ class Consumer:
         await membership.commit(self._offsets_to_commit(offsets))
 
     def commit_nowait(self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None
-                      ) -> asyncio.Task[None]:
+                      ) -> asyncio.Future[None]:
         """Like :meth:`commit`, but in the background (fire and forget). Commits go out in the
         order they were asked for; a failure is logged, and raised by awaiting the returned
-        task. ``close()`` waits for pending commits."""
+        future (cancelling it cancels the commit). ``close()`` waits for pending commits."""
         membership = self._group_member("commit_nowait()")
         return membership.commit_nowait(self._offsets_to_commit(offsets))
 
@@ -373,7 +384,7 @@ class Consumer:
                            ) -> dict[TopicPartition, OffsetAndMetadata]:
         if offsets is None:
             self._ack(None)
-            return {tp: OffsetAndMetadata(s.position) for tp, s in self._states.items() if s.position is not None}
+            return {tp: OffsetAndMetadata(offset) for tp, offset in self._subscriptions.positions().items()}
         out = {}
         for tp, value in offsets.items():
             if not isinstance(tp, TopicPartition):
@@ -390,34 +401,13 @@ class Consumer:
         """Read exactly these partitions. Ones already assigned keep their position; new ones
         start at the group's committed offset (with a ``group_id``), else per
         ``auto_offset_reset``."""
-        if self._subscription is not None:
-            raise ValueError("this consumer subscribe()d: its group assigns its partitions; "
-                             "await unsubscribe() first to assign() them yourself")
-        wanted = list(dict.fromkeys(partitions))
-        for tp in wanted:
-            if not isinstance(tp, TopicPartition):
-                raise TypeError(f"assign() takes TopicPartition objects, not {tp!r}")
-        old = self._states
-        new = {tp: old.get(tp) or PartitionState(tp) for tp in wanted}
-        old.clear()
-        old.update(new)  # the fetcher holds the same dict
-        if self._reading is not None and self._reading.tp not in new:
-            self._reading = None
-        self._held.intersection_update(new.values())
-        if self._fetcher is not None:
-            for state in list(self._fetcher.failed):
-                if state.tp not in new:
-                    self._fetcher.failed.discard(state)
-            self._fetcher.wake()
+        self._subscriptions.assign_from_user(partitions)
 
     def assignment(self) -> set[TopicPartition]:
-        return set(self._states)
+        return self._subscriptions.assigned()
 
     def _state(self, tp: TopicPartition) -> PartitionState:
-        state = self._states.get(tp)
-        if state is None:
-            raise ValueError(f"{tp.topic}-{tp.partition} is not assigned to this consumer; assign() it first")
-        return state
+        return self._subscriptions.state(tp)
 
     # ------------------------------------------------------------------ positions
 
@@ -428,10 +418,7 @@ class Consumer:
         self._move(self._state(tp), offset)
 
     def _move(self, state: PartitionState, offset: int | None) -> None:
-        state.move_to(offset)
-        if self._fetcher is not None:
-            self._fetcher.clear_error(state)
-            self._fetcher.wake()
+        self._subscriptions.move(state, offset)
 
     async def seek_to_beginning(self, *partitions: TopicPartition) -> None:
         """Move to the log start offset of these partitions (all assigned ones if none are given)."""
@@ -442,10 +429,11 @@ class Consumer:
         await self._seek_to(LATEST, partitions)
 
     async def _seek_to(self, which: int, partitions: tuple[TopicPartition, ...]) -> None:
-        states = [self._state(tp) for tp in partitions] if partitions else list(self._states.values())
+        subscriptions = self._subscriptions
+        states = [self._state(tp) for tp in partitions] if partitions else list(subscriptions.partitions.values())
         found = await self._running().list_offsets({s.tp: which for s in states})
         for state in states:
-            if self._states.get(state.tp) is state:
+            if subscriptions.owns(state):
                 self._move(state, found[state.tp][0])
 
     async def position(self, tp: TopicPartition) -> int:
@@ -516,7 +504,7 @@ class Consumer:
     async def __anext__(self) -> ConsumerRecord:
         """The next record, waiting for one as long as it takes; ends only when the consumer closes."""
         self._polls += 1
-        if self._held:
+        if self._subscriptions.held:
             self._ack(None)
         while True:
             if self._closed:
@@ -530,7 +518,7 @@ class Consumer:
         """The next record (of these partitions, if given), waiting as long as it takes."""
         self._polls += 1
         only = frozenset(partitions) or None
-        if self._held:
+        if self._subscriptions.held:
             self._ack(only)
         while True:
             record = self._next_record(only)
@@ -547,7 +535,7 @@ class Consumer:
             raise ValueError(f"max_records={max_records}: must be at least 1 (or None for max_poll_records)")
         self._polls += 1
         only = frozenset(partitions) or None
-        if self._held:
+        if self._subscriptions.held:
             self._ack(only)
         limit = max_records if max_records is not None else self._max_poll_records
         deadline = time.monotonic() + max(timeout_ms, 0) / 1000
@@ -586,7 +574,7 @@ class Consumer:
     def _raise_errors(self, fetcher: Fetcher, only: frozenset[TopicPartition] | None) -> None:
         if fetcher.fatal is not None:
             raise fetcher.fatal
-        for state in fetcher.failed:
+        for state in self._subscriptions.failed:
             if state.error is not None and (only is None or state.tp in only):
                 raise state.error
 
@@ -595,9 +583,10 @@ class Consumer:
         fetcher = self._fetcher
         if fetcher is None or self._closed:
             fetcher = self._running()  # raises the right error
-        if fetcher.failed or fetcher.fatal is not None:
+        subscriptions = self._subscriptions
+        if subscriptions.failed or fetcher.fatal is not None:
             self._raise_errors(fetcher, only)
-        state = self._reading
+        state = subscriptions.reading
         while True:
             if state is None or not state.chunks or state.paused or (only is not None and state.tp not in only):
                 state = self._next_readable(only)
@@ -606,14 +595,15 @@ class Consumer:
             record = state.chunks[0].next_record()
             if record is not None:
                 state.position = record.offset + 1
-                self._held.add(state)
+                subscriptions.held.add(state)
                 return record
             self._chunk_done(state, fetcher)
             state = None  # take turns: the next partition with data goes first
 
     def _drain(self, only: frozenset[TopicPartition] | None, limit: int) -> dict[TopicPartition, list[ConsumerRecord]]:
         fetcher = self._running()
-        if fetcher.failed or fetcher.fatal is not None:
+        subscriptions = self._subscriptions
+        if subscriptions.failed or fetcher.fatal is not None:
             self._raise_errors(fetcher, only)
         out: dict[TopicPartition, list[ConsumerRecord]] = {}
         while limit > 0:
@@ -635,8 +625,7 @@ class Consumer:
                     else:
                         got.extend(records)
                     limit -= len(records)
-                    state.position = records[-1].offset + 1
-                    self._held.add(state)
+                    subscriptions.consumed(state, records[-1].offset + 1)
                 if chunk.drained:
                     self._chunk_done(state, fetcher)
                 elif not records:
@@ -646,26 +635,27 @@ class Consumer:
     def _next_readable(self, only: frozenset[TopicPartition] | None,
                        exclude: Mapping[TopicPartition, Any] = {}) -> PartitionState | None:
         """A partition with buffered data, taking turns: the one after the last one read."""
-        states = list(self._states.values())
+        subscriptions = self._subscriptions
+        states = list(subscriptions.partitions.values())
         if not states:
             return None
         start = 0
-        if self._reading is not None:
+        if subscriptions.reading is not None:
             try:
-                start = states.index(self._reading) + 1
+                start = states.index(subscriptions.reading) + 1
             except ValueError:
                 pass
         for i in range(len(states)):
             state = states[(start + i) % len(states)]
             if state.chunks and not state.paused and state.tp not in exclude and (only is None or state.tp in only):
-                self._reading = state
+                subscriptions.reading = state
                 return state
         return None
 
     def _chunk_done(self, state: PartitionState, fetcher: Fetcher) -> None:
         chunk = state.chunks.popleft()
         if chunk.next_offset is not None and (state.position is None or state.position < chunk.next_offset):
-            if state not in self._held:
+            if state not in self._subscriptions.held:
                 state.processed = chunk.next_offset  # nothing handed out: nothing left to process
             state.position = chunk.next_offset  # past trailing control batches and compacted gaps
         fetcher.wake()  # room for another prefetch
@@ -673,71 +663,30 @@ class Consumer:
     def _ack(self, only: frozenset[TopicPartition] | None) -> None:
         """The application came back for more records (of ``only``, or all partitions): what
         it was handed before is processed."""
-        if only is None:
-            for state in self._held:
-                state.processed = state.position
-            self._held.clear()
-        else:
-            for state in [s for s in self._held if s.tp in only]:
-                state.processed = state.position
-                self._held.discard(state)
+        self._subscriptions.ack(only)
         self._returned.set()
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else "running" if self._fetch_task is not None else "not started"
+        state = "closed" if self._closed else "running" if self._tasks is not None else "not started"
         group = f", group {self._group_config.group_id!r}" if self._group_config is not None else ""
-        return f"Consumer({state}{group}, {len(self._states)} partitions assigned)"
+        return f"Consumer({state}{group}, {len(self._subscriptions)} partitions assigned)"
 
 
-class _GroupPartitions:
-    """The consumer's side of :class:`~pulllog.client.membership.PartitionHost`: what the
-    group membership may do with the consumer's partitions."""
+class _GroupHost:
+    """The consumer's side of :class:`~pulllog.client.membership.PartitionHost`: what the group
+    membership needs beyond the SubscriptionState they share."""
 
     def __init__(self, consumer: Consumer) -> None:
         self._consumer = consumer
 
-    def owned(self) -> set[TopicPartition]:
-        return set(self._consumer._states)
-
-    def add(self, partitions: set[TopicPartition]) -> None:
-        c = self._consumer
-        for tp in partitions:
-            state = c._states.get(tp)
-            if state is None:
-                c._states[tp] = PartitionState(tp)  # the fetcher finds its committed offset
-            else:
-                state.paused = False
-        if c._fetcher is not None:
-            c._fetcher.wake()
-
-    def remove(self, partitions: set[TopicPartition]) -> None:
-        c = self._consumer
-        for tp in partitions:
-            state = c._states.pop(tp, None)
-            if state is None:
-                continue
-            c._held.discard(state)
-            if c._reading is state:
-                c._reading = None
-            if c._fetcher is not None:
-                c._fetcher.failed.discard(state)
-        if c._fetcher is not None:
-            c._fetcher.wake()
-
     def poll_activity(self) -> tuple[int, bool]:
         return self._consumer._polls, self._consumer._waiting > 0
-
-    def pause(self, partitions: set[TopicPartition]) -> None:
-        for tp in partitions:
-            state = self._consumer._states.get(tp)
-            if state is not None:
-                state.paused = True
 
     async def wait_processed(self, partitions: set[TopicPartition], timeout_s: float) -> bool:
         c = self._consumer
         deadline = time.monotonic() + timeout_s
         while True:
-            if not any(s.tp in partitions for s in c._held):
+            if not c._subscriptions.holds_any(partitions):
                 return True
             remaining = deadline - time.monotonic()
             if remaining <= 0 or c._closed:
@@ -749,15 +698,13 @@ class _GroupPartitions:
             except TimeoutError:
                 return False
 
-    def processed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        states = self._consumer._states
-        return {tp: s.processed for tp in partitions
-                if (s := states.get(tp)) is not None and s.processed is not None}
-
     def fail(self, error: BaseException) -> None:
         fetcher = self._consumer._fetcher
         if fetcher is not None:
             fetcher.fail_all(error)
+
+    def spawn(self, work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        return self._consumer._spawn(work, name)
 
 
 async def _cancel_and_join(task: asyncio.Task[Any] | None) -> None:

@@ -1,7 +1,8 @@
 """The consumer's fetcher: a task that keeps a Fetch in flight to every leader it reads from.
 
-State (one :class:`PartitionState` per assigned partition, owned by the Consumer, mutated
-only on the event loop):
+State: one :class:`~pulllog.client.subscription_state.PartitionState` per assigned
+partition, owned by the consumer's :class:`~pulllog.client.subscription_state.SubscriptionState`
+(the fetcher keeps no copy of the assignment or positions; it reads them there each time):
 
     position       the offset of the next record the application gets
     processed      the position when the application last came back for more records:
@@ -47,9 +48,8 @@ import asyncio
 import functools
 import logging
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -59,6 +59,7 @@ from ..net.fetch import FETCH_REQUEST_MAX_VERSION, FETCH_REQUEST_MIN_VERSION, en
 from .cluster import Cluster
 from .completed_fetch import CompletedFetch
 from .errors import KafkaError, UnknownTopicError
+from .subscription_state import PartitionState, SubscriptionState
 from .types import TopicPartition
 
 __all__ = [
@@ -121,48 +122,18 @@ class FetchConfig:
     retry_backoff_ms: int = 100
 
 
-@dataclass(eq=False, slots=True)
-class PartitionState:
-    tp: TopicPartition
-    position: int | None = None
-    processed: int | None = None
-    fetch_offset: int | None = None
-    chunks: deque[CompletedFetch] = field(default_factory=deque)
-    epoch: int = 0
-    error: KafkaError | None = None
-    halted: bool = False  # the buffered data ends in a batch we cannot walk past
-    busy: bool = False  # a Fetch or ListOffsets for it is in flight
-    paused: bool = False  # being revoked: not fetched, not handed out
-    use_committed: bool = True  # a reset starts at the committed offset (not after OFFSET_OUT_OF_RANGE)
-    leader: int | None = None  # the broker that leads it, as last seen in the metadata
-    retry_at: float = 0.0  # time.monotonic() before which not to fetch it
-    highwater: int | None = None
-    last_stable_offset: int | None = None
-    log_start_offset: int | None = None
-
-    def move_to(self, offset: int | None) -> None:
-        """Set the position from outside (seek, reset): buffered data and fetches in flight are void."""
-        self.position = self.processed = self.fetch_offset = offset
-        self.chunks.clear()
-        self.epoch += 1
-        self.error = None
-        self.halted = False
-        self.retry_at = 0.0
-
-
 CommittedOffsets = Callable[[Sequence[TopicPartition]], Awaitable[dict[TopicPartition, int]]]
 
 
 class Fetcher:
-    def __init__(self, cluster: Cluster, config: FetchConfig, states: dict[TopicPartition, PartitionState],
+    def __init__(self, cluster: Cluster, config: FetchConfig, subscriptions: SubscriptionState,
                  committed: CommittedOffsets | None = None) -> None:
         self.cluster = cluster
         self.config = config
-        self.states = states
+        self.subscriptions = subscriptions
         self.committed = committed  # the group's committed offsets, asked before a reset
         self.data_ready = asyncio.Event()  # set when a chunk or an error is added
         self.positions_changed = asyncio.Event()  # set when a reset found (or failed to find) positions
-        self.failed: set[PartitionState] = set()  # states with an error for the application
         self.fatal: BaseException | None = None  # a bug in the fetcher: raised to every reader
         self._wakeup = asyncio.Event()
         self._node_tasks: dict[int, asyncio.Task[None]] = {}
@@ -172,12 +143,8 @@ class Fetcher:
         self._wakeup.set()
 
     def fail(self, state: PartitionState, error: KafkaError) -> None:
-        state.error = error
-        self.failed.add(state)
+        self.subscriptions.set_error(state, error)
         self.data_ready.set()
-
-    def clear_error(self, state: PartitionState) -> None:
-        self.failed.discard(state)
 
     # ------------------------------------------------------------------ the task
 
@@ -218,10 +185,10 @@ class Fetcher:
         now = time.monotonic()
         to_reset: list[PartitionState] = []
         nodes: set[int] = set()
-        for state in list(self.states.values()):
+        for state in list(self.subscriptions.partitions.values()):
             if state.busy or state.error is not None or state.halted or state.retry_at > now or state.paused:
                 continue
-            if state.position is None:
+            if state.needs_reset:
                 to_reset.append(state)
             elif self._fetchable(state, now):
                 if state.leader is None or self.cluster.metadata_stale:
@@ -236,7 +203,7 @@ class Fetcher:
             if node not in self._node_tasks:
                 self._node_tasks[node] = tg.create_task(self._fetch_loop(node), name=f"pulllog-fetch-{node}")
         # Backed-off partitions (including any that just failed to find their leader) wake the loop.
-        retry_at = [s.retry_at for s in self.states.values() if not s.busy and s.error is None and not s.halted
+        retry_at = [s.retry_at for s in self.subscriptions.partitions.values() if not s.busy and s.error is None and not s.halted
                     and not s.paused and s.retry_at > now]
         if not retry_at:
             return None
@@ -270,7 +237,8 @@ class Fetcher:
         try:
             while not self.cluster.metadata_stale:  # else back to _launch, which refreshes
                 now = time.monotonic()
-                states = [s for s in self.states.values() if s.leader == node and self._fetchable(s, now)]
+                partitions = self.subscriptions.partitions.values()
+                states = [s for s in partitions if s.leader == node and self._fetchable(s, now)]
                 if not states or not await self._guarded(self._fetch(node, states), states):
                     return
         except Exception as exc:
@@ -356,7 +324,7 @@ class Fetcher:
                 # KIP-74: only the first partition with data may exceed its max bytes.
                 must_hold_a_batch = bool(records) and not seen_data
                 seen_data = seen_data or bool(records)
-                if self.states.get(state.tp) is not state or state.epoch != epoch or state.fetch_offset != offset:
+                if not self.subscriptions.owns(state) or state.epoch != epoch or state.fetch_offset != offset:
                     continue  # the application moved the position meanwhile
                 code = part.error_code
                 if code == ErrorCode.none:
@@ -403,8 +371,7 @@ class Fetcher:
             return
         log.info("offset %d is out of range for %s-%d; resetting to the %s offset", offset, tp.topic, tp.partition,
                  self.config.auto_offset_reset)
-        state.move_to(None)
-        state.use_committed = False  # the committed offset may be the one out of range
+        self.subscriptions.reset_after_out_of_range(state)
 
     # ------------------------------------------------------------------ positions
 
@@ -428,8 +395,8 @@ class Fetcher:
                 offset = committed.get(state.tp)
                 if offset is None:
                     left.append(state)
-                elif self.states.get(state.tp) is state and state.epoch == epochs[id(state)] and state.position is None:
-                    state.move_to(offset)
+                elif self.subscriptions.owns(state) and state.epoch == epochs[id(state)] and state.position is None:
+                    self.subscriptions.move(state, offset)
             states = left
             if not states:
                 self.positions_changed.set()
@@ -450,7 +417,7 @@ class Fetcher:
             self.positions_changed.set()
             return
         for state in states:
-            if self.states.get(state.tp) is not state or state.epoch != epochs[id(state)] or state.position is not None:
+            if not self.subscriptions.owns(state) or state.epoch != epochs[id(state)] or state.position is not None:
                 continue
             tp = state.tp
             if policy == "none":
@@ -460,7 +427,7 @@ class Fetcher:
                     f"auto_offset_reset='none': {_valid_range(start, end)}; seek() to one of "
                     "them, or use auto_offset_reset='earliest' or 'latest'"), start, end))
                 continue
-            state.move_to(found[tp][0])
+            self.subscriptions.move(state, found[tp][0])
         self.positions_changed.set()
 
     async def list_offsets(self, wanted: dict[TopicPartition, int]) -> dict[TopicPartition, tuple[int, int]]:

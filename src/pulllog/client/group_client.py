@@ -74,8 +74,7 @@ class GroupClient:
                 self.coordinator = await self._find_coordinator()
             node, host, port = self.coordinator
             try:
-                conn = await KafkaConnection.connect(host, port, client_id=self.cluster.client_id,
-                                                     timeout=self.request_timeout_s)
+                conn = await self.cluster.connect(host, port, timeout=self.request_timeout_s)
             except BrokerUnreachableError:
                 self.coordinator = None
                 raise

@@ -23,12 +23,18 @@ turns auto-commit off and commits what those tasks finished.
 
 Rebalances
 ----------
-The member's states::
+The member's states and what moves it between them are one table, in
+:mod:`pulllog.client.member_state`: UNJOINED -> PREPARING_REBALANCE (JoinGroup in flight)
+-> COMPLETING_REBALANCE (SyncGroup in flight) -> STABLE, and back to UNJOINED when the
+generation ends. :class:`GroupMembership` turns answers into the table's events and carries
+out the effects each transition names (reset the generation or the member id, lose the
+partitions, start or stop heartbeats, join again); it never sets its state itself. It joins
+again when a heartbeat says REBALANCE_IN_PROGRESS, the subscription or the partition counts
+changed, after a cooperative revoke, or after a failed join.
 
-    UNJOINED --JoinGroup sent--> JOINING --joined--> SYNCING --assignment--> STABLE
-       ^                                                                        |
-       +---- rejoin: heartbeat says REBALANCE_IN_PROGRESS, the subscription or --+
-             the partition counts changed, a cooperative revoke, a failed join
+The assignment and positions live in the consumer's
+:class:`~pulllog.client.subscription_state.SubscriptionState`, which the membership shares
+with the consumer and its fetcher: a rebalance adds, pauses and removes partitions there.
 
 * Eager protocols (``range``, ``roundrobin``, custom assignors) revoke every partition
   before rejoining. Cooperative ones (``cooperative-sticky``, when every configured assignor
@@ -53,21 +59,23 @@ The member's states::
   FENCED_INSTANCE_ID (another consumer took that instance id) is fatal: the error goes to
   the application.
 
-Tasks: :meth:`GroupMembership.run` (one task, owned by the Consumer) runs the join loop in
-an ``asyncio.TaskGroup``. The heartbeat task (started on the first join) and the auto-commit
-task are its children, so cancelling ``run`` cancels and joins them all. Rebalance
-callbacks, sync or async, run in the join loop.
+Tasks: :meth:`GroupMembership.run` (a child of the consumer's supervisor task) runs the join
+loop in an ``asyncio.TaskGroup``. The heartbeat task (which also keeps the poll timer; it
+sends Heartbeats only while the state table says so) and the auto-commit task are its
+children, so cancelling ``run`` cancels and joins them all. ``commit_nowait()`` commits run
+as children of the consumer's supervisor (:meth:`PartitionHost.spawn`), so they outlive an
+``unsubscribe()`` and ``close()`` waits for them. Rebalance callbacks, sync or async, run in
+the join loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-import enum
+import functools
 import inspect
 import logging
-import re
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
@@ -85,6 +93,8 @@ from ..net.consumer_protocol import (
 from .cluster import Cluster
 from .errors import KafkaError, error_for
 from .group_client import COORDINATOR_MOVED, CoordinatorUnavailableError, GroupClient
+from .member_state import IN_GROUP, Effect, MemberEvent, MemberState, Transition, transition
+from .subscription_state import SubscriptionSpec, SubscriptionState
 from .types import TopicPartition
 
 __all__ = [
@@ -124,13 +134,6 @@ class OffsetAndMetadata(NamedTuple):
 
     offset: int
     metadata: str = ""
-
-
-class MemberState(enum.Enum):
-    UNJOINED = "unjoined"
-    JOINING = "joining"  # JoinGroup in flight
-    SYNCING = "syncing"  # SyncGroup in flight
-    STABLE = "stable"
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,39 +183,6 @@ def resolve_assignors(strategy: str | Callable[..., Any] | Iterable[str | Callab
 
 
 @dataclass(frozen=True, slots=True)
-class SubscriptionSpec:
-    """What ``subscribe()`` was given: topic names, and patterns matched against every topic
-    (``re.search``, as librdkafka does; internal topics never match)."""
-
-    topics: frozenset[str]
-    patterns: tuple[re.Pattern[str], ...] = ()
-
-    @classmethod
-    def parse(cls, topics: str | re.Pattern[str] | Iterable[str | re.Pattern[str]]) -> SubscriptionSpec:
-        items = [topics] if isinstance(topics, (str, re.Pattern)) else list(topics)
-        names: set[str] = set()
-        patterns: list[re.Pattern[str]] = []
-        for item in items:
-            if isinstance(item, re.Pattern):
-                patterns.append(item)
-            elif isinstance(item, str) and item.startswith("^"):
-                try:
-                    patterns.append(re.compile(item))
-                except re.error as exc:
-                    raise ValueError(f"subscribe(): {item!r} is not a valid regular expression: {exc}") from None
-            elif isinstance(item, str) and item:
-                names.add(item)
-            else:
-                raise TypeError(f"subscribe() takes topic names and regex patterns, not {item!r}")
-        if not names and not patterns:
-            raise ValueError("subscribe() needs at least one topic or pattern; to stop, call unsubscribe()")
-        return cls(frozenset(names), tuple(patterns))
-
-    def matches(self, topic: str) -> bool:
-        return topic in self.topics or any(p.search(topic) for p in self.patterns)
-
-
-@dataclass(frozen=True, slots=True)
 class GroupConfig:
     group_id: str
     group_instance_id: str | None = None
@@ -233,22 +203,11 @@ class GroupConfig:
 
 
 class PartitionHost(Protocol):
-    """What the membership may do with the consumer's partitions (the Consumer implements it)."""
-
-    def owned(self) -> set[TopicPartition]: ...
-
-    def add(self, partitions: set[TopicPartition]) -> None:
-        """Start reading these: from the committed offset, else per auto_offset_reset."""
-
-    def remove(self, partitions: set[TopicPartition]) -> None: ...
-
-    def pause(self, partitions: set[TopicPartition]) -> None:
-        """Hand out no more records of these, and fetch no more."""
+    """What the membership needs from the Consumer beyond the SubscriptionState they share
+    (the assignment and positions are there)."""
 
     async def wait_processed(self, partitions: set[TopicPartition], timeout_s: float) -> bool:
         """Wait until the application has no unprocessed records of these; False on timeout."""
-
-    def processed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]: ...
 
     def fail(self, error: BaseException) -> None:
         """A fatal group error: raise it to the application's next read."""
@@ -256,31 +215,28 @@ class PartitionHost(Protocol):
     def poll_activity(self) -> tuple[int, bool]:
         """(reads so far, whether a read is waiting for records now): Kafka's poll timer."""
 
+    def spawn(self, work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        """Run ``work`` as a task the consumer owns (cancelled and joined by its close())."""
+
 
 # ---------------------------------------------------------------------------- errors
 
 
-class _Action(enum.Enum):
-    REJOIN = "join again, keeping the member id and generation"
-    RESET_GENERATION = "the generation is over: partitions lost, join again with the member id"
-    RESET_MEMBER = "the group forgot this member: partitions lost, join again as a new member"
-    COORDINATOR = "find the coordinator again"
-    RETRY = "retry after the backoff"
-    FATAL = "stop, and raise to the application"
-
-
-# What an error in JoinGroup, SyncGroup, Heartbeat or OffsetCommit means for the member
-# (Kafka's AbstractCoordinator); anything missing is fatal.
-_ACTIONS: dict[ErrorCode, _Action] = {
-    ErrorCode.rebalance_in_progress: _Action.REJOIN,
-    ErrorCode.illegal_generation: _Action.RESET_GENERATION,
-    ErrorCode.unknown_member_id: _Action.RESET_MEMBER,
-    ErrorCode.not_coordinator: _Action.COORDINATOR,
-    ErrorCode.coordinator_not_available: _Action.COORDINATOR,
-    ErrorCode.coordinator_load_in_progress: _Action.RETRY,
-    ErrorCode.request_timed_out: _Action.RETRY,
-    ErrorCode.unknown_server_error: _Action.RETRY,
+# What an error answer to JoinGroup, SyncGroup, Heartbeat or OffsetCommit is, as an event of
+# the member's state table (Kafka's AbstractCoordinator); anything missing is FATAL_ERROR.
+_EVENTS: dict[ErrorCode, MemberEvent] = {
+    ErrorCode.rebalance_in_progress: MemberEvent.REBALANCE_IN_PROGRESS,
+    ErrorCode.illegal_generation: MemberEvent.ILLEGAL_GENERATION,
+    ErrorCode.unknown_member_id: MemberEvent.UNKNOWN_MEMBER_ID,
+    ErrorCode.fenced_instance_id: MemberEvent.FENCED_INSTANCE_ID,
+    ErrorCode.not_coordinator: MemberEvent.COORDINATOR_LOST,
+    ErrorCode.coordinator_not_available: MemberEvent.COORDINATOR_LOST,
+    ErrorCode.coordinator_load_in_progress: MemberEvent.RETRIABLE_ERROR,
+    ErrorCode.request_timed_out: MemberEvent.RETRIABLE_ERROR,
+    ErrorCode.unknown_server_error: MemberEvent.RETRIABLE_ERROR,
 }
+# Of those, the ones that end the generation (the rest only need another JoinGroup).
+_GENERATION_ENDING = frozenset({MemberEvent.ILLEGAL_GENERATION, MemberEvent.UNKNOWN_MEMBER_ID})
 
 
 def _name(code: ErrorCode) -> str:
@@ -291,12 +247,13 @@ def _name(code: ErrorCode) -> str:
 
 
 class GroupMembership:
-    def __init__(self, cluster: Cluster, config: GroupConfig, host: PartitionHost, *,
-                 on_partitions_revoked: RebalanceCallback | None = None,
+    def __init__(self, cluster: Cluster, config: GroupConfig, subscriptions: SubscriptionState,
+                 host: PartitionHost, *, on_partitions_revoked: RebalanceCallback | None = None,
                  on_partitions_assigned: RebalanceCallback | None = None,
                  on_partitions_lost: RebalanceCallback | None = None) -> None:
         self.cluster = cluster
         self.config = config
+        self.subscriptions = subscriptions
         self.host = host
         self.client = GroupClient(cluster, config.group_id, request_timeout_ms=config.request_timeout_ms,
                                   retry_backoff_ms=config.retry_backoff_ms)
@@ -307,9 +264,8 @@ class GroupMembership:
         self.generation = -1
         self.protocol: str | None = None
         self.leader_id = ""
-        self.state = MemberState.UNJOINED
-        self.subscription: SubscriptionSpec | None = None
-        self.topics: frozenset[str] = frozenset()  # the subscription evaluated: names + pattern matches
+        self.state = MemberState.UNJOINED  # changed only by _apply, per the member_state table
+        self._heartbeats_on = False  # the table's START_HEARTBEATS / STOP_HEARTBEATS
         self.fatal: BaseException | None = None
         self._rejoin_reason: str | None = None
         self._wakeup = asyncio.Event()
@@ -318,8 +274,6 @@ class GroupMembership:
         self._snapshot: dict[str, int] | None = None  # leader: the partition counts it assigned from
         self._commit_lock = asyncio.Lock()
         self._last_committed: dict[TopicPartition, int] = {}
-        self._tg: asyncio.TaskGroup | None = None
-        self._heartbeat_task: asyncio.Task[None] | None = None
         self._pending_commits: set[asyncio.Task[None]] = set()
         # max.poll.interval.ms (rebalance_timeout_ms): when the application last read
         self.poll_expired = False  # left the group for not reading; joins again at the next read
@@ -333,14 +287,46 @@ class GroupMembership:
     @property
     def in_group(self) -> bool:
         """Subscribed: partitions come from the group (else the application assigns them)."""
-        return self.subscription is not None
+        return self.subscriptions.subscribed
+
+    @property
+    def topics(self) -> frozenset[str]:
+        """The subscription evaluated: the names given, and the topics the patterns match."""
+        return self.subscriptions.subscribed_topics
+
+    # ------------------------------------------------------------------ the state table
+
+    def _apply(self, event: MemberEvent, why: str = "") -> Transition:
+        """Move along the member_state table and carry out the transition's effects (all but
+        LEAVE_GROUP, which needs a request: the caller sends it)."""
+        t = transition(self.state, event)
+        if t.state is not self.state:
+            log.debug("group %s: %s -> %s on %s", self.config.group_id, self.state.name, t.state.name, event.name)
+        self.state = t.state
+        effects = t.effects
+        if not effects:
+            return t
+        if Effect.RESET_MEMBER_ID in effects:
+            self.member_id = ""
+        if Effect.RESET_GENERATION in effects:
+            self.generation = -1
+        if Effect.LOSE_PARTITIONS in effects:
+            self.subscriptions.pause(self.subscriptions.assigned())  # hand out no more: not this member's now
+        if Effect.STOP_HEARTBEATS in effects:
+            self._heartbeats_on = False
+        if Effect.START_HEARTBEATS in effects:
+            self._heartbeats_on = True
+        if Effect.REQUEST_REJOIN in effects:
+            self.request_rejoin(why or event.value)
+        if Effect.FAIL in effects and self.fatal is not None:
+            self.host.fail(self.fatal)
+        return t
 
     # ------------------------------------------------------------------ subscription
 
-    def subscribe(self, spec: SubscriptionSpec) -> None:
-        self.subscription = spec
-        self.topics = frozenset(spec.topics) if not spec.patterns else frozenset(
-            t for t, info in self.cluster.topics.items() if not info.internal and spec.matches(t))
+    def subscription_changed(self) -> None:
+        """subscribe() changed the SubscriptionState's subscription: evaluate it, join again."""
+        self.subscriptions.match_topics(t for t, info in self.cluster.topics.items() if not info.internal)
         self._next_metadata_check = 0.0  # evaluate patterns now
         self.request_rejoin("the subscription changed")
 
@@ -355,11 +341,9 @@ class GroupMembership:
         """The join loop, with the heartbeat and auto-commit tasks as children."""
         try:
             async with asyncio.TaskGroup() as tg:
-                self._tg = tg
                 if self.config.enable_auto_commit:
                     tg.create_task(self._auto_commit_loop(), name=f"pulllog-autocommit-{self.config.group_id}")
-                if self.state is not MemberState.UNJOINED:
-                    self._start_heartbeat()
+                tg.create_task(self._heartbeat_loop(), name=f"pulllog-heartbeat-{self.config.group_id}")
                 await self._join_loop()
         except* _Fatal:
             pass  # already handed to the application
@@ -367,16 +351,9 @@ class GroupMembership:
             for exc in group.exceptions:
                 log.error("group %s: the consumer's membership task failed", self.config.group_id, exc_info=exc)
             self._fail(group.exceptions[0])
-        finally:
-            self._tg = None
-            self._heartbeat_task = None
-
-    def _start_heartbeat(self) -> None:
-        if self._heartbeat_task is None and self._tg is not None:
-            self._heartbeat_task = self._tg.create_task(
-                self._heartbeat_loop(), name=f"pulllog-heartbeat-{self.config.group_id}")
 
     def _fail(self, error: BaseException) -> None:
+        """A bug in the membership task: raise it to the application from now on."""
         if self.fatal is None:
             self.fatal = error
             self.host.fail(error)
@@ -401,7 +378,9 @@ class GroupMembership:
         else:
             error = error_for(code, f"{where} for {group} failed: {_name(code)}")
         log.error("group %s: %s", cfg.group_id, error)
-        self._fail(error)
+        self.fatal = self.fatal or error  # before the transition: its FAIL effect hands this error out
+        self._apply(MemberEvent.FENCED_INSTANCE_ID if code == ErrorCode.fenced_instance_id
+                    else MemberEvent.FATAL_ERROR)
         return _Fatal(error)
 
     async def _join_loop(self) -> None:
@@ -410,7 +389,7 @@ class GroupMembership:
                 raise _Fatal(self.fatal)  # e.g. fenced while committing
             self._wakeup.clear()
             timeout: float | None = None
-            if self.subscription is not None:
+            if self.in_group:
                 now = time.monotonic()
                 if now >= self._next_metadata_check:
                     self._next_metadata_check = now + self.config.metadata_max_age_ms / 1000
@@ -430,15 +409,14 @@ class GroupMembership:
 
     async def _check_metadata(self) -> None:
         """Re-evaluate patterns; as leader, rejoin when a group topic's partition count changed."""
-        spec = self.subscription
+        spec = self.subscriptions.subscription
         try:
             if spec is not None and spec.patterns:
                 await self.cluster.refresh(None)
-                topics = frozenset(t for t, info in self.cluster.topics.items()
-                                   if not info.internal and spec.matches(t))
-                if topics != self.topics:
-                    added, removed = sorted(topics - self.topics), sorted(self.topics - topics)
-                    self.topics = topics
+                before = self.topics
+                if self.subscriptions.match_topics(t for t, info in self.cluster.topics.items() if not info.internal):
+                    topics = self.topics
+                    added, removed = sorted(topics - before), sorted(before - topics)
                     self.request_rejoin(f"the topics matching the subscription changed (+{added} -{removed})")
             if self.is_leader and self._snapshot is not None and self.state is MemberState.STABLE:
                 counts = await self._partition_counts(self._group_topics)
@@ -464,36 +442,34 @@ class GroupMembership:
         try:
             await self._prepare_join()
             self._rejoin_reason = None  # a reason raised from now on means another join
-            self.state = MemberState.JOINING
+            self._apply(MemberEvent.JOIN_SENT)
             resp = await self.client.join(self.member_id, cfg.group_instance_id, cfg.session_timeout_ms,
                                           cfg.rebalance_timeout_ms, self._protocols(), reason)
+            if self.state is not MemberState.PREPARING_REBALANCE:
+                return  # the member moved on while JoinGroup was held (its generation ended, a poll timeout)
             code = resp.error_code
             if code == ErrorCode.member_id_required:  # KIP-394: join again at once with this id
                 self.member_id = resp.member_id
-                self.request_rejoin(reason)
-                self.state = MemberState.UNJOINED
+                self._apply(MemberEvent.MEMBER_ID_REQUIRED, reason)
                 return
             if code != ErrorCode.none:
-                self.state = MemberState.UNJOINED
-                self._on_error(code, "JoinGroup", rejoin=True)
+                self._join_error(code, "JoinGroup")
                 if code != ErrorCode.rebalance_in_progress:
                     await asyncio.sleep(backoff)
                 return
             self.member_id, self.generation = resp.member_id, int(resp.generation_id)
             self.protocol, self.leader_id = resp.protocol_name, resp.leader
-            self.state = MemberState.SYNCING
-            self._start_heartbeat()  # keeps the session alive while the leader assigns
+            self._apply(MemberEvent.JOINED)  # heartbeats keep the session alive while the leader assigns
             assignments: dict[str, bytes] = {}
             if self.is_leader and not getattr(resp, "skip_assignment", False):
                 assignments = await self._assign(resp.protocol_name or "", resp.members)
             generation = self.generation
             sync = await self.client.sync(self.generation, self.member_id, cfg.group_instance_id,
                                           resp.protocol_name or "", assignments, cfg.rebalance_timeout_ms)
-            if sync.error_code == ErrorCode.none and self.generation != generation:
+            if self.state is not MemberState.COMPLETING_REBALANCE or self.generation != generation:
                 return  # a heartbeat learned meanwhile that this member is out of the group: join again
             if sync.error_code != ErrorCode.none:
-                self.state = MemberState.UNJOINED
-                self._on_error(sync.error_code, "SyncGroup", rejoin=True)
+                self._join_error(sync.error_code, "SyncGroup")
                 if sync.error_code != ErrorCode.rebalance_in_progress:
                     await asyncio.sleep(backoff)
                 return
@@ -503,14 +479,16 @@ class GroupMembership:
                 log.error("group %s: the leader sent an assignment this consumer cannot read (%s); "
                           "consuming nothing until the next rebalance", cfg.group_id, exc)
                 assignment = Assignment()
-            self.state = MemberState.STABLE
+            self._apply(MemberEvent.SYNCED)
             await self._on_assignment(assignment)
         except (KafkaError, ConnectionError, TimeoutError) as exc:
             # The coordinator went away (CoordinatorUnavailableError), or metadata failed.
             if isinstance(exc, KafkaError) and not exc.retriable:
                 raise
-            self.state = MemberState.UNJOINED
-            self.request_rejoin(reason)
+            if self.state in (MemberState.PREPARING_REBALANCE, MemberState.COMPLETING_REBALANCE):
+                self._apply(MemberEvent.JOIN_FAILED, reason)
+            else:
+                self.request_rejoin(reason)
             log.info("group %s: %s; retrying", cfg.group_id, exc)
             await asyncio.sleep(backoff)
 
@@ -519,7 +497,7 @@ class GroupMembership:
         cooperative assignors: eager members own nothing when they join, and keeping the
         bytes the same from join to join lets a restarted static member rejoin unnoticed."""
         topics = tuple(sorted(self.topics))
-        owned = tuple(sorted((tp.topic, tp.partition) for tp in self.host.owned()))
+        owned = tuple(sorted((tp.topic, tp.partition) for tp in self.subscriptions.assigned()))
         out = []
         for spec in self.config.assignors:
             if spec.cooperative:
@@ -554,7 +532,7 @@ class GroupMembership:
                 for member in subscriptions}
 
     async def _prepare_join(self) -> None:
-        owned = self.host.owned()
+        owned = self.subscriptions.assigned()
         if not owned:
             return
         if self.generation < 0 or not self.member_id:
@@ -568,7 +546,7 @@ class GroupMembership:
 
     async def _on_assignment(self, assignment: Assignment) -> None:
         new = {TopicPartition(t, p) for t, p in assignment.partitions}
-        owned = self.host.owned()
+        owned = self.subscriptions.assigned()
         if self.config.cooperative:
             revoked, added = owned - new, new - owned
             if revoked:
@@ -580,13 +558,13 @@ class GroupMembership:
             added = new - owned
         log.info("group %s: generation %d, member %s owns %d partitions%s", self.config.group_id,
                  self.generation, self.member_id, len(new), " (leader)" if self.is_leader else "")
-        self.host.add(added)
+        self.subscriptions.assign_from_group(added)
         await self._callback(self.on_partitions_assigned, added if self.config.cooperative else new)
 
     async def _revoke(self, partitions: set[TopicPartition]) -> None:
         """Give partitions up in order: pause, let the application finish its batch, commit
         what it processed, tell it, drop them."""
-        self.host.pause(partitions)
+        self.subscriptions.pause(partitions)
         # Also without auto-commit: an application committing in on_partitions_revoked commits
         # its positions, which must not cover a batch it is still working on.
         if not await self.host.wait_processed(partitions, self.config.rebalance_timeout_ms / 1000):
@@ -596,21 +574,21 @@ class GroupMembership:
                         self.config.group_id, self.config.rebalance_timeout_ms)
         if self.config.enable_auto_commit:
             try:
-                await self.commit(self._changed(self.host.processed(partitions)))
+                await self.commit(self._changed(self.subscriptions.processed(partitions)))
             except (KafkaError, ConnectionError, TimeoutError) as exc:
                 log.warning("group %s: commit on revoke failed (%s); the next owner starts from the last commit "
                             "(duplicates, no gap)", self.config.group_id, exc)
         await self._callback(self.on_partitions_revoked, partitions)
-        self.host.remove(partitions)
+        self.subscriptions.remove(partitions)
         for tp in partitions:
             self._last_committed.pop(tp, None)
 
     async def _lose(self, partitions: set[TopicPartition]) -> None:
         log.warning("group %s: lost %d partitions (this member's generation ended); they are not committed",
                     self.config.group_id, len(partitions))
-        self.host.pause(partitions)
+        self.subscriptions.pause(partitions)
         await self._callback(self.on_partitions_lost or self.on_partitions_revoked, partitions)
-        self.host.remove(partitions)
+        self.subscriptions.remove(partitions)
         for tp in partitions:
             self._last_committed.pop(tp, None)
 
@@ -625,20 +603,24 @@ class GroupMembership:
             log.exception("group %s: rebalance callback %s failed", self.config.group_id,
                           getattr(callback, "__qualname__", callback))
 
-    def _on_error(self, code: ErrorCode, where: str, *, rejoin: bool) -> None:
-        """Apply what an error answer means (the _ACTIONS table); ``rejoin`` for join errors."""
-        action = _ACTIONS.get(code, _Action.FATAL)
-        if action is _Action.FATAL:
+    def _event_for(self, code: ErrorCode, where: str) -> MemberEvent:
+        """The state-table event for an error answer; fatal ones are handed to the application
+        and end the membership task (raises _Fatal)."""
+        event = _EVENTS.get(code, MemberEvent.FATAL_ERROR)
+        if event in (MemberEvent.FENCED_INSTANCE_ID, MemberEvent.FATAL_ERROR):
             raise self._fatal(code, where)
-        log.info("group %s: %s answered %s: %s", self.config.group_id, where, _name(code), action.value)
-        if action is _Action.RESET_MEMBER:
-            self.member_id = ""
-        if action in (_Action.RESET_MEMBER, _Action.RESET_GENERATION):
-            self.generation = -1
-            self.state = MemberState.UNJOINED
-            self.host.pause(self.host.owned())  # lost: hand out no more of them
-        if rejoin or action in (_Action.REJOIN, _Action.RESET_MEMBER, _Action.RESET_GENERATION):
-            self.request_rejoin(f"{where}: {_name(code)}")
+        log.info("group %s: %s answered %s (%s)", self.config.group_id, where, _name(code), event.value)
+        return event
+
+    def _on_error(self, code: ErrorCode, where: str) -> None:
+        """An error answer to a Heartbeat or an OffsetCommit."""
+        self._apply(self._event_for(code, where), f"{where}: {_name(code)}")
+
+    def _join_error(self, code: ErrorCode, where: str) -> None:
+        """An error answer to the JoinGroup or SyncGroup in flight: join again (as a new
+        generation, or a new member, if the error says so)."""
+        event = self._event_for(code, where)
+        self._apply(event if event in _GENERATION_ENDING else MemberEvent.JOIN_FAILED, f"{where}: {_name(code)}")
 
     # ------------------------------------------------------------------ heartbeat
 
@@ -649,8 +631,7 @@ class GroupMembership:
             if self._poll_interval_expired():
                 await self._leave_for_not_reading()
                 continue
-            # While JoinGroup is held the coordinator counts the member as alive.
-            if self.state not in (MemberState.STABLE, MemberState.SYNCING) or self.generation < 0:
+            if not self._heartbeats_on or self.generation < 0:
                 continue
             generation, member_id = self.generation, self.member_id
             try:
@@ -660,9 +641,9 @@ class GroupMembership:
                 continue
             if code == ErrorCode.none or code in COORDINATOR_MOVED:
                 continue
-            if generation != self.generation or member_id != self.member_id or self.state is MemberState.JOINING:
+            if generation != self.generation or member_id != self.member_id or not self._heartbeats_on:
                 continue  # the answer is about a generation this member has left behind
-            self._on_error(code, "Heartbeat", rejoin=False)
+            self._on_error(code, "Heartbeat")
 
     def _poll_interval_expired(self) -> bool:
         """Kafka's poll timer: has a member of the group gone rebalance_timeout_ms (Kafka's
@@ -672,7 +653,7 @@ class GroupMembership:
         if waiting or reads != self._reads_seen or self.poll_expired:
             self._reads_seen, self._last_read_at = reads, now
             return False
-        if not self.in_group or self.generation < 0:
+        if not self.in_group or self.generation < 0 or self.state not in IN_GROUP:
             return False
         return now - self._last_read_at > self.config.rebalance_timeout_ms / 1000
 
@@ -689,10 +670,8 @@ class GroupMembership:
                     cfg.group_id, cfg.rebalance_timeout_ms)
         self.poll_expired = True
         member_id = self.member_id
-        self.host.pause(self.host.owned())  # hand out no more of them: they are not this member's now
-        self.generation = -1
-        self.state = MemberState.UNJOINED
-        if cfg.group_instance_id is not None or not member_id:
+        effects = self._apply(MemberEvent.POLL_TIMEOUT).effects
+        if Effect.LEAVE_GROUP not in effects or cfg.group_instance_id is not None or not member_id:
             return
         self.member_id = ""
         try:
@@ -707,7 +686,8 @@ class GroupMembership:
         """The application reads again after ``_leave_for_not_reading``: join the group again."""
         self.poll_expired = False
         self._last_read_at = time.monotonic()
-        self.request_rejoin("the application reads again after its poll timeout")
+        if self.state in IN_GROUP:
+            self._apply(MemberEvent.POLL_RESUMED, "the application reads again after its poll timeout")
 
     # ------------------------------------------------------------------ offsets
 
@@ -720,7 +700,8 @@ class GroupMembership:
             await asyncio.sleep(interval)
             if self.in_group and (self.state is not MemberState.STABLE or self.generation < 0):
                 continue  # a revoke commits by itself
-            offsets = self._changed(self.host.processed(self.host.owned()))
+            subscriptions = self.subscriptions
+            offsets = self._changed(subscriptions.processed(subscriptions.assigned()))
             if not offsets:
                 continue
             try:
@@ -741,7 +722,8 @@ class GroupMembership:
             pending = dict(offsets)
             while pending:
                 if self.in_group:
-                    if self.state is not MemberState.STABLE or self.generation < 0:
+                    # LEAVING: the revoke on close / unsubscribe commits what was processed.
+                    if self.state not in (MemberState.STABLE, MemberState.LEAVING) or self.generation < 0:
                         raise CommitFailedError(ErrorCode.rebalance_in_progress, (
                             f"cannot commit for group {cfg.group_id!r}: this consumer is rebalancing (it is not in "
                             "a stable generation), so its partitions may move; the next owner re-reads from the last "
@@ -780,7 +762,7 @@ class GroupMembership:
         if code in (ErrorCode.rebalance_in_progress, ErrorCode.illegal_generation, ErrorCode.unknown_member_id) \
                 and self.in_group:
             if generation == self.generation:
-                self._on_error(code, "OffsetCommit", rejoin=False)
+                self._on_error(code, "OffsetCommit")
             raise CommitFailedError(code, (
                 f"cannot commit {what} for group {cfg.group_id!r}: {_name(code)}: the group rebalanced since these "
                 "records were read and the partitions may belong to another member now, which re-reads them from "
@@ -797,18 +779,31 @@ class GroupMembership:
             return  # retried
         raise error_for(code, f"committing {what} for group {cfg.group_id!r} failed: {_name(code)}")
 
-    def commit_nowait(self, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> asyncio.Task[None]:
-        """Commit in the background; the task is awaited (or cancelled) by ``close()``. A failure
-        is logged; awaiting the returned task raises it."""
-        task = asyncio.get_running_loop().create_task(self.commit(offsets), name=f"pulllog-commit-{self.config.group_id}")
+    def commit_nowait(self, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> asyncio.Future[None]:
+        """Commit in a task the consumer owns (``close()`` waits for it, then cancels it). A
+        failure is logged; awaiting the returned future raises it."""
+        result: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        task = self.host.spawn(self._commit_in_background(offsets, result), f"pulllog-commit-{self.config.group_id}")
         self._pending_commits.add(task)
-        task.add_done_callback(self._commit_done)
-        return task
+        task.add_done_callback(self._pending_commits.discard)
+        result.add_done_callback(functools.partial(_cancel_with, task))
+        return result
 
-    def _commit_done(self, task: asyncio.Task[None]) -> None:
-        self._pending_commits.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.warning("group %s: commit failed: %s", self.config.group_id, task.exception())
+    async def _commit_in_background(self, offsets: Mapping[TopicPartition, OffsetAndMetadata],
+                                    result: asyncio.Future[None]) -> None:
+        # Never raises: an error ending a task would end its task group, the whole consumer.
+        try:
+            await self.commit(offsets)
+        except asyncio.CancelledError:
+            result.cancel()
+            raise
+        except Exception as exc:
+            log.warning("group %s: commit failed: %s", self.config.group_id, exc)
+            if not result.done():
+                result.set_exception(exc)
+        else:
+            if not result.done():
+                result.set_result(None)
 
     async def fetch_committed(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         """The group's committed offsets of these partitions (absent: nothing committed).
@@ -845,19 +840,22 @@ class GroupMembership:
         cfg = self.config
         if self._pending_commits:
             await asyncio.wait(list(self._pending_commits), timeout=cfg.request_timeout_ms / 1000)
-        owned = self.host.owned()
-        if self.fatal is None:
-            if not self.in_group:
-                if cfg.enable_auto_commit and owned:
-                    try:
-                        await self.commit(self._changed(self.host.processed(owned)))
-                    except (KafkaError, ConnectionError, TimeoutError) as exc:
-                        log.warning("group %s: commit on close failed: %s", cfg.group_id, exc)
-            elif owned:
-                if self.generation >= 0 and self.member_id and self.state is MemberState.STABLE:
-                    await self._revoke(owned)
-                else:
-                    await self._lose(owned)
+        owned = self.subscriptions.assigned()
+        if self.fatal is not None or self.state not in IN_GROUP:
+            return  # failed (the application has the error) or closed: nothing to give up, nobody to tell
+        stable = self.state is MemberState.STABLE
+        self._apply(MemberEvent.LEAVE)
+        if not self.in_group:
+            if cfg.enable_auto_commit and owned:
+                try:
+                    await self.commit(self._changed(self.subscriptions.processed(owned)))
+                except (KafkaError, ConnectionError, TimeoutError) as exc:
+                    log.warning("group %s: commit on close failed: %s", cfg.group_id, exc)
+        elif owned:
+            if self.generation >= 0 and self.member_id and stable:
+                await self._revoke(owned)
+            else:
+                await self._lose(owned)
         if self.in_group and self.member_id and cfg.group_instance_id is None and self.fatal is None:
             try:
                 code = await self.client.leave(self.member_id, reason)
@@ -867,14 +865,24 @@ class GroupMembership:
                 log.info("group %s: LeaveGroup failed (%s); the group notices after the session timeout",
                          cfg.group_id, exc)
         self.member_id = "" if cfg.group_instance_id is None else self.member_id
-        self.generation = -1
-        self.state = MemberState.UNJOINED
         self._snapshot = None
+        if self.state is MemberState.LEAVING:  # else FAILED: a commit on the way out was fenced
+            self._apply(MemberEvent.LEFT)
 
     async def close(self) -> None:
+        self._apply(MemberEvent.CLOSE)
         for task in list(self._pending_commits):
             task.cancel()
         await self.client.close()
+
+
+def _cancel_with(task: asyncio.Task[None], result: asyncio.Future[None]) -> None:
+    """The application cancelled the future commit_nowait() returned: cancel the commit. A
+    failure it never awaits counts as seen (it was logged)."""
+    if result.cancelled():
+        task.cancel()
+    else:
+        result.exception()
 
 
 class _Fatal(Exception):
