@@ -45,8 +45,10 @@ async def wait_until(condition: Callable[[], Any], what: str, timeout_s: float =
         await asyncio.sleep(_INTERVAL_S)
 
 
-def block_until(condition: Callable[[], Any], what: str, timeout_s: float = TIMEOUT_S) -> Any:
-    """:func:`wait_until` for a test that blocks (no event loop of its own)."""
+def block_until(condition: Callable[[], Any], what: str, timeout_s: float = TIMEOUT_S,
+                interval_s: float = _INTERVAL_S) -> Any:
+    """:func:`wait_until` for a test that blocks (no event loop of its own). A condition that
+    sends a request (a heartbeat) may ask for a longer ``interval_s``."""
     deadline = time.monotonic() + timeout_s
     while True:
         value = condition()
@@ -54,7 +56,7 @@ def block_until(condition: Callable[[], Any], what: str, timeout_s: float = TIME
             return value
         if time.monotonic() > deadline:
             raise _timed_out(what, timeout_s, value)
-        time.sleep(_INTERVAL_S)
+        time.sleep(interval_s)
 
 
 # ---------------------------------------------------------------------------- broker state
@@ -108,6 +110,12 @@ def group_generation(broker: BrokerLike, group: str) -> int:
         g = b.groups.groups.get(group)
         return -1 if g is None else g.generation
     return on_broker(broker, read)
+
+
+def expired_group_timers(broker: BrokerLike) -> int:
+    """Rebalance-purgatory operations that reached their deadline (a session timeout, a join
+    held for the rebalance timeout), ever."""
+    return on_broker(broker, lambda b: b.group_purgatory.num_expired)
 
 
 def group_members(broker: BrokerLike, group: str) -> int:
