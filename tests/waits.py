@@ -132,3 +132,13 @@ def awaiting_join(broker: BrokerLike, group: str) -> int:
         g = b.groups.groups.get(group)
         return 0 if g is None else sum(1 for m in g.members.values() if m.awaiting_join)
     return on_broker(broker, read)
+
+
+def session_timer(broker: BrokerLike, group: str, member_id: str) -> object | None:
+    """The member's current session timer: each heartbeat (or join) replaces it, so a new one
+    means the coordinator heard from the member since the last look."""
+    def read(b: Broker) -> object | None:
+        g = b.groups.groups.get(group)
+        member = None if g is None else g.members.get(member_id)
+        return None if member is None else member.heartbeat
+    return on_broker(broker, read)
