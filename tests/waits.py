@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import socket
+import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from pulllog.broker import Broker
@@ -57,6 +60,22 @@ def block_until(condition: Callable[[], Any], what: str, timeout_s: float = TIME
         if time.monotonic() > deadline:
             raise _timed_out(what, timeout_s, value)
         time.sleep(interval_s)
+
+
+def listening(port: int, proc: subprocess.Popen[bytes], log: Path | None = None) -> bool:
+    """True once something accepts connections on 127.0.0.1:``port``; fails at once, with
+    the process's log, if ``proc`` (the ``pulllog serve`` meant to listen there) has exited."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+        return True
+    except OSError:
+        assert proc.poll() is None, log.read_text() if log is not None else f"exited with {proc.returncode}"
+        return False
+
+
+def wait_for_listener(port: int, proc: subprocess.Popen[bytes], log: Path | None = None) -> None:
+    """Block until ``pulllog serve`` (``proc``) accepts connections on ``port``."""
+    block_until(lambda: listening(port, proc, log), f"pulllog serve listens on port {port}", interval_s=0.05)
 
 
 # ---------------------------------------------------------------------------- broker state

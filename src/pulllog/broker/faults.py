@@ -22,7 +22,8 @@ Rules:
   or after handling but before answering (``after_handling=True``: the request took effect
   and the client never heard, as when an answer is lost with its connection); or handle
   nothing and answer nothing while the connection stays up (:class:`LoseRequest`: the
-  client hears only about later requests, and times this one out).
+  client hears only about later requests, and times this one out); or only count the
+  request and handle it as usual (:class:`Observe`: a test waits until a client retried).
 * The server consults :meth:`Faults.intercept` once per request, and only while a rule is
   set (``if broker.faults:``; a Faults with no rule is false), so the produce path pays one
   truth test per read and nothing more. While a rule is set every request goes through the
@@ -56,7 +57,7 @@ if TYPE_CHECKING:
     from .handlers import Handler, RequestContext
 
 __all__ = ["Delay", "DropConnection", "FailWith", "FaultMatch", "FaultRule", "Faults", "InjectedDisconnect",
-           "LoseRequest"]
+           "LoseRequest", "Observe"]
 
 _PRODUCE = 0
 _FETCH = 1
@@ -101,7 +102,13 @@ class LoseRequest:
     """Neither handle nor answer; the connection stays up (the request never arrived)."""
 
 
-Action = FailWith | Delay | DropConnection | LoseRequest
+@dataclass(frozen=True, slots=True)
+class Observe:
+    """Handle as usual; only count (``FaultRule.fired``): a test waits until a client has sent
+    the request, e.g. retried it, instead of sleeping for the retry to happen."""
+
+
+Action = FailWith | Delay | DropConnection | LoseRequest | Observe
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +187,11 @@ class Faults:
         """Ignore the next ``times`` matching requests: no effect, no answer."""
         return self.add(FaultMatch(api_key, topic, partition, group), LoseRequest(), times)
 
+    def observe(self, api_key: int, *, topic: str | None = None, partition: int | None = None,
+                group: str | None = None, times: int | None = None) -> FaultRule:
+        """Count the matching requests (``rule.fired``) and handle them as usual."""
+        return self.add(FaultMatch(api_key, topic, partition, group), Observe(), times)
+
     def add(self, match: FaultMatch, action: Action, times: int | None = 1) -> FaultRule:
         if match.api_key not in self._handlers:
             raise ValueError(f"the broker serves no API with key {match.api_key}; pick one of {sorted(self._handlers)}")
@@ -206,6 +218,8 @@ class Faults:
         if rule is None:
             return handler
         action = rule.action
+        if isinstance(action, Observe):
+            return handler
         if isinstance(action, Delay):
             await asyncio.sleep(action.ms / 1000)
             return handler
