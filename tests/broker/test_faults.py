@@ -46,7 +46,7 @@ async def test_pulllog_producer_retries_not_leader_until_the_broker_takes_the_re
         pulllog_broker: BrokerThread) -> None:
     create_topic(pulllog_broker, "moved")
     assert pulllog_broker.broker is not None
-    rule = pulllog_broker.broker.faults.fail(PRODUCE, ErrorCode.not_leader_or_follower, topic="moved", times=3)
+    rule = pulllog_broker.faults.fail(PRODUCE, ErrorCode.not_leader_or_follower, topic="moved", times=3)
     async with Producer(pulllog_broker.bootstrap_servers, retry_backoff_ms=10) as producer:
         metadata = await producer.send_and_wait("moved", b"once")
     assert rule.fired == 3 and rule.spent  # three attempts refused, the fourth appended
@@ -57,7 +57,7 @@ async def test_pulllog_producer_retries_not_leader_until_the_broker_takes_the_re
 def test_librdkafka_retries_not_leader_until_the_broker_takes_the_record(pulllog_broker: BrokerThread) -> None:
     create_topic(pulllog_broker, "moved")
     assert pulllog_broker.broker is not None
-    rule = pulllog_broker.broker.faults.fail(PRODUCE, ErrorCode.not_leader_or_follower, topic="moved", times=3)
+    rule = pulllog_broker.faults.fail(PRODUCE, ErrorCode.not_leader_or_follower, topic="moved", times=3)
     producer = confluent_kafka.Producer({"bootstrap.servers": pulllog_broker.bootstrap_servers,
                                          "retry.backoff.ms": 10, "enable.idempotence": False})
     reports: list[tuple[object, int]] = []
@@ -71,7 +71,7 @@ def test_librdkafka_retries_not_leader_until_the_broker_takes_the_record(pulllog
 async def test_a_non_retriable_error_reaches_the_producer_s_caller(pulllog_broker: BrokerThread) -> None:
     create_topic(pulllog_broker, "refused")
     assert pulllog_broker.broker is not None
-    rule = pulllog_broker.broker.faults.fail(PRODUCE, ErrorCode.topic_authorization_failed, topic="refused")
+    rule = pulllog_broker.faults.fail(PRODUCE, ErrorCode.topic_authorization_failed, topic="refused")
     async with Producer(pulllog_broker.bootstrap_servers) as producer:
         with pytest.raises(Exception, match="(?i)topic_authorization_failed|authoriz"):
             await producer.send_and_wait("refused", b"no")
@@ -85,21 +85,21 @@ async def test_a_non_retriable_error_reaches_the_producer_s_caller(pulllog_broke
 def test_a_rule_fires_only_for_its_topic_partition_and_only_times_times(pulllog_broker: BrokerThread) -> None:
     create_topic(pulllog_broker, "two", 2)
     assert pulllog_broker.broker is not None
-    rule = pulllog_broker.broker.faults.fail(PRODUCE, ErrorCode.not_leader_or_follower, topic="two", partition=1,
+    rule = pulllog_broker.faults.fail(PRODUCE, ErrorCode.not_leader_or_follower, topic="two", partition=1,
                                              times=2)
     batch = build_batch([(b"k", b"v")])
     with WireClient(pulllog_broker.port) as c:
         assert produce(c, "two", 0, batch).responses[0].partition_responses[0].error_code == ErrorCode.none
         codes = [produce(c, "two", 1, batch).responses[0].partition_responses[0].error_code for _ in range(3)]
     assert codes == [ErrorCode.not_leader_or_follower] * 2 + [ErrorCode.none]
-    assert rule.fired == 2 and not pulllog_broker.broker.faults  # spent: the fast path is back
+    assert rule.fired == 2 and not pulllog_broker.faults  # spent: the fast path is back
     assert (log_end_offset(pulllog_broker, "two", 0), log_end_offset(pulllog_broker, "two", 1)) == (1, 1)
 
 
 def test_fetch_and_join_group_answer_the_injected_error(pulllog_broker: BrokerThread) -> None:
     create_topic(pulllog_broker, "f")
     assert pulllog_broker.broker is not None
-    faults = pulllog_broker.broker.faults
+    faults = pulllog_broker.faults
     faults.fail(FETCH, ErrorCode.not_leader_or_follower, topic="f")
     faults.fail(JOIN_GROUP, ErrorCode.coordinator_load_in_progress, group="g")
     with WireClient(pulllog_broker.port) as c:
@@ -115,9 +115,9 @@ def test_fetch_and_join_group_answer_the_injected_error(pulllog_broker: BrokerTh
 def test_failing_an_api_whose_answer_has_no_error_code_is_refused(pulllog_broker: BrokerThread) -> None:
     assert pulllog_broker.broker is not None
     with pytest.raises(ValueError, match="no top-level error code; inject a delay or a dropped connection"):
-        pulllog_broker.broker.faults.fail(METADATA, ErrorCode.not_controller)
+        pulllog_broker.faults.fail(METADATA, ErrorCode.not_controller)
     with pytest.raises(ValueError, match="no API with key 999"):
-        pulllog_broker.broker.faults.delay(999, 10)
+        pulllog_broker.faults.delay(999, 10)
 
 
 # ---------------------------------------------------------------------------- delays, losses, disconnects
@@ -127,7 +127,7 @@ def test_a_delayed_produce_is_appended_only_after_its_delay(pulllog_broker: Brok
     create_topic(pulllog_broker, "slow")
     assert pulllog_broker.broker is not None
     # Long enough that the test sees the request held; the answer still comes, late.
-    rule = pulllog_broker.broker.faults.delay(PRODUCE, 2000, topic="slow")
+    rule = pulllog_broker.faults.delay(PRODUCE, 2000, topic="slow")
     with WireClient(pulllog_broker.port, timeout=TIMEOUT_S) as c:
         c.send_raw(produce_request("slow", 0, build_batch([(b"k", b"v")]), correlation_id=7))
         block_until(lambda: rule.fired == 1, "the broker holds the Produce")
@@ -140,7 +140,7 @@ def test_a_delayed_produce_is_appended_only_after_its_delay(pulllog_broker: Brok
 def test_drop_before_handling_loses_the_request_with_its_connection(pulllog_broker: BrokerThread) -> None:
     create_topic(pulllog_broker, "cut")
     assert pulllog_broker.broker is not None
-    rule = pulllog_broker.broker.faults.drop_connection(PRODUCE, topic="cut")
+    rule = pulllog_broker.faults.drop_connection(PRODUCE, topic="cut")
     with WireClient(pulllog_broker.port) as c:
         with pytest.raises(ConnectionError):
             produce(c, "cut", 0, build_batch([(b"k", b"v")]))
@@ -153,7 +153,7 @@ def test_drop_before_handling_loses_the_request_with_its_connection(pulllog_brok
 def test_drop_after_handling_appends_but_loses_the_answer(pulllog_broker: BrokerThread) -> None:
     create_topic(pulllog_broker, "unheard")
     assert pulllog_broker.broker is not None
-    pulllog_broker.broker.faults.drop_connection(PRODUCE, topic="unheard", after_handling=True)
+    pulllog_broker.faults.drop_connection(PRODUCE, topic="unheard", after_handling=True)
     with WireClient(pulllog_broker.port) as c:
         with pytest.raises(ConnectionError):
             produce(c, "unheard", 0, build_batch([(b"k", b"v")]))
@@ -164,7 +164,7 @@ def test_drop_after_handling_appends_but_loses_the_answer(pulllog_broker: Broker
 def test_a_lost_request_is_neither_appended_nor_answered_and_later_ones_are(pulllog_broker: BrokerThread) -> None:
     create_topic(pulllog_broker, "gap")
     assert pulllog_broker.broker is not None
-    rule = pulllog_broker.broker.faults.lose_request(PRODUCE, topic="gap")
+    rule = pulllog_broker.faults.lose_request(PRODUCE, topic="gap")
     with WireClient(pulllog_broker.port) as c:
         c.send_raw(produce_request("gap", 0, build_batch([(b"k", b"lost")]), correlation_id=1))
         c.send_raw(produce_request("gap", 0, build_batch([(b"k", b"kept")]), correlation_id=2))
@@ -185,3 +185,25 @@ async def test_faults_are_reachable_on_a_broker_in_the_test_s_own_loop(tmp_path:
         assert log_end_offset(broker, "own") == 1
         broker.faults.clear()
         assert not broker.faults
+
+
+def test_every_spreads_a_rule_over_the_matching_requests(pulllog_broker: BrokerThread) -> None:
+    create_topic(pulllog_broker, "spread")
+    rule = pulllog_broker.faults.fail(PRODUCE, ErrorCode.not_leader_or_follower, topic="spread", every=3, times=2)
+    batch = build_batch([(b"k", b"v")])
+    with WireClient(pulllog_broker.port) as c:
+        codes = [produce(c, "spread", 0, batch).responses[0].partition_responses[0].error_code for _ in range(8)]
+    refused = ErrorCode.not_leader_or_follower
+    assert codes == [ErrorCode.none, ErrorCode.none, refused, ErrorCode.none, ErrorCode.none, refused,
+                     ErrorCode.none, ErrorCode.none]
+    assert (rule.matched, rule.fired) == (6, 2)  # spent after the 6th: later requests do not count
+    assert log_end_offset(pulllog_broker, "spread") == 6
+
+
+def test_observe_counts_requests_and_changes_nothing(pulllog_broker: BrokerThread) -> None:
+    create_topic(pulllog_broker, "watched")
+    seen = pulllog_broker.faults.observe(PRODUCE, topic="watched")
+    with WireClient(pulllog_broker.port) as c:
+        offsets = [produce(c, "watched", 0, build_batch([(b"k", b"v")])).responses[0].partition_responses[0].base_offset
+                   for _ in range(3)]
+    assert offsets == [0, 1, 2] and seen.fired == 3

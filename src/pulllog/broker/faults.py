@@ -14,8 +14,10 @@ Rules:
   a topic partition, or a group id. A request matches when *any* of its partitions is the
   rule's (a Produce for two partitions of the topic matches a rule for either); the action
   then applies to the whole request.
-* Each rule has a budget (``times``, None for no limit). A request fires the first rule,
-  in the order they were added, that matches and has budget left; that spends one.
+* Each rule has a budget (``times``, None for no limit) and a stride (``every``: it fires
+  on every N-th request it matches, 1 by default, so losses can be spread over a stream).
+  A request fires the first rule, in the order they were added, that matches, is on its
+  stride and has budget left; that spends one.
   Spent rules stay listed, so a test can read ``fired``; :meth:`Faults.clear` drops them.
 * Actions: answer with an error code instead of handling (:class:`FailWith`); handle after
   a delay (:class:`Delay`); close the connection before handling (:class:`DropConnection`)
@@ -139,7 +141,9 @@ class FaultRule:
     match: FaultMatch
     action: Action
     times: int | None
+    every: int = 1
     fired: int = 0
+    matched: int = 0  # requests that matched, fired or not (the stride counts these)
 
     @property
     def spent(self) -> bool:
@@ -166,38 +170,41 @@ class Faults:
     # -- adding rules -------------------------------------------------------------
 
     def fail(self, api_key: int, error_code: int, *, topic: str | None = None, partition: int | None = None,
-             group: str | None = None, times: int | None = 1) -> FaultRule:
+             group: str | None = None, times: int | None = 1, every: int = 1) -> FaultRule:
         """Answer the next ``times`` matching requests with ``error_code`` (an int or kio ErrorCode)."""
         code = int(getattr(error_code, "value", error_code))
         self._check_error_answer(api_key)
-        return self.add(FaultMatch(api_key, topic, partition, group), FailWith(code), times)
+        return self.add(FaultMatch(api_key, topic, partition, group), FailWith(code), times, every)
 
     def delay(self, api_key: int, ms: int, *, topic: str | None = None, partition: int | None = None,
-              group: str | None = None, times: int | None = 1) -> FaultRule:
+              group: str | None = None, times: int | None = 1, every: int = 1) -> FaultRule:
         """Handle the next ``times`` matching requests ``ms`` milliseconds late."""
-        return self.add(FaultMatch(api_key, topic, partition, group), Delay(ms), times)
+        return self.add(FaultMatch(api_key, topic, partition, group), Delay(ms), times, every)
 
     def drop_connection(self, api_key: int, *, after_handling: bool = False, topic: str | None = None,
-                        partition: int | None = None, group: str | None = None, times: int | None = 1) -> FaultRule:
+                        partition: int | None = None, group: str | None = None, times: int | None = 1,
+                        every: int = 1) -> FaultRule:
         """Close the connection on the next ``times`` matching requests (see :class:`DropConnection`)."""
-        return self.add(FaultMatch(api_key, topic, partition, group), DropConnection(after_handling), times)
+        return self.add(FaultMatch(api_key, topic, partition, group), DropConnection(after_handling), times, every)
 
     def lose_request(self, api_key: int, *, topic: str | None = None, partition: int | None = None,
-                     group: str | None = None, times: int | None = 1) -> FaultRule:
+                     group: str | None = None, times: int | None = 1, every: int = 1) -> FaultRule:
         """Ignore the next ``times`` matching requests: no effect, no answer."""
-        return self.add(FaultMatch(api_key, topic, partition, group), LoseRequest(), times)
+        return self.add(FaultMatch(api_key, topic, partition, group), LoseRequest(), times, every)
 
     def observe(self, api_key: int, *, topic: str | None = None, partition: int | None = None,
                 group: str | None = None, times: int | None = None) -> FaultRule:
         """Count the matching requests (``rule.fired``) and handle them as usual."""
         return self.add(FaultMatch(api_key, topic, partition, group), Observe(), times)
 
-    def add(self, match: FaultMatch, action: Action, times: int | None = 1) -> FaultRule:
+    def add(self, match: FaultMatch, action: Action, times: int | None = 1, every: int = 1) -> FaultRule:
         if match.api_key not in self._handlers:
             raise ValueError(f"the broker serves no API with key {match.api_key}; pick one of {sorted(self._handlers)}")
         if times is not None and times < 1:
             raise ValueError(f"times={times}: a rule fires at least once (None: until cleared)")
-        rule = FaultRule(match, action, times)
+        if every < 1:
+            raise ValueError(f"every={every}: a rule fires on every N-th matching request, N >= 1")
+        rule = FaultRule(match, action, times, every)
         with self._lock:
             self._rules.append(rule)
             self._armed += 1
@@ -244,6 +251,9 @@ class Faults:
         with self._lock:
             for rule in self._rules:
                 if not rule.spent and rule.match.matches(request):
+                    rule.matched += 1
+                    if rule.matched % rule.every:
+                        continue  # off its stride: the request passes this rule
                     rule.fired += 1
                     if rule.spent:
                         self._armed -= 1
