@@ -209,10 +209,11 @@ async def test_consumer_carries_on_after_the_broker_restarts(tmp_path) -> None:
                             retry_backoff_ms=50) as consumer:
             consumer.assign([TopicPartition("restart", 0)])
             before = await read(consumer, 2)
+            state = consumer._states[TopicPartition("restart", 0)]
+            backed_off_until = state.retry_at
             await asyncio.to_thread(broker.stop)
-            # Fetches fail meanwhile (connection refused): the client's own retries against a
-            # closed port are the behaviour under test, and no broker is there to observe.
-            await asyncio.sleep(0.3)
+            await wait_until(lambda: state.retry_at > backed_off_until,
+                             "a fetch failed against the stopped broker and the fetcher backed off")
             broker = BrokerThread(data_dir, port=port).start()
             await asyncio.to_thread(produce_values, broker, "restart", [b"c"])
             after = await read(consumer, 1)
