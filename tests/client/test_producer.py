@@ -23,7 +23,7 @@ from aiokafka import TopicPartition as AioTopicPartition
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
-from waits import log_end_offset, wait_until
+from waits import connection_count, log_end_offset, wait_until
 
 from pulllog.client.accumulator import ProducerBatch, encode_headers
 from pulllog.client.errors import KafkaError, UnknownTopicError
@@ -44,8 +44,6 @@ from pulllog.client.types import RecordMetadata
 from pulllog.records import Compression, RecordBatch, build_batch
 from pulllog.records.batch import iter_batches
 from pulllog.testing import BrokerThread
-
-from group_helpers import wait_until
 
 CODECS = [None, "gzip", "snappy", "lz4", "zstd"]
 WAIT_S = 30  # generous: only a hung client should ever hit it
@@ -723,8 +721,7 @@ async def test_close_right_after_start_still_shuts_the_supervisor_down(pulllog_b
     supervisor = producer.sender_task
     await producer.close()
     assert supervisor is not None and supervisor.done() and not supervisor.cancelled()
-    wait_until(lambda: not pulllog_broker.call(lambda: len(pulllog_broker.broker.connections)),
-               "the broker saw the producer's connection close")
+    await wait_until(lambda: connection_count(pulllog_broker) == 0, "the broker saw the producer's connection close")
     leftovers = [t.get_name() for t in asyncio.all_tasks() if t.get_name().startswith("pulllog-")]
     assert leftovers == []
 
