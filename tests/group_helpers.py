@@ -44,17 +44,6 @@ CONFLUENT_GROUP_TIMINGS = {
 CRASH_MEMBER = Path(__file__).parent / "group" / "crash_member.py"
 
 
-def wait_until(condition: Callable[[], Any], what: str, timeout_s: float = TIMEOUT_S, interval_s: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting until {what}")
-        time.sleep(interval_s)
-
-
 # ---------------------------------------------------------------------------- topics and records
 
 

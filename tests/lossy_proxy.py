@@ -1,4 +1,11 @@
-"""A TCP proxy between a client and a broker that loses Produce requests or their answers."""
+"""A TCP proxy between a client and a broker that loses Produce requests or their answers.
+
+Most tests inject such faults in the broker itself (``broker.faults``). This proxy stays for
+the in-flight tests (tests/client/test_producer_in_flight.py) because it also measures how
+many Produce requests the client had in flight, sent and not yet answered, on the wire: the
+broker cannot see that, since it reads and answers a connection's requests one at a time
+and a request still in the socket buffers is invisible to it.
+"""
 
 from __future__ import annotations
 

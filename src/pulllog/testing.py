@@ -11,6 +11,13 @@ The broker runs in a background thread with its own event loop, so it serves blo
 clients (confluent-kafka, kafka-python) and asyncio clients (aiokafka, pulllog's own)
 alike. Each test gets a fresh broker with an empty data directory on a free port; it is
 stopped cleanly when the test ends. ``BrokerThread`` is the same thing outside pytest.
+
+To see how an application copes with a misbehaving broker, inject faults through
+``pulllog_broker.faults`` (see :mod:`pulllog.broker.faults`)::
+
+    rule = pulllog_broker.faults.fail(0, 6, topic="orders", times=3)  # Produce: NOT_LEADER_OR_FOLLOWER
+    ...                                                                # the producer retries
+    assert rule.fired == 3
 """
 
 from __future__ import annotations
@@ -20,11 +27,14 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from .broker import Broker
+
+if TYPE_CHECKING:
+    from .broker.faults import Faults
 
 __all__ = ["BrokerThread", "pulllog_broker"]
 
@@ -53,6 +63,13 @@ class BrokerThread:
     def port(self) -> int:
         assert self.broker is not None
         return self.broker.port
+
+    @property
+    def faults(self) -> Faults:
+        """The broker's injected faults (:mod:`pulllog.broker.faults`), e.g.
+        ``pulllog_broker.faults.fail(0, 6, topic="t", times=3)``; safe to call from the test's thread."""
+        assert self.broker is not None, "the broker is not running"
+        return self.broker.faults
 
     def start(self, timeout: float = 30.0) -> "BrokerThread":
         self._thread.start()

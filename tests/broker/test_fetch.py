@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 from kafka_wire import WireClient, fetch, produce
+from waits import TIMEOUT_S, block_until, expired_fetches, parked_fetches
 
 from pulllog.records import build_batch
 from pulllog.records.batch import iter_batches
+
+
+# Longer than any test runs: only the data it waits for can answer the fetch.
+LONG_WAIT_MS = 120_000
 
 
 def records_bytes(part) -> bytes:
@@ -20,37 +24,33 @@ def test_long_poll_returns_as_soon_as_data_arrives(pulllog_broker) -> None:
     port = pulllog_broker.port
     with WireClient(port) as c:
         produce(c, "poll", 0, build_batch([(b"k", b"first")]))
-    result: dict[str, float] = {}
+    result: dict[str, int] = {}
 
     def poll() -> None:
-        with WireClient(port) as c:
-            start = time.monotonic()
-            resp = fetch(c, "poll", 0, 1, max_wait_ms=5000)
-            result["returned"] = time.monotonic()
-            result["waited"] = result["returned"] - start
+        with WireClient(port, timeout=TIMEOUT_S) as c:
+            resp = fetch(c, "poll", 0, 1, max_wait_ms=LONG_WAIT_MS)
             result["bytes"] = len(records_bytes(resp.responses[0].partitions[0]))
 
     t = threading.Thread(target=poll)
     t.start()
-    time.sleep(0.3)
+    block_until(lambda: parked_fetches(pulllog_broker, "poll") == 1, "the fetch at offset 1 is parked in the purgatory")
+    assert "bytes" not in result  # no data, so no answer yet
     with WireClient(port) as c:
-        produced_at = time.monotonic()
         produce(c, "poll", 0, build_batch([(b"k", b"second")]))
-    t.join(10)
+    t.join(TIMEOUT_S)
     assert result["bytes"] > 0
-    assert result["waited"] >= 0.25  # it did wait for data
-    assert result["returned"] - produced_at < 1.0  # woken by the append, not the 5 s deadline
+    assert expired_fetches(pulllog_broker) == 0  # woken by the append, not by its deadline
 
 
 def test_long_poll_without_data_returns_empty_at_its_deadline(pulllog_broker) -> None:
     with WireClient(pulllog_broker.port) as c:
         produce(c, "idle", 0, build_batch([(b"k", b"v")]))
-        start = time.monotonic()
         resp = fetch(c, "idle", 0, 1, max_wait_ms=300)
-        waited = time.monotonic() - start
     part = resp.responses[0].partitions[0]
     assert part.error_code.value == 0 and records_bytes(part) == b""
-    assert 0.25 <= waited < 5
+    # Answered by the purgatory's timer: the fetch was parked and its deadline completed it.
+    assert expired_fetches(pulllog_broker) == 1
+    assert parked_fetches(pulllog_broker, "idle") == 0
 
 
 def test_min_bytes_waits_for_enough_data(pulllog_broker) -> None:
@@ -61,21 +61,22 @@ def test_min_bytes_waits_for_enough_data(pulllog_broker) -> None:
     out = {}
 
     def poll() -> None:
-        with WireClient(port) as c:
-            out["resp"] = fetch(c, "minbytes", 0, 1, max_wait_ms=5000, min_bytes=len(one) * 3)
-            out["at"] = time.monotonic()
+        with WireClient(port, timeout=TIMEOUT_S) as c:
+            out["resp"] = fetch(c, "minbytes", 0, 1, max_wait_ms=LONG_WAIT_MS, min_bytes=len(one) * 3)
 
     t = threading.Thread(target=poll)
     t.start()
+    block_until(lambda: parked_fetches(pulllog_broker, "minbytes") == 1, "the fetch is parked in the purgatory")
     with WireClient(port) as c:
-        for _ in range(3):
-            time.sleep(0.15)
+        for _ in range(2):
             produce(c, "minbytes", 0, one)
-        done_at = time.monotonic()
-    t.join(10)
+            # The append tried to complete the fetch (in the Produce handler): not enough bytes yet.
+            assert parked_fetches(pulllog_broker, "minbytes") == 1
+        produce(c, "minbytes", 0, one)
+    t.join(TIMEOUT_S)
     data = records_bytes(out["resp"].responses[0].partitions[0])
     assert len(data) >= len(one) * 3
-    assert out["at"] - done_at < 1.0
+    assert expired_fetches(pulllog_broker) == 0  # completed by the third append, not its deadline
 
 
 def test_partition_max_bytes_cuts_after_the_first_batch(pulllog_broker) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import confluent_kafka
 import pytest
+from waits import wait_for_listener
 
 
 def free_port() -> int:
@@ -34,15 +35,8 @@ class ServeProcess:
              "--listen", f"127.0.0.1:{self.port}", "--override", "num.partitions=3",
              *(arg for o in self.overrides for arg in ("--override", o))],
             stdout=out, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return self
-            except OSError:
-                assert self.proc.poll() is None, self.log.read_text()
-                time.sleep(0.05)
-        raise TimeoutError("pulllog serve did not start listening")
+        wait_for_listener(self.port, self.proc, self.log)
+        return self
 
     def signal(self, sig: int) -> int:
         assert self.proc is not None

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import confluent_kafka
 import pytest
+from waits import wait_for_listener
 
 pytest.importorskip("uvloop")
 
@@ -28,14 +29,7 @@ def test_produce_and_fetch_work_on_uvloop(tmp_path: Path) -> None:
                                  "--data-dir", str(tmp_path / "data"), "--listen", f"127.0.0.1:{port}"],
                                 stdout=out, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-                time.sleep(0.05)
+        wait_for_listener(port, proc, log)
         bootstrap = f"127.0.0.1:{port}"
         producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 1})
         for i in range(1000):

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 
 import pytest
 from click.testing import CliRunner
+from waits import block_until, parked_fetches
 
 from pulllog.cli.main import main
 
@@ -109,13 +109,13 @@ def test_tail_sees_a_later_produce(bs) -> None:
         proc.wait(10)
 
 
-def test_follow_blocks_until_a_record_arrives(bs) -> None:
+def test_follow_blocks_until_a_record_arrives(pulllog_broker, bs) -> None:
     run("produce", "followed", "--bootstrap-server", bs, stdin=b"first\n")
     proc = subprocess.Popen([*PULLLOG, "consume", "followed", "--follow", "--max-messages", "2",
                              "--bootstrap-server", bs], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert proc.stdout.readline() == b"first\n"
-        time.sleep(0.5)
+        block_until(lambda: parked_fetches(pulllog_broker, "followed") >= 1, "the follower's fetch is parked")
         assert proc.poll() is None  # still waiting: the iterator does not end
         run("produce", "followed", "--bootstrap-server", bs, stdin=b"second\n")
         assert proc.stdout.readline() == b"second\n"

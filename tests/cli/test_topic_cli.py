@@ -9,13 +9,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import confluent_kafka
 import pytest
 from click.testing import CliRunner, Result
+from waits import wait_for_listener
 
 from pulllog.cli.main import main
 from pulllog.testing import BrokerThread
@@ -290,15 +290,7 @@ def serve(tmp_path: Path) -> Iterator[str]:
     proc = subprocess.Popen([sys.executable, "-m", "pulllog.cli.main", "serve", "--data-dir", str(tmp_path / "data"),
                              "--listen", f"127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                assert proc.poll() is None, (tmp_path / "serve.log").read_text()
-                assert time.monotonic() < deadline, "pulllog serve did not start listening"
-                time.sleep(0.05)
+        wait_for_listener(port, proc, tmp_path / "serve.log")
         yield f"127.0.0.1:{port}"
     finally:
         proc.send_signal(signal.SIGTERM)

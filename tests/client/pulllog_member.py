@@ -82,7 +82,7 @@ async def main() -> None:
             batch = await consumer.getmany(timeout_ms=100, max_records=spec.get("batch", 50))
             for tp, records in batch.items():
                 for record in records:
-                    await asyncio.sleep(spec.get("process_delay_s", 0))
+                    await asyncio.sleep(spec.get("process_delay_s", 0))  # processing time (the behaviour under test)
                     emit("processed", partition=tp.partition, offset=record.offset)
                     processed += 1
                     if processed == spec.get("hang_after"):  # mid-batch: its commit is still to come

@@ -17,6 +17,7 @@ import pytest
 from confluent_kafka import Producer as RdProducer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka_wire import WireClient, produce
+from waits import expired_fetches, parked_fetches, wait_until
 
 from pulllog.client.consumer import (
     Consumer,
@@ -154,7 +155,7 @@ async def test_log_append_time_topic_gives_every_record_the_brokers_time(pulllog
 
 async def test_iterator_waits_for_a_later_produce_then_yields_it(pulllog_broker) -> None:
     produce_values(pulllog_broker, "stream", [b"before"])
-    async with consumer_for(pulllog_broker, auto_offset_reset="latest", fetch_max_wait_ms=500) as consumer:
+    async with consumer_for(pulllog_broker, auto_offset_reset="latest", fetch_max_wait_ms=100) as consumer:
         consumer.assign([TopicPartition("stream", 0)])
         assert await consumer.position(TopicPartition("stream", 0)) == 1
 
@@ -164,7 +165,7 @@ async def test_iterator_waits_for_a_later_produce_then_yields_it(pulllog_broker)
             raise AssertionError("the iterator ended")
 
         waiter = asyncio.create_task(first_record())
-        await asyncio.sleep(1.5)  # three long polls come back empty meanwhile
+        await wait_until(lambda: expired_fetches(pulllog_broker) >= 3, "three long polls came back empty")
         assert not waiter.done(), "the iterator must wait for new records, not end"
         await asyncio.to_thread(produce_values, pulllog_broker, "stream", [b"later"])
         record = await asyncio.wait_for(waiter, WAIT_S)
@@ -183,7 +184,7 @@ async def test_iterator_ends_when_the_consumer_is_closed(pulllog_broker) -> None
             seen.append(record)
 
     task = asyncio.create_task(iterate())
-    await asyncio.sleep(0.3)
+    await wait_until(lambda: parked_fetches(pulllog_broker, "closing") >= 1, "the iterator's fetch is parked")
     await consumer.close()
     await asyncio.wait_for(task, WAIT_S)  # ended, not cancelled
     assert seen == []
@@ -208,8 +209,11 @@ async def test_consumer_carries_on_after_the_broker_restarts(tmp_path) -> None:
                             retry_backoff_ms=50) as consumer:
             consumer.assign([TopicPartition("restart", 0)])
             before = await read(consumer, 2)
+            state = consumer._subscriptions.state(TopicPartition("restart", 0))
+            backed_off_until = state.retry_at
             await asyncio.to_thread(broker.stop)
-            await asyncio.sleep(0.3)  # fetches fail meanwhile: connection refused
+            await wait_until(lambda: state.retry_at > backed_off_until,
+                             "a fetch failed against the stopped broker and the fetcher backed off")
             broker = BrokerThread(data_dir, port=port).start()
             await asyncio.to_thread(produce_values, broker, "restart", [b"c"])
             after = await read(consumer, 1)
@@ -403,9 +407,9 @@ async def test_next_fetch_is_in_flight_while_the_application_holds_records(pulll
         first = await read(consumer, 1)
         # Without reading further, the fetcher has the next response too (and then stops).
         state = consumer._subscriptions.state(tp)
-        async with asyncio.timeout(WAIT_S):
-            while len(state.chunks) < 2:
-                await asyncio.sleep(0.01)
+        await wait_until(lambda: len(state.chunks) >= 2, "the fetcher buffered the next response")
+        # That it then stops can only show over time: a window in which a third fetch would
+        # land (the absence of an event), not a wait for one.
         await asyncio.sleep(0.3)
         assert len(state.chunks) == 2
         rest = await read(consumer, 15)
@@ -490,9 +494,8 @@ async def test_getmany_without_max_records_returns_at_most_max_poll_records(pull
     tp = TopicPartition("capped", 0)
     async with consumer_for(pulllog_broker, auto_offset_reset="earliest", max_poll_records=20) as consumer:
         consumer.assign([tp])
-        async with asyncio.timeout(WAIT_S):
-            while consumer.highwater(tp) is None or len(consumer._subscriptions.state(tp).chunks) == 0:
-                await asyncio.sleep(0.01)  # all 50 records are buffered
+        await wait_until(lambda: consumer.highwater(tp) is not None and len(consumer._subscriptions.state(tp).chunks) > 0,
+                         "all 50 records are buffered")
         batch = await consumer.getmany()
     assert [r.offset for r in batch[tp]] == list(range(20))
 

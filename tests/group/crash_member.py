@@ -54,7 +54,7 @@ def main() -> None:
         msg = consumer.poll(0.1)
         if msg is None or msg.error():
             continue
-        time.sleep(spec["process_delay_s"])
+        time.sleep(spec["process_delay_s"])  # processing time: the test kills the member mid-batch
         emit("processed", partition=msg.partition(), offset=msg.offset())
         since_commit += 1
         if commit_every and since_commit >= commit_every:

@@ -15,11 +15,11 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from group_helpers import (
     HEARTBEAT_INTERVAL_MS,
     SESSION_TIMEOUT_MS,
-    TIMEOUT_S,
     Consumed,
     Ownership,
     numbered_topic,
 )
+from waits import wait_until
 
 PARTITIONS = 12
 PER_PARTITION = 60
@@ -56,7 +56,7 @@ class Member(ConsumerRebalanceListener):  # type: ignore[misc]
                     if tp.partition not in held:
                         self.outside_assignment.append((tp.partition, r.offset))
                     self.consumed.add(self.name, tp.partition, r.offset)
-                await asyncio.sleep(0.004 * len(records))  # "processing"
+                await asyncio.sleep(0.004 * len(records))  # "processing": a slow application, the behaviour under test
 
     async def stop(self) -> None:
         if self.task is not None:
@@ -64,16 +64,6 @@ class Member(ConsumerRebalanceListener):  # type: ignore[misc]
             with contextlib.suppress(asyncio.CancelledError):
                 await self.task
         await self.consumer.stop()  # commits, revokes, leaves the group
-
-
-async def eventually(condition: Any, what: str) -> None:
-    async def poll() -> None:
-        while not condition():
-            await asyncio.sleep(0.05)
-    try:
-        await asyncio.wait_for(poll(), TIMEOUT_S)
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting until {what}") from None
 
 
 async def test_an_aiokafka_group_consumes_a_12_partition_topic_without_gap_or_double_ownership(pulllog_broker: Any) -> None:
@@ -88,15 +78,15 @@ async def test_an_aiokafka_group_consumes_a_12_partition_topic_without_gap_or_do
 
     try:
         await add("a")
-        await eventually(lambda: consumed.count() >= 100, "a consumed a little")
+        await wait_until(lambda: consumed.count() >= 100, "a consumed a little")
         await add("b")
-        await eventually(lambda: ownership.stable_with(["a", "b"], PARTITIONS) and consumed.count() >= 250, "b took a share")
+        await wait_until(lambda: ownership.stable_with(["a", "b"], PARTITIONS) and consumed.count() >= 250, "b took a share")
         await add("c")
-        await eventually(lambda: ownership.stable_with(["a", "b", "c"], PARTITIONS) and consumed.count() >= 400,
+        await wait_until(lambda: ownership.stable_with(["a", "b", "c"], PARTITIONS) and consumed.count() >= 400,
                          "c took a share")
         await members.pop("a").stop()
-        await eventually(lambda: ownership.stable_with(["b", "c"], PARTITIONS), "b and c took over a's partitions")
-        await eventually(lambda: consumed.union() == everything, "every record was consumed")
+        await wait_until(lambda: ownership.stable_with(["b", "c"], PARTITIONS), "b and c took over a's partitions")
+        await wait_until(lambda: consumed.union() == everything, "every record was consumed")
         outside = {m.name: m.outside_assignment for m in members.values() if m.outside_assignment}
         assert not outside, f"records consumed from partitions the member did not own: {outside}"
     finally:

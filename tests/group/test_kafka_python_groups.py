@@ -24,12 +24,12 @@ from group_helpers import (
     Ownership,
     create_topic,
     numbered_topic,
-    wait_until,
 )
 from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
 from kafka import errors as Errors
 from kafka.admin import KafkaAdminClient
 from kafka.structs import OffsetAndMetadata
+from waits import block_until
 
 from pulllog.testing import BrokerThread
 
@@ -95,7 +95,7 @@ class Member(ConsumerRebalanceListener):  # type: ignore[misc]
                             self.outside_assignment.append((tp.partition, r.offset))
                         if self.consumed is not None:
                             self.consumed.add(self.name, tp.partition, r.offset)
-                    time.sleep(0.004 * len(records))  # "processing"
+                    time.sleep(0.004 * len(records))  # "processing": a slow application, the behaviour under test
         finally:
             self.consumer.close()  # commits, revokes, leaves the group
 
@@ -116,15 +116,15 @@ def test_a_kafka_python_group_consumes_a_12_partition_topic_without_gap_or_doubl
 
     try:
         add("a")
-        wait_until(lambda: consumed.count() >= 100, "a consumed a little")
+        block_until(lambda: consumed.count() >= 100, "a consumed a little")
         add("b")
-        wait_until(lambda: ownership.stable_with(["a", "b"], PARTITIONS) and consumed.count() >= 250, "b took a share")
+        block_until(lambda: ownership.stable_with(["a", "b"], PARTITIONS) and consumed.count() >= 250, "b took a share")
         add("c")
-        wait_until(lambda: ownership.stable_with(["a", "b", "c"], PARTITIONS) and consumed.count() >= 400,
+        block_until(lambda: ownership.stable_with(["a", "b", "c"], PARTITIONS) and consumed.count() >= 400,
                    "c took a share")
         members.pop("a").close()
-        wait_until(lambda: ownership.stable_with(["b", "c"], PARTITIONS), "b and c took over a's partitions")
-        wait_until(lambda: consumed.union() == everything, "every record was consumed")
+        block_until(lambda: ownership.stable_with(["b", "c"], PARTITIONS), "b and c took over a's partitions")
+        block_until(lambda: consumed.union() == everything, "every record was consumed")
         outside = {m.name: m.outside_assignment for m in members.values() if m.outside_assignment}
         assert not outside, f"records consumed from partitions the member did not own: {outside}"
     finally:
@@ -146,7 +146,7 @@ def test_a_kafka_python_group_consumes_a_12_partition_topic_without_gap_or_doubl
 def joined_member(bootstrap: str, group_id: str, name: str, partitions: int, **options: Any) -> Member:
     ownership = Ownership()
     member = Member(bootstrap, group_id, "events", name, ownership, **options)
-    wait_until(lambda: ownership.stable_with([name], partitions), f"{name} joined")
+    block_until(lambda: ownership.stable_with([name], partitions), f"{name} joined")
     return member
 
 

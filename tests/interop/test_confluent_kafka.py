@@ -37,6 +37,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 from kafka.partitioner.default import murmur2
+from waits import expired_fetches
 
 TIMEOUT_S = 30
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
@@ -530,10 +531,14 @@ def test_compacted_topic_rejects_a_message_without_a_key(pulllog_broker) -> None
 # ---------------------------------------------------------------------------- long poll
 
 
+# Longer than the test runs: only the produce can answer the parked fetch.
+LONG_POLL_MS = 20_000
+
+
 def test_long_poll_fetch_returns_as_soon_as_a_produce_satisfies_it(pulllog_broker, record_property) -> None:
     create_topic(pulllog_broker, "live")
     consumer = Consumer({"bootstrap.servers": pulllog_broker.bootstrap_servers, "group.id": "pulllog-interop",
-                         "enable.auto.commit": False, "fetch.wait.max.ms": 5000, "fetch.min.bytes": 1})
+                         "enable.auto.commit": False, "fetch.wait.max.ms": LONG_POLL_MS, "fetch.min.bytes": 1})
     producer = Producer({"bootstrap.servers": pulllog_broker.bootstrap_servers, "linger.ms": 0})
     producer.list_topics("live", timeout=TIMEOUT_S)  # connected, metadata known: time only the produce
     purgatory = pulllog_broker.broker.fetch_purgatory
@@ -553,6 +558,7 @@ def test_long_poll_fetch_returns_as_soon_as_a_produce_satisfies_it(pulllog_broke
         consumer.close()
 
     assert msg is not None and msg.error() is None and msg.value() == b"wake up"
+    # Reported, not asserted: a loaded machine says nothing about the broker.
     record_property("long_poll_latency_ms", round(latency_s * 1000, 2))
-    print(f"long-poll latency, produce -> consume: {latency_s * 1000:.1f} ms (fetch.wait.max.ms=5000)")
-    assert latency_s < 1.0, f"the parked fetch answered {latency_s:.3f} s after the produce, not at once"
+    print(f"long-poll latency, produce -> consume: {latency_s * 1000:.1f} ms (fetch.wait.max.ms={LONG_POLL_MS})")
+    assert expired_fetches(pulllog_broker) == 0, "the parked fetch answered at its deadline, not when the record came"

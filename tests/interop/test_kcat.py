@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 import pytest
+from waits import block_until
 
 from pulllog.records.compression import Compression
 
@@ -96,7 +97,9 @@ def test_keys_round_trip(pulllog_broker) -> None:
 
 def test_query_offset_by_timestamp(pulllog_broker) -> None:
     produce_lines(pulllog_broker, "ticks", ["a", "b", "c"])
-    time.sleep(0.02)  # so the second batch gets a later CreateTime
+    first_done_ms = time.time_ns() // 1_000_000
+    # so the second batch gets a later CreateTime: the clock is the state waited on
+    block_until(lambda: time.time_ns() // 1_000_000 > first_done_ms, "the wall clock moved past the first run")
     produce_lines(pulllog_broker, "ticks", ["d", "e"])
     stamped = [line.split() for line in consume_lines(pulllog_broker, "ticks", "-f", "%o %T %s\n")]
     timestamps = {int(offset): int(ts) for offset, ts, _value in stamped}

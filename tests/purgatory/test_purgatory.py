@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
+from waits import wait_until
 
+from pulllog.purgatory import monotonic_ms
 from pulllog.purgatory.delayed import (
     DelayedOperation,
     DelayedOperationPurgatory,
@@ -273,20 +274,26 @@ async def watched_by(purgatory: Purgatory, key: str, count: int) -> None:
             await asyncio.sleep(0)
 
 
-async def test_operation_expires_near_its_deadline_with_the_driver_running() -> None:
+async def test_operation_expires_at_its_deadline_not_before_with_the_driver_running() -> None:
     purgatory: Purgatory = DelayedOperationPurgatory("Fetch")
     log = Partitions()
+    expired_at: list[int] = []
+
+    class Timed(DelayedFetch):
+        def on_expiration(self) -> None:
+            super().on_expiration()
+            expired_at.append(monotonic_ms())  # the purgatory's own clock
+
     async with asyncio.TaskGroup() as tg:
         tg.create_task(purgatory.run())
-        op = DelayedFetch(50, 1, ["t-0"], log)
-        started = time.monotonic()
+        op = Timed(50, 1, ["t-0"], log)
+        due = monotonic_ms() + 50
         async with asyncio.timeout(5):
             await purgatory.wait(op, ["t-0"])
-        elapsed = time.monotonic() - started
         purgatory.shutdown()
 
-    assert op.expirations == 1
-    assert 0.045 <= elapsed < 2.0
+    assert op.expirations == 1 and purgatory.num_expired == 1
+    assert expired_at[0] >= due  # the timer never fires before the deadline
 
 
 async def test_check_and_complete_wakes_the_waiter_at_once() -> None:
@@ -297,17 +304,15 @@ async def test_check_and_complete_wakes_the_waiter_at_once() -> None:
         tg.create_task(purgatory.run())
         tg.create_task(purgatory.wait(op, ["t-0"]))  # a Fetch handler's long poll
         await watched_by(purgatory, "t-0", 1)
-        started = time.monotonic()
         async with asyncio.timeout(5):
             log.append("t-0", 1)
             assert purgatory.check_and_complete("t-0") == 1
             await op.wait()
-        elapsed = time.monotonic() - started
         purgatory.shutdown()
 
+    # Completed by the append, not by its 30 s deadline.
     assert (op.completions, op.expirations) == (1, 0)
-    assert purgatory.num_delayed == 0
-    assert elapsed < 2.0  # nowhere near the 30 s deadline
+    assert purgatory.num_delayed == 0 and purgatory.num_expired == 0
 
 
 async def test_earlier_deadline_wakes_a_sleeping_driver() -> None:
@@ -317,7 +322,7 @@ async def test_earlier_deadline_wakes_a_sleeping_driver() -> None:
     async with asyncio.TaskGroup() as tg:
         tg.create_task(purgatory.run())
         purgatory.try_complete_else_watch(late, ["t-0"])
-        await asyncio.sleep(0.01)  # the driver is now asleep until the 60 s bucket
+        await wait_until(lambda: purgatory._sleeping_until is not None, "the driver sleeps until the 60 s bucket")
         early = DelayedFetch(20, 1, ["t-0"], log)
         async with asyncio.timeout(5):
             await purgatory.wait(early, ["t-0"])

@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -30,6 +29,7 @@ from spark_helpers import (
     read_spark,
     utc_ms,
 )
+from waits import block_until
 
 from pulllog.spark import progress
 from pulllog.spark.export import export
@@ -101,11 +101,10 @@ def test_export_killed_with_sigkill_then_run_again_has_no_duplicate_and_no_gap(
            "--bootstrap-server", bootstrap, "--master", "local[2]", "--max-offsets-per-file", "500"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     try:
-        deadline = time.monotonic() + 120
-        while not list(out.glob(f"_pulllog/staging/*/**/*{STAGED_SUFFIX}")):
+        def staging() -> bool:
             assert proc.poll() is None, f"the export ended before it could be killed: {proc.stderr.read()!r}"
-            assert time.monotonic() < deadline, "the export wrote nothing within 120 s"
-            time.sleep(0.02)
+            return bool(list(out.glob(f"_pulllog/staging/*/**/*{STAGED_SUFFIX}")))
+        block_until(staging, "the export staged its first file", timeout_s=120)
         os.killpg(proc.pid, signal.SIGKILL)  # the driver, its JVM and the Python workers alike
     finally:
         proc.wait(30)

@@ -41,6 +41,7 @@ from ..log.cleaner import LogCleaner, run_on_loop
 from ..log.log import wall_clock_ms
 from ..net.protocol import RequestDecoder
 from .config import BrokerConfig
+from .faults import Faults
 from .handlers import registry
 from ..purgatory.delayed import DelayedOperationPurgatory
 from .server import Connection
@@ -89,6 +90,7 @@ class Broker:
         self.handlers = registry()
         self.supported_apis = {k: (h.min_version, h.max_version) for k, h in sorted(self.handlers.items())}
         self.decoder = RequestDecoder(self.supported_apis)
+        self.faults = Faults(self.handlers)  # injected failures and delays, for tests (none by default)
         self.connections: set[Connection] = set()
         self.accepting = False
         self.port = self.config.port

@@ -316,6 +316,11 @@ class DelayedOperationPurgatory(Generic[K, Op]):
         """Operations in the timer, i.e. waiting for their deadline."""
         return self._timer.size
 
+    @property
+    def num_expired(self) -> int:
+        """Operations completed by their deadline rather than their condition, ever."""
+        return self._timer.expired
+
     def watched(self, key: K) -> int:
         """Operations watching ``key``."""
         return len(self._watchers.get(key, ()))

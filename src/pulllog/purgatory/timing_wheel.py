@@ -417,6 +417,11 @@ class Timer:
         """Tasks waiting in the timer; drops at once when a task is cancelled."""
         return self._wheel.size
 
+    @property
+    def expired(self) -> int:
+        """Tasks run because their deadline came (not cancelled first), since the timer started."""
+        return self._expired
+
     def add(self, task: TimerTask) -> None:
         """Schedule ``task`` to run ``task.delay_ms`` from now.
 
