@@ -47,7 +47,7 @@ from crc32c import crc32c
 
 from .compression import Compression, CompressionError, compress, decompress
 from .errors import CorruptRecordError, InvalidRecordError, UnsupportedMagicError
-from .varint import decode_varint, encode_varint, write_varint
+from .varint import VarintError, decode_varint, encode_varint, write_varint
 
 __all__ = [
     "BATCH_HEADER_SIZE",
@@ -419,7 +419,10 @@ class RecordBatch:
             data = self.payload()
         except CompressionError as exc:
             raise CorruptRecordError(str(exc)) from None
-        return _decode_records(data, h.records_count, h.base_offset, h.base_timestamp)
+        try:
+            return _decode_records(data, h.records_count, h.base_offset, h.base_timestamp)
+        except VarintError as exc:  # records' boundary: a bad varint is an invalid record
+            raise InvalidRecordError(str(exc)) from None
 
     def control_record(self) -> ControlRecord | None:
         """For a control batch, its (version, type) marker."""
