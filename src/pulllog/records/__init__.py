@@ -28,7 +28,15 @@ from .batch import (
 )
 from .compression import Compression, CompressionError, compress, decompress
 from .errors import CorruptRecordError, InvalidRecordError, UnsupportedMagicError
-from .varint import VarintError, decode_varint, encode_uvarint, encode_varint, read_uvarint, write_uvarint, write_varint
+from .varint import (
+    VarintError,
+    decode_varint,
+    encode_uvarint,
+    encode_varint,
+    read_uvarint,
+    write_uvarint,
+    write_varint,
+)
 
 __all__ = [
     "BATCH_HEADER_SIZE",
