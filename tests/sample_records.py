@@ -52,3 +52,8 @@ def sample_records(count: int, *, keyed: bool = True, null_header_values: bool =
 def as_sent(record: dict[str, Any]) -> tuple[Any, ...]:
     """(key, value, headers, timestamp) of a sample record, to compare with what came back."""
     return record["key"], record["value"], tuple(record["headers"]), record["timestamp_ms"]
+
+
+def as_received(message: Any) -> tuple[Any, ...]:
+    """The same tuple for a record a client consumed (aiokafka's or kafka-python's)."""
+    return message.key, message.value, tuple(message.headers), message.timestamp

@@ -28,14 +28,10 @@ from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic, Records
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import for_code
 
-from sample_records import BASE_TIMESTAMP_MS, CODECS, as_sent, sample_records
+from sample_records import BASE_TIMESTAMP_MS, CODECS, as_received, as_sent, sample_records
 
 ACKS = [0, 1, "all"]
 NO_RECORDS_YET_S = 15.0
-
-
-def as_received(message) -> tuple:
-    return message.key, message.value, tuple(message.headers), message.timestamp
 
 
 def producer(broker, **options) -> AIOKafkaProducer:

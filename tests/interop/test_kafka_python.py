@@ -25,14 +25,10 @@ from kafka.errors import InvalidRecordError as KafkaInvalidRecordError
 from kafka.errors import InvalidReplicationFactorError, InvalidTopicError, TopicAlreadyExistsError
 from kafka.protocol.consumer.offsets import OffsetSpec
 
-from sample_records import BASE_TIMESTAMP_MS, CODECS, as_sent, sample_records
+from sample_records import BASE_TIMESTAMP_MS, CODECS, as_received, as_sent, sample_records
 
 ACKS = [0, 1, "all"]
 NO_RECORDS_YET_S = 15.0
-
-
-def as_received(message) -> tuple:
-    return message.key, message.value, tuple(message.headers), message.timestamp
 
 
 def producer(broker, **options) -> KafkaProducer:
