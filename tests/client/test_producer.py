@@ -45,6 +45,8 @@ from pulllog.records import Compression, RecordBatch, build_batch
 from pulllog.records.batch import iter_batches
 from pulllog.testing import BrokerThread
 
+from sample_records import as_sent, sample_records
+
 CODECS = [None, "gzip", "snappy", "lz4", "zstd"]
 WAIT_S = 30  # generous: only a hung client should ever hit it
 METADATA = 3  # the API key
@@ -72,44 +74,13 @@ def stored_values(broker: BrokerThread, topic: str, partition: int = 0) -> list[
     return [r.value for b in stored_batches(broker, topic, partition) for r in b.records()]
 
 
-def sample_records(count: int, seed: int = 11) -> list[dict[str, Any]]:
-    """Records worth comparing byte for byte: binary and compressible values, empty values,
-    tombstones, repeated and empty header keys, empty and null header values, distinct timestamps."""
-    rng = random.Random(seed)
-    records = []
-    for i in range(count):
-        value: bytes | None
-        if i % 5 == 0:
-            value = rng.randbytes(rng.randrange(0, 300))
-        elif i % 5 == 1:
-            value = b"compressible " * rng.randrange(1, 60)
-        elif i % 5 == 2:
-            value = b""
-        elif i % 5 == 3:
-            value = None
-        else:
-            value = bytes(range(256))
-        records.append({
-            "key": b"key-%d-" % (i % 6) + rng.randbytes(2),
-            "value": value,
-            "headers": [("trace", b"%08d" % i), ("trace", b"again"), ("", b"\x00\xff"), ("empty", b""),
-                        ("null", None)][: i % 6],
-            "timestamp": BASE_TIMESTAMP_MS + 7 * i,
-        })
-    return records
-
-
-def as_sent(record: dict[str, Any]) -> tuple[Any, ...]:
-    return record["key"], record["value"], tuple(record["headers"]), record["timestamp"]
-
-
 async def produce_samples(broker: BrokerThread, topic: str, records: list[dict[str, Any]],
                           **options: Any) -> dict[int, list[tuple[Any, ...]]]:
     """Send with pulllog; return what was sent per partition, in send order."""
     by_partition: dict[int, list[tuple[Any, ...]]] = defaultdict(list)
     async with Producer(broker.bootstrap_servers, **options) as producer:
         futures = [await producer.send(topic, r["value"], key=r["key"], headers=r["headers"],
-                                       timestamp=r["timestamp"]) for r in records]
+                                       timestamp=r["timestamp_ms"]) for r in records]
         for record, future in zip(records, futures):
             metadata = await future
             by_partition[metadata.partition].append(as_sent(record))
@@ -407,7 +378,7 @@ async def test_batches_are_stored_with_the_chosen_codec(pulllog_broker: BrokerTh
 async def test_confluent_kafka_reads_back_what_we_produced_byte_for_byte(
         pulllog_broker: BrokerThread, codec: str | None) -> None:
     create_topic(pulllog_broker, "cross", 3)
-    records = sample_records(300)
+    records = sample_records(300, null_header_values=True)
     sent = await produce_samples(pulllog_broker, "cross", records, compression=codec, linger_ms=5)
 
     messages = consume_with_confluent(pulllog_broker, "cross", 3, len(records))
@@ -422,7 +393,7 @@ async def test_confluent_kafka_reads_back_what_we_produced_byte_for_byte(
 async def test_aiokafka_reads_back_what_we_produced_byte_for_byte(
         pulllog_broker: BrokerThread, codec: str | None) -> None:
     create_topic(pulllog_broker, "cross", 3)
-    records = sample_records(300, seed=12)
+    records = sample_records(300, null_header_values=True, seed=12)
     sent = await produce_samples(pulllog_broker, "cross", records, compression=codec, linger_ms=5)
 
     messages = await consume_with_aiokafka(pulllog_broker, "cross", 3, len(records))

@@ -27,45 +27,12 @@ from kafka.protocol.consumer.offsets import OffsetSpec
 from waits import block_until, expired_fetches, parked_fetches
 
 
-CODECS = [None, "gzip", "snappy", "lz4", "zstd"]
+from sample_records import BASE_TIMESTAMP_MS, CODECS, as_received, as_sent, sample_records
+
 ACKS = [0, 1, "all"]
-BASE_TIMESTAMP_MS = 1_700_000_000_000
 NO_RECORDS_YET_S = 15.0
 # Longer than any test runs: only the record a test waits for can answer its long poll.
 LONG_POLL_MS = 20_000  # below kafka-python's request_timeout_ms (30 s), as it requires
-
-
-def sample_records(count: int, *, keyed: bool, seed: int = 11) -> list[dict]:
-    """Records worth comparing byte for byte: binary and compressible values, empty
-    values, tombstones (keyed only), repeated and empty header keys, distinct timestamps."""
-    rng = random.Random(seed)
-    records = []
-    for i in range(count):
-        if i % 5 == 0:
-            value = rng.randbytes(rng.randrange(0, 300))
-        elif i % 5 == 1:
-            value = b"compressible " * rng.randrange(1, 60)
-        elif i % 5 == 2:
-            value = b""
-        elif i % 5 == 3:
-            value = None if keyed else b"-"  # a tombstone needs a key
-        else:
-            value = bytes(range(256))
-        records.append({
-            "key": (b"key-%d-" % (i % 4)) + rng.randbytes(3) if keyed else None,
-            "value": value,
-            "headers": [("trace", b"%08d" % i), ("trace", b"again"), ("", b"\x00\xff"), ("empty", b"")][: i % 5],
-            "timestamp_ms": BASE_TIMESTAMP_MS + 10 * i,
-        })
-    return records
-
-
-def as_sent(record: dict) -> tuple:
-    return record["key"], record["value"], list(record["headers"]), record["timestamp_ms"]
-
-
-def as_received(message) -> tuple:
-    return message.key, message.value, list(message.headers), message.timestamp
 
 
 def producer(broker, **options) -> KafkaProducer:

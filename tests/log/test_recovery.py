@@ -130,6 +130,41 @@ def test_clean_shutdown_skips_validation(tmp_path: Path) -> None:
     assert again.recovery.clean and again.recovery.batches_checked == 0
 
 
+def test_a_clean_open_rebuilds_an_index_that_inspect_finds_out_of_order(tmp_path: Path) -> None:
+    d = tmp_path / "t-0"
+    log = Log.open(d, LogConfig(index_interval_bytes=100))
+    for i in range(10):
+        log.append(build_batch([(b"k%d" % i, b"v" * 100, 1000 + i)]))
+    log.close()
+    index = d / "00000000000000000000.index"
+    entries = index.read_bytes()
+    assert len(entries) >= 16
+    index.write_bytes(entries[8:16] + entries[:8] + entries[16:])  # first two entries swapped
+    code, out = verify(index)
+    assert code == 1 and "entry 1 at file position 8: out of order" in out
+    again = reopen(d)
+    assert again.recovery.clean and again.recovery.segments_checked == 1  # load refused the index
+    assert verify(index)[0] == 0  # rebuilt
+    assert len(all_values(again)) == 10
+
+
+def test_a_clean_open_recovers_a_tail_batch_that_inspect_finds_damaged(tmp_path: Path) -> None:
+    d = tmp_path / "t-0"
+    log = Log.open(d)
+    for i in range(3):
+        log.append(build_batch([(b"k%d" % i, b"v" * 100, 1000 + i)]))
+    log.close()
+    seg_file = d / "00000000000000000000.log"
+    data = bytearray(seg_file.read_bytes())
+    data[-5] ^= 0xFF  # in the last batch's value: its CRC no longer holds
+    seg_file.write_bytes(data)
+    code, out = verify(seg_file)
+    assert code == 1 and "CRC mismatch" in out
+    again = reopen(d)
+    assert again.recovery.segments_checked == 1
+    assert again.log_end_offset == 2 and len(all_values(again)) == 2
+
+
 def test_recovery_checks_only_what_is_past_the_recovery_point(tmp_path: Path) -> None:
     d = tmp_path / "t-0"
     config = LogConfig.from_kafka({"segment.bytes": "1000"})

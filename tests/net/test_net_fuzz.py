@@ -134,6 +134,25 @@ interesting_bytes = st.binary(max_size=80) | st.lists(
 ).map(bytes)
 
 
+def mutate(frame: bytes, data: st.DataObject, *, edits: tuple[int, int], keep: int = 0) -> bytes:
+    """``frame`` after between ``edits[0]`` and ``edits[1]`` random edits at or after byte
+    ``keep``: a byte set to a varint- or sign-interesting value, bytes inserted or deleted,
+    or the rest cut off."""
+    mutated = bytearray(frame)
+    for _ in range(data.draw(st.integers(*edits))):
+        kind = data.draw(st.sampled_from(["flip", "insert", "delete", "truncate"]))
+        position = data.draw(st.integers(keep, max(len(mutated) - 1, keep)))
+        if kind == "flip" and position < len(mutated):
+            mutated[position] = data.draw(st.sampled_from([0x00, 0x01, 0x7F, 0x80, 0xFF, position & 0xFF]))
+        elif kind == "insert":
+            mutated[position:position] = data.draw(st.binary(min_size=1, max_size=6))
+        elif kind == "delete":
+            del mutated[position : position + data.draw(st.integers(1, 6))]
+        else:
+            del mutated[position:]
+    return bytes(mutated)
+
+
 @FUZZ
 @given(st.lists(st.binary(max_size=40), max_size=8), st.integers(0, 64))
 def test_frame_decoder_raises_only_protocol_errors(chunks: list[bytes], max_size: int) -> None:
@@ -188,21 +207,7 @@ def test_valid_header_random_body_raises_only_request_errors(
 def test_mutated_real_requests_raise_only_request_errors(
     request: bytes, data: st.DataObject
 ) -> None:
-    mutated = bytearray(request)
-    for _ in range(data.draw(st.integers(1, 4))):
-        kind = data.draw(st.sampled_from(["flip", "insert", "delete", "truncate"]))
-        position = data.draw(st.integers(0, max(len(mutated) - 1, 0)))
-        if kind == "flip" and mutated:
-            mutated[position] = data.draw(
-                st.sampled_from([0x00, 0x7F, 0x80, 0xFF, position & 0xFF])
-            )
-        elif kind == "insert":
-            mutated[position:position] = data.draw(st.binary(min_size=1, max_size=6))
-        elif kind == "delete":
-            del mutated[position : position + data.draw(st.integers(1, 6))]
-        else:
-            del mutated[position:]
-    decode_only_protocol_errors(bytes(mutated))
+    decode_only_protocol_errors(mutate(request, data, edits=(1, 4)))
 
 
 @FUZZ
@@ -238,19 +243,7 @@ def test_produce_decoded_by_hand_agrees_with_kio(request: bytes, data: st.DataOb
     """The hand decoder accepts what kio + guard accept, with the same fields, and refuses the
     rest with a RequestError. The one deliberate difference: a null topic or partition array,
     which Kafka's schema does not allow (kio hands the handler None)."""
-    mutated = bytearray(request)
-    for _ in range(data.draw(st.integers(0, 3))):
-        kind = data.draw(st.sampled_from(["flip", "insert", "delete", "truncate"]))
-        position = data.draw(st.integers(8, max(len(mutated) - 1, 8)))  # keep api key and version
-        if kind == "flip" and position < len(mutated):
-            mutated[position] = data.draw(st.sampled_from([0x00, 0x01, 0x7F, 0x80, 0xFF, position & 0xFF]))
-        elif kind == "insert":
-            mutated[position:position] = data.draw(st.binary(min_size=1, max_size=6))
-        elif kind == "delete":
-            del mutated[position : position + data.draw(st.integers(1, 6))]
-        else:
-            del mutated[position:]
-    frame = bytes(mutated)
+    frame = mutate(request, data, edits=(0, 3), keep=8)  # keep api key and version
     expected = _kio_produce(frame)
     try:
         got = produce_fields(DECODER.decode(frame).body)

@@ -236,10 +236,10 @@ def test_decoded_records_are_ordinary_consumer_records() -> None:
 
 
 def test_a_varint_beyond_64_bits_is_refused() -> None:
-    from pulllog.records.batch import InvalidRecordError, decode_varint
+    from pulllog.records.varint import VarintError, decode_varint
 
     assert decode_varint(b"\xff" * 9 + b"\x01", 0) == (-(2**63), 10)  # 64 bits: fine
-    with pytest.raises(InvalidRecordError, match="64 bits"):
+    with pytest.raises(VarintError, match="64 bits"):
         decode_varint(b"\xff" * 9 + b"\x02", 0)
 
 

@@ -187,3 +187,29 @@ def test_snappy_raw_payload_without_xerial_framing_is_read() -> None:
 
     data = b"hello snappy " * 1000
     assert decompress(Compression.SNAPPY, bytes(cramjam.snappy.compress_raw(data))) == data
+
+
+def test_a_rebuilt_batch_keeps_its_header() -> None:
+    from pulllog.records.batch import rebuild_batch
+
+    raw = build_batch(
+        [(b"a", b"1", 1_000), (b"b", b"2", 1_005), (b"c", b"3", 1_009)],
+        base_offset=40, producer_id=7, producer_epoch=2, base_sequence=11,
+        partition_leader_epoch=3, transactional=True, timestamp_type=TimestampType.LOG_APPEND_TIME,
+    )
+    raw = bytearray(raw)
+    set_log_append_time(raw, 0, 5_000)
+    batch = RecordBatch.from_bytes(raw)
+    first, _, last = batch.records()
+
+    kept = RecordBatch.from_bytes(rebuild_batch(batch.header, [first, last], compression=Compression.GZIP))
+    same = ("base_offset", "last_offset_delta", "producer_id", "producer_epoch", "base_sequence",
+            "partition_leader_epoch", "is_transactional", "timestamp_type", "max_timestamp")
+    assert {f: getattr(kept.header, f) for f in same} == {f: getattr(batch.header, f) for f in same}
+    assert kept.header.compression is Compression.GZIP
+    assert [(r.offset, r.key) for r in kept.records()] == [(40, b"a"), (42, b"c")]
+
+    empty = RecordBatch.from_bytes(rebuild_batch(batch.header, []))  # Kafka's writeEmptyHeader
+    assert (empty.header.records_count, empty.header.compression) == (0, Compression.NONE)
+    assert empty.header.base_timestamp == empty.header.max_timestamp == 5_000
+    assert (empty.header.base_offset, empty.header.last_offset) == (40, 42)

@@ -3,7 +3,8 @@
 For a ``.log``: every batch (offsets, position, size, stored and computed CRC, codec,
 timestamps, producer, transaction and control flags), with ``--records`` every record too.
 For a ``.index`` / ``.timeindex``: every entry, checked against the sibling ``.log``. Damage
-is reported with its file position, never raised; ``segment_scan`` finds it, this module
+is reported with its file position, never raised; ``pulllog.log.verify`` finds it (with the
+checks recovery and index loading use), this module
 renders it as aligned columns for people (through a rich Console: colour on terminals, one
 line per row where the terminal is too narrow), JSON lines (``--json``) for programs, or
 only a verdict (``--verify``).
@@ -27,35 +28,124 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.text import Text
 
-from pulllog.records.compression import Compression
-from pulllog.records.batch import BatchHeader, ControlRecord, ControlType, TimestampType
-
-from .errors import EXIT_PROBLEM, EXIT_USAGE, CliError
-from .json_bytes import json_bytes
-from .segment_scan import (
+from pulllog.log.index import OFFSET_ENTRY, TIME_ENTRY
+from pulllog.log.verify import (
     MAX_CODEC,
     BatchView,
     Damage,
     Decoded,
     IndexProblem,
     LogMap,
-    LogSummary,
-    OffsetIndexEntry,
     Problem,
-    TimeIndexEntry,
-    check_offset_index,
-    check_time_index,
     decode_batch,
-    plural,
-    read_offset_index,
-    read_time_index,
+    index_entries,
+    offset_index_problems,
+    time_index_problems,
     walk_log,
 )
+from pulllog.records.batch import BatchHeader, ControlRecord, ControlType, TimestampType
+from pulllog.records.compression import Compression
+
+from .errors import EXIT_PROBLEM, EXIT_USAGE, CliError
+from .json_bytes import json_bytes
 
 __all__ = ["format_time", "inspect", "json_bytes", "preview"]
 
 SEGMENT_SUFFIXES = (".log", ".index", ".timeindex")
 _PREVIEW_WIDTH = 60
+
+
+# ---------------------------------------------------------------------------- log summary
+
+
+@dataclass(slots=True)
+class LogSummary:
+    """Totals of one walk: what the last line of the output says."""
+
+    file_size: int
+    batches: int = 0
+    records: int = 0
+    first_offset: int | None = None
+    last_offset: int | None = None
+    problems: int = 0
+    first_problem: tuple[int, Problem] | None = None  # (file position, problem)
+    records_checked: bool = True  # every batch's records were decoded
+
+    def add(self, item: BatchView | Damage, decoded: Decoded | None) -> None:
+        if isinstance(item, Damage):
+            self._problem(item.position, item.problem)
+            return
+        self.batches += 1
+        if decoded is None:
+            self.records_checked = False
+        if item.crc_valid:
+            h = item.header
+            self.records += max(h.records_count, 0)
+            if self.first_offset is None:
+                self.first_offset = h.base_offset
+            self.last_offset = h.last_offset
+        problem = item.problem or (decoded.problem if decoded else None)
+        if problem is not None:
+            self._problem(item.position, problem)
+
+    def _problem(self, position: int, problem: Problem) -> None:
+        self.problems += 1
+        if self.first_problem is None:
+            self.first_problem = (position, problem)
+
+    def line(self) -> str:
+        offsets = (
+            "no offsets"
+            if self.first_offset is None
+            else f"offsets {self.first_offset}..{self.last_offset}"
+        )
+        head = ", ".join(
+            (
+                plural(self.batches, "batch"),
+                plural(self.records, "record"),
+                plural(self.file_size, "byte"),
+                offsets,
+            )
+        )
+        if self.first_problem is None:
+            return f"{head}; all valid" if self.records_checked else f"{head}; all CRCs valid"
+        position, problem = self.first_problem
+        count = plural(self.problems, "problem")
+        return f"{head}; {count}, first bad position {position}: {problem}"
+
+
+def plural(count: int, noun: str) -> str:
+    """``plural(1, "batch")`` is "1 batch", ``plural(2, "entry")`` is "2 entries"."""
+    if count == 1:
+        return f"1 {noun}"
+    if noun.endswith("y"):
+        return f"{count} {noun[:-1]}ies"
+    return f"{count} {noun}{'es' if noun.endswith(('s', 'ch')) else 's'}"
+
+
+# ---------------------------------------------------------------------------- index entries
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetIndexEntry:
+    slot: int
+    relative_offset: int
+    position: int
+
+    @property
+    def file_position(self) -> int:
+        return self.slot * OFFSET_ENTRY.size
+
+
+@dataclass(frozen=True, slots=True)
+class TimeIndexEntry:
+    slot: int
+    timestamp: int
+    relative_offset: int
+
+    @property
+    def file_position(self) -> int:
+        return self.slot * TIME_ENTRY.size
 
 
 # ---------------------------------------------------------------------------- formatting
@@ -670,14 +760,14 @@ def _inspect_index(
     entries: Sequence[OffsetIndexEntry | TimeIndexEntry]
     if path.suffix == ".index":
         kind = "offset index"
-        offset_entries, shape = read_offset_index(buf)
-        checks = check_offset_index(offset_entries, base, log, log_path.name)
-        entries = offset_entries
+        raw, shape = index_entries(buf, OFFSET_ENTRY)
+        checks = dict(offset_index_problems(raw, base, log, log_path.name))
+        entries = [OffsetIndexEntry(slot, rel, pos) for slot, (rel, pos) in enumerate(zip(*raw))]
     else:
         kind = "time index"
-        time_entries, shape = read_time_index(buf)
-        checks = check_time_index(time_entries, base, log, log_path.name)
-        entries = time_entries
+        raw, shape = index_entries(buf, TIME_ENTRY)
+        checks = dict(time_index_problems(raw, base, log, log_path.name))
+        entries = [TimeIndexEntry(slot, ts, rel) for slot, (ts, rel) in enumerate(zip(*raw))]
     report.start(
         {
             "file": str(path),

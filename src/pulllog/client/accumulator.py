@@ -55,7 +55,8 @@ from typing import Any
 from crc32c import crc32c
 
 from ..records.compression import Compression, compress
-from ..records.batch import BATCH_HEADER_SIZE, LOG_OVERHEAD, encode_varint
+from ..records.batch import BATCH_HEADER_SIZE, LOG_OVERHEAD
+from ..records.varint import ZIGZAG, ZIGZAG_TABLE_SIZE, encode_varint
 from .record_future import ProduceResult, RecordFuture
 
 __all__ = [
@@ -86,24 +87,10 @@ _PRODUCER_FIELDS = struct.Struct(">qhi")
 _PRODUCER_FIELDS_AT = 43
 _MAGIC = 2
 
-_TABLE_SIZE = 1 << 14
-
-
-def _varint_table() -> tuple[bytes, ...]:
-    out = []
-    for value in range(_TABLE_SIZE):
-        z = value << 1  # zigzag of a non-negative value
-        if z < 0x80:
-            out.append(bytes((z,)))
-        elif z < 0x4000:
-            out.append(bytes(((z & 0x7F) | 0x80, z >> 7)))
-        else:
-            out.append(bytes(((z & 0x7F) | 0x80, ((z >> 7) & 0x7F) | 0x80, z >> 14)))
-    return tuple(out)
-
-
-VARINT: tuple[bytes, ...] = _varint_table()
-"""VARINT[n] is the zigzag varint of n, for 0 <= n < 16384."""
+# The record encoder below looks small sizes and deltas up in records.varint's ZIGZAG table
+# (``vt[n] if n < size else encode_varint(n)``) rather than calling encode_varint, which does
+# the same lookup: a call per field would cost as much as the field.
+_TABLE_SIZE = ZIGZAG_TABLE_SIZE
 
 # what RecordAccumulator.append did with a record
 APPENDED, NEW_BATCH, REROUTE = 0, 1, -1
@@ -121,21 +108,17 @@ def encode_headers(headers: Iterable[tuple[str | bytes, bytes | None]] | Mapping
     count = 0
     for hkey, hvalue in items:
         kb = hkey.encode("utf-8") if isinstance(hkey, str) else bytes(hkey)
-        parts.append(_varint(len(kb)))
+        parts.append(encode_varint(len(kb)))
         parts.append(kb)
         if hvalue is None:
             parts.append(_NULL)
         else:
             if isinstance(hvalue, str):
                 raise TypeError(f"header {hkey!r}: values must be bytes or None, not str (encode it first)")
-            parts.append(_varint(len(hvalue)))
+            parts.append(encode_varint(len(hvalue)))
             parts.append(hvalue)
         count += 1
-    return _varint(count) + b"".join(parts)
-
-
-def _varint(value: int) -> bytes:
-    return VARINT[value] if 0 <= value < _TABLE_SIZE else encode_varint(value)
+    return encode_varint(count) + b"".join(parts)
 
 
 def _headers_estimate(headers: Any) -> int:
@@ -204,7 +187,7 @@ class ProducerBatch:
 
     def append(self, key: bytes | None, value: bytes | None, headers: bytes, timestamp: int) -> None:
         """Encode one record at the end of the records section (``headers`` pre-encoded)."""
-        vt = VARINT
+        vt = ZIGZAG
         od = self.count
         td = timestamp - self.base_timestamp
         tdb = vt[td] if 0 <= td < _TABLE_SIZE else encode_varint(td)
@@ -258,7 +241,7 @@ class ProducerBatch:
         All pieces are collected first and appended in one step, so a bad item leaves the
         batch as it was.
         """
-        vt = VARINT
+        vt = ZIGZAG
         size = _TABLE_SIZE
         first = self.count
         od = first

@@ -116,7 +116,6 @@ import concurrent.futures
 import contextlib
 import logging
 import os
-import struct
 import sys
 import threading
 import time
@@ -132,10 +131,8 @@ from ..records.batch import (
     InvalidRecordError,
     Record,
     RecordBatch,
-    TimestampType,
-    build_batch,
-    compute_crc,
     read_header,
+    rebuild_batch,
 )
 from ..records.compression import Compression, decompress
 from ..records.decoding import decode_records
@@ -163,8 +160,6 @@ logger = logging.getLogger(__name__)
 
 _MAX_RELATIVE_OFFSET = 2**31 - 1
 _WRITE_CHUNK = 1 << 20
-_INT64 = struct.Struct(">q")
-_UINT32 = struct.Struct(">I")
 
 
 @dataclass(frozen=True, slots=True)
@@ -629,7 +624,7 @@ def _filter_batch(
             return _Filtered(None, removed=removed, tombstones_removed=tombstones_removed)
         if not records:
             return _Filtered(batch.raw)
-        return _Filtered(_empty_batch(header), removed=removed, tombstones_removed=tombstones_removed, empty=1)
+        return _Filtered(rebuild_batch(header, []), removed=removed, tombstones_removed=tombstones_removed, empty=1)
     needs_horizon = not header.has_delete_horizon and any(r.value is None for r in retained)
     if not removed and not needs_horizon:
         return _Filtered(batch.raw, kept=len(retained))
@@ -637,48 +632,11 @@ def _filter_batch(
         horizon: int | None = new_horizon
     else:
         horizon = header.delete_horizon_ms if header.has_delete_horizon else None
-    data = build_batch(
-        [Record(r.offset, r.timestamp, r.key, r.value, tuple(r.headers)) for r in retained],
-        base_offset=header.base_offset,
-        last_offset_delta=header.last_offset_delta,
-        compression=header.compression,
-        timestamp_type=header.timestamp_type,
-        producer_id=header.producer_id,
-        producer_epoch=header.producer_epoch,
-        base_sequence=header.base_sequence,
-        partition_leader_epoch=header.partition_leader_epoch,
-        transactional=header.is_transactional,
+    data = rebuild_batch(
+        header, [Record(r.offset, r.timestamp, r.key, r.value, tuple(r.headers)) for r in retained],
         delete_horizon_ms=horizon,
     )
-    if header.timestamp_type == TimestampType.LOG_APPEND_TIME:
-        # The append time lives only in maxTimestamp; the records carry create-time deltas.
-        data = _set_timestamps(data, None, header.max_timestamp)
     return _Filtered(data, kept=len(retained), removed=removed, tombstones_removed=tombstones_removed)
-
-
-def _empty_batch(header: BatchHeader) -> bytes:
-    """Kafka's ``writeEmptyHeader``: no records, uncompressed, both timestamps = max timestamp."""
-    data = build_batch(
-        [],
-        base_offset=header.base_offset,
-        last_offset_delta=header.last_offset_delta,
-        timestamp_type=header.timestamp_type,
-        producer_id=header.producer_id,
-        producer_epoch=header.producer_epoch,
-        base_sequence=header.base_sequence,
-        partition_leader_epoch=header.partition_leader_epoch,
-        transactional=header.is_transactional,
-    )
-    return _set_timestamps(data, header.max_timestamp, header.max_timestamp)
-
-
-def _set_timestamps(data: bytes, base_timestamp: int | None, max_timestamp: int) -> bytes:
-    buf = bytearray(data)
-    if base_timestamp is not None:
-        _INT64.pack_into(buf, 27, base_timestamp)
-    _INT64.pack_into(buf, 35, max_timestamp)
-    _UINT32.pack_into(buf, 17, compute_crc(buf))
-    return bytes(buf)
 
 
 # ---------------------------------------------------------------------------- swapping

@@ -18,7 +18,8 @@ Rules kept here:
   is what makes a binary search valid. An append that would break that is ignored.
 * Entries are relative to the segment's base offset, so 4 bytes are enough for offsets.
 * An index is a cache of the log. It is never trusted blindly: after an unclean stop it
-  is rebuilt from the log; on a clean open it is sanity-checked and rebuilt if wrong.
+  is rebuilt from the log; on a clean open it is sanity-checked (the checks of
+  ``pulllog.log.verify``, which ``pulllog inspect segment`` shows) and rebuilt if wrong.
 * The files are not preallocated: their length is always a whole number of entries, and
   ``max_bytes`` (``segment.index.bytes``) only decides when the segment must roll.
 
@@ -32,12 +33,23 @@ import os
 import struct
 from array import array
 from bisect import bisect_right
+from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["OffsetIndex", "TimeIndex", "IndexCorruptError"]
+from .verify import (
+    IndexProblem,
+    Problem,
+    index_entries,
+    offset_index_problems,
+    time_index_problems,
+)
 
-_OFFSET_ENTRY = struct.Struct(">ii")
-_TIME_ENTRY = struct.Struct(">qi")
+__all__ = ["OFFSET_ENTRY", "TIME_ENTRY", "IndexCorruptError", "OffsetIndex", "TimeIndex"]
+
+OFFSET_ENTRY = struct.Struct(">ii")
+"""An offset index entry: (relative offset, position)."""
+TIME_ENTRY = struct.Struct(">qi")
+"""A time index entry: (timestamp, relative offset)."""
 
 
 class IndexCorruptError(ValueError):
@@ -65,6 +77,13 @@ class _Index:
     def _read_file(self) -> bytes:
         size = os.fstat(self._fd).st_size
         return os.pread(self._fd, size, 0) if size else b""
+
+    def _check(self, shape: list[IndexProblem], problems: Iterator[tuple[int, Problem]]) -> None:
+        """Raise IndexCorruptError on the first problem (the file's shape, then an entry)."""
+        if shape:
+            raise IndexCorruptError(f"{self.path.name}: {shape[0].problem}")
+        for slot, problem in problems:
+            raise IndexCorruptError(f"{self.path.name}: entry {slot}: {problem}")
 
     def _write(self, data: bytes) -> None:
         os.write(self._fd, data)
@@ -94,7 +113,7 @@ class _Index:
 
 
 class OffsetIndex(_Index):
-    entry_size = _OFFSET_ENTRY.size
+    entry_size = OFFSET_ENTRY.size
 
     def __init__(self, path: Path, base_offset: int, max_bytes: int = 10 * 1024 * 1024) -> None:
         super().__init__(path, base_offset, max_bytes)
@@ -106,28 +125,19 @@ class OffsetIndex(_Index):
         return len(self._offsets)
 
     def load(self, log_size: int) -> None:
-        """Read the file, raising IndexCorruptError if it cannot be trusted."""
-        data = self._read_file()
-        if len(data) % self.entry_size:
-            raise IndexCorruptError(f"{self.path.name}: size {len(data)} is not a whole number of entries")
-        offsets = array("q")
-        positions = array("q")
-        last_offset, last_pos = -1, -1
-        for rel, pos in _OFFSET_ENTRY.iter_unpack(data):
-            off = self.base_offset + rel
-            if off <= last_offset or pos <= last_pos or pos >= log_size or rel < 0:
-                raise IndexCorruptError(f"{self.path.name}: entry ({rel}, {pos}) is out of order or past the log")
-            offsets.append(off)
-            positions.append(pos)
-            last_offset, last_pos = off, pos
-        self._offsets, self._positions = offsets, positions
+        """Read the file, raising IndexCorruptError if it cannot be trusted (see verify)."""
+        entries, shape = index_entries(self._read_file(), OFFSET_ENTRY)
+        self._check(shape, offset_index_problems(entries, self.base_offset, log_size=log_size))
+        relative, positions = entries
+        self._offsets = array("q", map(self.base_offset.__add__, relative))
+        self._positions = array("q", positions)
 
     def append(self, offset: int, position: int) -> None:
         if self._offsets and (offset <= self._offsets[-1] or position <= self._positions[-1]):
             return
         self._offsets.append(offset)
         self._positions.append(position)
-        self._write(_OFFSET_ENTRY.pack(offset - self.base_offset, position))
+        self._write(OFFSET_ENTRY.pack(offset - self.base_offset, position))
 
     def lookup(self, target_offset: int) -> tuple[int, int]:
         """The last entry with offset <= target: (offset, position); (base, 0) if none."""
@@ -154,7 +164,7 @@ class OffsetIndex(_Index):
 
 
 class TimeIndex(_Index):
-    entry_size = _TIME_ENTRY.size
+    entry_size = TIME_ENTRY.size
 
     def __init__(self, path: Path, base_offset: int, max_bytes: int = 10 * 1024 * 1024) -> None:
         super().__init__(path, base_offset, max_bytes)
@@ -172,25 +182,19 @@ class TimeIndex(_Index):
         return self._timestamps[-1], self._offsets[-1]
 
     def load(self, next_offset: int) -> None:
-        data = self._read_file()
-        if len(data) % self.entry_size:
-            raise IndexCorruptError(f"{self.path.name}: size {len(data)} is not a whole number of entries")
-        timestamps = array("q")
-        offsets = array("q")
-        for ts, rel in _TIME_ENTRY.iter_unpack(data):
-            off = self.base_offset + rel
-            if (timestamps and (ts <= timestamps[-1] or off < offsets[-1])) or off >= next_offset or rel < 0:
-                raise IndexCorruptError(f"{self.path.name}: entry ({ts}, {rel}) is out of order or past the log")
-            timestamps.append(ts)
-            offsets.append(off)
-        self._timestamps, self._offsets = timestamps, offsets
+        """Read the file, raising IndexCorruptError if it cannot be trusted (see verify)."""
+        entries, shape = index_entries(self._read_file(), TIME_ENTRY)
+        self._check(shape, time_index_problems(entries, self.base_offset, next_offset=next_offset))
+        timestamps, relative = entries
+        self._timestamps = array("q", timestamps)
+        self._offsets = array("q", map(self.base_offset.__add__, relative))
 
     def maybe_append(self, timestamp: int, offset: int) -> None:
         if self._timestamps and timestamp <= self._timestamps[-1]:
             return
         self._timestamps.append(timestamp)
         self._offsets.append(offset)
-        self._write(_TIME_ENTRY.pack(timestamp, offset - self.base_offset))
+        self._write(TIME_ENTRY.pack(timestamp, offset - self.base_offset))
 
     def lookup(self, target_timestamp: int) -> int:
         """Offset to start scanning from for the first record with timestamp >= target."""

@@ -55,8 +55,8 @@ from ..records.batch import (
     BatchHeader,
     InvalidRecordError,
     RecordBatch,
-    build_batch,
     read_header,
+    rebuild_batch,
     set_base_offset,
     set_log_append_time,
     validate_batch,
@@ -671,17 +671,7 @@ def _recompress(
         raw = bytes(data[pos : pos + header.size])
         if not header.is_control and header.compression != codec:
             batch = RecordBatch(header, raw)
-            raw = build_batch(
-                batch.records(),
-                base_offset=header.base_offset,
-                compression=codec,
-                timestamp_type=header.timestamp_type,
-                producer_id=header.producer_id,
-                producer_epoch=header.producer_epoch,
-                base_sequence=header.base_sequence,
-                partition_leader_epoch=header.partition_leader_epoch,
-                transactional=header.is_transactional,
-            )
+            raw = rebuild_batch(header, batch.records(), compression=codec)
         placed.append((len(out), read_header(raw)))
         out += raw
     return out, placed

@@ -11,7 +11,8 @@ Rules kept here:
 
 * Only the active (last) segment of a log is appended to; all others are immutable.
 * A batch is written whole or not at all from this process's point of view; a crash can
-  still leave a torn tail, which ``recover()`` finds by length bounds, magic and CRC.
+  still leave a torn tail, which ``recover()`` finds with ``verify.walk_log`` (length
+  bounds, magic, CRC, header fields, increasing offsets) and cuts off.
 * An index entry (batch last offset, batch position) is added once more than
   ``index.interval.bytes`` have been appended since the previous entry.
 * Reads never decode records: they locate the batch that holds an offset (index lookup,
@@ -23,7 +24,9 @@ Rules kept here:
 
 from __future__ import annotations
 
+import contextlib
 import io
+import mmap
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,14 +34,13 @@ from pathlib import Path
 
 from .config import LogConfig
 from .index import IndexCorruptError, OffsetIndex, TimeIndex
+from .verify import Damage, walk_log
 from ..records.batch import (
     BATCH_HEADER_SIZE,
     LOG_OVERHEAD,
     BatchHeader,
-    InvalidRecordError,
     RecordBatch,
     read_header,
-    validate_batch,
 )
 
 __all__ = ["FileSlice", "LogSegment", "segment_name", "parse_segment_name"]
@@ -53,6 +55,16 @@ def segment_name(base_offset: int) -> str:
 def parse_segment_name(name: str) -> int | None:
     stem = name.split(".", 1)[0]
     return int(stem) if len(stem) == 20 and stem.isdigit() else None
+
+
+@contextlib.contextmanager
+def _mapped(fd: int, size: int) -> Iterator[bytes | mmap.mmap]:
+    """The first ``size`` bytes of a file, read-only and paged in as they are read."""
+    if size == 0:
+        yield b""  # mmap refuses an empty mapping
+        return
+    with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as mapped:
+        yield mapped
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,19 +273,18 @@ class LogSegment:
         if last_ts is not None:
             self.max_timestamp, self.offset_of_max_timestamp = last_ts
         _offset, position = self.offset_index.lookup(2**62)
-        end = position
-        try:
-            for pos, header in self.headers(position):
-                if header.max_timestamp > self.max_timestamp:
-                    self.max_timestamp = header.max_timestamp
-                    self.offset_of_max_timestamp = header.last_offset
-                self.next_offset = header.next_offset
-                self._bytes_since_index_entry += header.size
-                end = pos + header.size
-        except InvalidRecordError:
-            return False
-        if end != self.size:
-            return False
+        # The batches after the last index entry are what a crash may have torn: walk them
+        # with recovery's checks (verify.walk_log); any problem means recover() instead.
+        tail = os.pread(self.file.fileno(), self.size - position, position) if self.size > position else b""
+        for item in walk_log(tail, segment_base_offset=self.base_offset):
+            if isinstance(item, Damage) or item.problem is not None:
+                return False
+            header = item.header
+            if header.max_timestamp > self.max_timestamp:
+                self.max_timestamp = header.max_timestamp
+                self.offset_of_max_timestamp = header.last_offset
+            self.next_offset = header.next_offset
+            self._bytes_since_index_entry += header.size
         try:
             self.time_index.load(self.next_offset)
         except IndexCorruptError:
@@ -295,8 +306,9 @@ class LogSegment:
         self._bytes_since_index_entry = 0
 
     def recover(self, min_offset: int) -> RecoveryResult:
-        """Validate every batch (length bounds, magic, CRC, offsets increasing), truncate
-        the file at the first invalid one, and rebuild the indexes."""
+        """Walk every batch with ``verify.walk_log`` (length bounds, magic, CRC, header
+        fields, offsets increasing from ``min_offset``), truncate the file at the first
+        problem, and rebuild the indexes from the batches before it."""
         self.offset_index.reset()
         self.time_index.reset()
         self._reset_state()
@@ -304,31 +316,24 @@ class LogSegment:
         pos = 0
         batches = 0
         error: str | None = None
-        expected_min = max(min_offset, self.base_offset)
-        while pos < self.size:
-            head = os.pread(fd, BATCH_HEADER_SIZE, pos)
-            try:
-                header = read_header(head)
-                if header.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD:
-                    raise InvalidRecordError(f"batchLength {header.batch_length} too small")
-                if header.size > self.size - pos:
-                    raise InvalidRecordError(
-                        f"batch of {header.size} bytes but only {self.size - pos} remain (torn write)"
-                    )
-                if header.size > max(self.config.max_message_bytes, 1) * 2 + (64 << 20):
-                    raise InvalidRecordError(f"implausible batch size {header.size}")
-                validate_batch(os.pread(fd, header.size, pos))
-                if header.base_offset < expected_min:
-                    raise InvalidRecordError(
-                        f"base offset {header.base_offset} is below the expected {expected_min}"
-                    )
-            except InvalidRecordError as exc:
-                error = f"position {pos}: {exc}"
-                break
-            self._track_batch(pos, header)
-            expected_min = header.next_offset
-            batches += 1
-            pos += header.size
+        # A batch larger than this is damage even with a matching CRC (a damaged batchLength
+        # that happens to fit the file): no producer can have written it.
+        largest = max(self.config.max_message_bytes, 1) * 2 + (64 << 20)
+        with _mapped(fd, self.size) as data:
+            previous = max(min_offset, self.base_offset) - 1
+            for item in walk_log(data, segment_base_offset=self.base_offset, previous_last_offset=previous):
+                if isinstance(item, Damage):
+                    error = f"position {item.position}: {item.problem}"
+                    break
+                if item.problem is not None:
+                    error = f"position {item.position}: {item.problem}"
+                    break
+                if item.size > largest:
+                    error = f"position {item.position}: implausible batch size {item.size}"
+                    break
+                self._track_batch(item.position, item.header)
+                batches += 1
+                pos = item.position + item.size
         truncated = self.size - pos
         if truncated:
             os.ftruncate(fd, pos)

@@ -80,6 +80,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from ..records.varint import write_uvarint
+
 __all__ = [
     "FETCH_MAX_VERSION",
     "FETCH_MIN_VERSION",
@@ -177,17 +179,10 @@ class FetchResponseData:
     topics: Sequence[FetchTopicResponse] = field(default_factory=tuple)
 
 
-def _write_uvarint(out: bytearray, value: int) -> None:
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-
-
 def _write_length(out: bytearray, length: int, flexible: bool) -> None:
     """Array count or bytes length; ``-1`` writes null."""
     if flexible:
-        _write_uvarint(out, length + 1)
+        write_uvarint(out, length + 1)
     else:
         out += _INT32.pack(length)
 
@@ -195,7 +190,7 @@ def _write_length(out: bytearray, length: int, flexible: bool) -> None:
 def _write_string(out: bytearray, value: str, flexible: bool) -> None:
     data = value.encode()
     if flexible:
-        _write_uvarint(out, len(data) + 1)
+        write_uvarint(out, len(data) + 1)
     else:
         out += _INT16.pack(len(data))
     out += data
@@ -292,7 +287,7 @@ def encode_fetch_response(
         else:
             name = topic.name.encode()
             if flexible:
-                _write_uvarint(out, len(name) + 1)
+                write_uvarint(out, len(name) + 1)
             else:
                 out += _INT16.pack(len(name))
             out += name

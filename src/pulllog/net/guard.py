@@ -19,7 +19,9 @@ their ``kafka_type`` / ``tag`` metadata) and refuse it unless every length is po
   ``KeyError`` on it, which would turn a newer client's request into an error). When
   that happens the body is rewritten without those fields (and with the tag counts
   and enclosing tagged-field sizes adjusted); otherwise kio reads the frame in place;
-- unsigned varints are at most 5 bytes, as in Kafka's ``ByteUtils.readUnsignedVarint``;
+- unsigned varints are at most 5 bytes, as in Kafka's ``ByteUtils.readUnsignedVarint``
+  (read by :func:`pulllog.records.varint.read_uvarint`, whose ``VarintError`` becomes
+  :class:`MalformedError` here);
 - the body must end exactly at the end of the frame: trailing bytes mean the two sides
   disagree about the schema, and guessing would hide a bug.
 
@@ -51,7 +53,9 @@ from collections.abc import Callable
 from functools import cache
 from typing import Final
 
-__all__ = ["Edit", "MalformedError", "Skipper", "body_skipper", "entity_skipper", "read_uvarint"]
+from ..records.varint import VarintError, encode_uvarint, read_uvarint
+
+__all__ = ["Edit", "MalformedError", "Skipper", "body_skipper", "entity_skipper", "skip_tag_buffer"]
 
 
 class MalformedError(ValueError):
@@ -96,41 +100,20 @@ def _truncated(what: str, position: int, need: int, end: int) -> MalformedError:
     )
 
 
-def read_uvarint(buffer: bytes, position: int, end: int) -> tuple[int, int]:
-    """Kafka's unsigned varint (at most 5 bytes) -> (value, next position)."""
-    if position >= end:
-        raise _truncated("varint", position, 1, end)
-    byte = buffer[position]
-    if byte < 0x80:  # one byte: nearly every length and count on the wire
-        return byte, position + 1
-    start = position
-    value = byte & 0x7F
-    shift = 7
-    position += 1
-    while True:
-        if position >= end:
-            raise _truncated("varint", start, position - start + 1, end)
-        byte = buffer[position]
-        position += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, position
-        shift += 7
-        if shift > 28:
-            raise MalformedError(f"varint at byte {start} is longer than 5 bytes")
-
-
 def skip_tag_buffer(buffer: bytes, position: int, end: int) -> int:
     """A tag buffer (KIP-482) whose fields are all skipped -> the position after it."""
     if position < end and buffer[position] == 0:  # nearly always: no tagged fields
         return position + 1
-    count, position = read_uvarint(buffer, position, end)
-    for _ in range(count):
-        _tag, position = read_uvarint(buffer, position, end)
-        size, position = read_uvarint(buffer, position, end)
-        if size > end - position:
-            raise _truncated("tagged field", position, size, end)
-        position += size
+    try:
+        count, position = read_uvarint(buffer, position, end)
+        for _ in range(count):
+            _tag, position = read_uvarint(buffer, position, end)
+            size, position = read_uvarint(buffer, position, end)
+            if size > end - position:
+                raise _truncated("tagged field", position, size, end)
+            position += size
+    except VarintError as error:  # net's boundary: a bad varint is a malformed message
+        raise MalformedError(str(error)) from None
     return position
 
 
@@ -216,15 +199,6 @@ def _nullable_struct(skip_struct: Skipper) -> Skipper:
     return skip_nullable
 
 
-def _uvarint_bytes(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _tag_buffer(known: dict[int, Skipper]) -> Skipper:
     def skip_tags(buffer: bytes, position: int, end: int, edits: list[Edit]) -> int:
         start = position
@@ -259,11 +233,11 @@ def _tag_buffer(known: dict[int, Skipper]) -> Skipper:
                     )
                 if inner:  # unknown tags nested in a known one: its size shrinks
                     removed = sum(stop - begin - len(new) for begin, stop, new in inner)
-                    edits.append((size_start, position, _uvarint_bytes(size - removed)))
+                    edits.append((size_start, position, encode_uvarint(size - removed)))
                     edits.extend(inner)
             position += size
         if dropped:
-            edits.append((start, count_end, _uvarint_bytes(count - dropped)))
+            edits.append((start, count_end, encode_uvarint(count - dropped)))
         return position
 
     return skip_tags
@@ -354,7 +328,10 @@ def body_skipper(entity_type: type) -> Callable[[bytes, int], bytes | None]:
     def check_body(buffer: bytes, position: int) -> bytes | None:
         end = len(buffer)
         edits: list[Edit] = []
-        stop = skip(buffer, position, end, edits)
+        try:
+            stop = skip(buffer, position, end, edits)
+        except VarintError as error:  # net's boundary: a bad varint is a malformed message
+            raise MalformedError(str(error)) from None
         if stop != end:
             raise MalformedError(
                 f"{end - stop} unexpected bytes after the body (ends at byte {stop} "

@@ -65,7 +65,8 @@ import struct
 from collections.abc import Sequence
 from typing import Any, Final, NamedTuple
 
-from .guard import MalformedError, read_uvarint, skip_tag_buffer
+from ..records.varint import VarintError, encode_uvarint, read_uvarint
+from .guard import MalformedError, skip_tag_buffer
 
 __all__ = [
     "PRODUCE_MAX_VERSION",
@@ -112,26 +113,15 @@ class TopicProduceResponse(NamedTuple):
     partitions: Sequence[PartitionProduceResponse]
 
 
-def _uvarint(value: int) -> bytes:
-    if value < 0x80:
-        return bytes((value,))
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _string(value: str | None, flexible: bool) -> bytes:
     if value is None:
         return b"\x00" if flexible else _NULL_STRING
     data = value.encode()
-    return (_uvarint(len(data) + 1) if flexible else _INT16.pack(len(data))) + data
+    return (encode_uvarint(len(data) + 1) if flexible else _INT16.pack(len(data))) + data
 
 
 def _count(n: int, flexible: bool) -> bytes:
-    return _uvarint(n + 1) if flexible else _INT32.pack(n)
+    return encode_uvarint(n + 1) if flexible else _INT32.pack(n)
 
 
 def encode_produce_response(
@@ -198,7 +188,7 @@ def encode_produce_request(body: Any, version: int, correlation_id: int, client_
             if records is None:
                 append(b"\x00" if flexible else b"\xff\xff\xff\xff")
             else:
-                append(_uvarint(len(records) + 1) if flexible else _INT32.pack(len(records)))
+                append(encode_uvarint(len(records) + 1) if flexible else _INT32.pack(len(records)))
                 append(records)
             if flexible:
                 append(b"\x00")
@@ -247,9 +237,14 @@ def _read_size(frame: bytes, position: int, end: int, flexible: bool, width: int
     """A size prefix: in flexible versions a compact uvarint (N + 1; 0 is null, read as -1),
     else a signed big-endian int of ``width`` bytes."""
     if flexible:
-        if position < end and frame[position] < 0x80:  # one byte: nearly every size
+        # read_uvarint's one-byte case, inlined: nearly every size is one byte, and this
+        # decoder runs per Produce request (tests/records/test_varint.py checks they agree)
+        if position < end and frame[position] < 0x80:
             return frame[position] - 1, position + 1
-        value, position = read_uvarint(frame, position, end)
+        try:
+            value, position = read_uvarint(frame, position, end)
+        except VarintError as error:  # net's boundary: a bad varint is a malformed message
+            raise MalformedError(str(error)) from None
         return value - 1, position
     if end - position < width:
         raise _short(what, position, width, end)

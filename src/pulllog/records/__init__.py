@@ -1,7 +1,7 @@
 """The RecordBatch v2 format, the bottom layer: what every other layer reads and writes.
 
 - :mod:`.batch`: the batch header, validation, CRC-32C, building and iterating batches;
-- :mod:`.varint`: Kafka's zigzag varints (the one implementation);
+- :mod:`.varint`: Kafka's varints, zigzag and unsigned (the one implementation);
 - :mod:`.compression`: the four codecs (gzip, snappy, lz4, zstd);
 - :mod:`.decoding`: records decoded for the consumer and Spark, in C (``_crecords.c``) when
   it was built, else in Python;
@@ -28,7 +28,15 @@ from .batch import (
 )
 from .compression import Compression, CompressionError, compress, decompress
 from .errors import CorruptRecordError, InvalidRecordError, UnsupportedMagicError
-from .varint import decode_varint, encode_varint, write_varint
+from .varint import (
+    VarintError,
+    decode_varint,
+    encode_uvarint,
+    encode_varint,
+    read_uvarint,
+    write_uvarint,
+    write_varint,
+)
 
 __all__ = [
     "BATCH_HEADER_SIZE",
@@ -44,14 +52,18 @@ __all__ = [
     "RecordBatch",
     "TimestampType",
     "UnsupportedMagicError",
+    "VarintError",
     "build_batch",
     "build_control_batch",
     "compress",
     "decode_varint",
     "decompress",
+    "encode_uvarint",
     "encode_varint",
     "iter_batches",
     "read_header",
+    "read_uvarint",
     "validate_batch",
+    "write_uvarint",
     "write_varint",
 ]

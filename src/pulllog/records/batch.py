@@ -47,7 +47,7 @@ from crc32c import crc32c
 
 from .compression import Compression, CompressionError, compress, decompress
 from .errors import CorruptRecordError, InvalidRecordError, UnsupportedMagicError
-from .varint import decode_varint, encode_varint, write_varint
+from .varint import VarintError, decode_varint, encode_varint, write_varint
 
 __all__ = [
     "BATCH_HEADER_SIZE",
@@ -67,6 +67,7 @@ __all__ = [
     "encode_varint",
     "iter_batches",
     "read_header",
+    "rebuild_batch",
     "set_base_offset",
     "validate_batch",
 ]
@@ -419,7 +420,10 @@ class RecordBatch:
             data = self.payload()
         except CompressionError as exc:
             raise CorruptRecordError(str(exc)) from None
-        return _decode_records(data, h.records_count, h.base_offset, h.base_timestamp)
+        try:
+            return _decode_records(data, h.records_count, h.base_offset, h.base_timestamp)
+        except VarintError as exc:  # records' boundary: a bad varint is an invalid record
+            raise InvalidRecordError(str(exc)) from None
 
     def control_record(self) -> ControlRecord | None:
         """For a control batch, its (version, type) marker."""
@@ -524,6 +528,51 @@ def build_batch(
     )
     _UINT32.pack_into(batch, 17, crc32c(memoryview(batch)[_CRC_START:]))
     return bytes(batch)
+
+
+def rebuild_batch(
+    header: BatchHeader,
+    records: Iterable[Record],
+    *,
+    compression: Compression | None = None,
+    delete_horizon_ms: int | None = None,
+) -> bytes:
+    """The batch ``header`` came from, rebuilt to hold ``records`` (some or all of its own).
+
+    Kept from the header: base offset and lastOffsetDelta (so a compacted batch keeps its
+    offset range), producer id, epoch and base sequence, partition leader epoch, timestamp
+    type and the transactional flag; the codec too, unless ``compression`` names another.
+    ``delete_horizon_ms`` (KIP-534) is written when given, never carried over by itself.
+
+    Timestamps: a log-append-time batch keeps its maxTimestamp, the append time (its records
+    carry create-time deltas). With no records left it is Kafka's ``writeEmptyHeader``:
+    uncompressed, baseTimestamp and maxTimestamp both the header's maxTimestamp. The log
+    (recompression to ``compression.type``) and the cleaner (dropped records, empty batches,
+    delete horizons) both rebuild batches with this.
+    """
+    records = list(records)
+    data = bytearray(
+        build_batch(
+            records,
+            base_offset=header.base_offset,
+            last_offset_delta=header.last_offset_delta,
+            compression=(header.compression if compression is None else compression) if records else Compression.NONE,
+            timestamp_type=header.timestamp_type,
+            producer_id=header.producer_id,
+            producer_epoch=header.producer_epoch,
+            base_sequence=header.base_sequence,
+            partition_leader_epoch=header.partition_leader_epoch,
+            transactional=header.is_transactional,
+            delete_horizon_ms=delete_horizon_ms if records else None,
+        )
+    )
+    if not records:
+        _INT64.pack_into(data, 27, header.max_timestamp)  # baseTimestamp
+    elif header.timestamp_type != TimestampType.LOG_APPEND_TIME:
+        return bytes(data)
+    _INT64.pack_into(data, 35, header.max_timestamp)  # maxTimestamp
+    _UINT32.pack_into(data, 17, compute_crc(data))
+    return bytes(data)
 
 
 def build_control_batch(

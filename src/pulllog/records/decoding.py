@@ -38,7 +38,7 @@ from functools import cache
 from typing import Any
 
 from .errors import CorruptRecordError, InvalidRecordError
-from .varint import decode_varint
+from .varint import VarintError, decode_varint
 
 __all__ = ["IMPLEMENTATION", "decode_records", "py_decode_records"]
 
@@ -55,15 +55,16 @@ def py_decode_records(record_type: type, data: bytes, pos: int, end: int, count:
                       partition: int) -> list[Any]:
     """The pure-Python decoder (see the module docstring for the contract).
 
-    One function with the varint cases written out, because a function call per field costs
-    as much as decoding it.
+    One function with the one- and two-byte cases of :func:`.varint.decode_varint` written out
+    (longer ones call it), because a function call per field costs as much as decoding it;
+    tests/records/test_varint.py checks that they agree.
     """
     try:
         return _py_decode(record_type, data, pos, end, count, base_offset, base_timestamp, timestamp_type,
                           log_append_time, topic, partition)
     except IndexError:
         raise CorruptRecordError("a record runs past the end of the buffer") from None
-    except InvalidRecordError as exc:
+    except (InvalidRecordError, VarintError) as exc:
         if type(exc) is CorruptRecordError:
             raise
         raise CorruptRecordError(str(exc)) from None

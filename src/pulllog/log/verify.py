@@ -1,4 +1,14 @@
-"""Walk a segment's files without trusting them: the checks behind ``pulllog inspect segment``.
+"""Walk a segment's files without trusting them: the one set of checks that recovery, index
+loading and ``pulllog inspect segment`` share.
+
+- ``LogSegment.recover`` walks the whole .log with :func:`walk_log` and truncates it at the
+  first batch with a problem or the first damage: everything before is sound.
+- ``LogSegment.load`` (a clean open) walks the .log from the last offset index entry, and
+  ``OffsetIndex.load`` / ``TimeIndex.load`` refuse an index for which
+  :func:`index_entries`, :func:`offset_index_problems` or :func:`time_index_problems`
+  report anything; the segment is then recovered.
+- ``pulllog inspect segment`` shows every batch, entry and problem these find, and with
+  ``--verify`` only the verdict (the presentation is all in ``pulllog.cli.inspect``).
 
 A partition directory ``<topic>-<partition>/`` holds segments named by their base offset,
 zero-padded to 20 digits; every segment has three files:
@@ -40,12 +50,13 @@ every kind of damage is a plain unit test.
 from __future__ import annotations
 
 import struct
+import sys
 from array import array
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from operator import le, lt
 
-from pulllog.records.compression import Compression
 from pulllog.records.batch import (
     BATCH_HEADER_SIZE,
     LOG_OVERHEAD,
@@ -57,23 +68,21 @@ from pulllog.records.batch import (
     compute_crc,
     read_header,
 )
+from pulllog.records.compression import Compression
 
 __all__ = [
+    "MAX_CODEC",
     "BatchView",
     "Damage",
     "Decoded",
+    "IndexColumns",
     "IndexProblem",
     "LogMap",
-    "LogSummary",
-    "OffsetIndexEntry",
     "Problem",
-    "TimeIndexEntry",
-    "check_offset_index",
-    "check_time_index",
     "decode_batch",
-    "plural",
-    "read_offset_index",
-    "read_time_index",
+    "index_entries",
+    "offset_index_problems",
+    "time_index_problems",
     "walk_log",
 ]
 
@@ -83,8 +92,6 @@ _MAGIC_POSITION = 16
 # (v1: timestamp), key length, value length.
 _LEGACY_MIN_MESSAGE = {0: 14, 1: 22}
 _OFFSET_AND_LENGTH = struct.Struct(">qi")
-_INDEX_ENTRY = struct.Struct(">ii")
-_TIME_INDEX_ENTRY = struct.Struct(">qi")
 MAX_CODEC = max(Compression)
 
 
@@ -135,12 +142,18 @@ class Damage:
 
 
 def walk_log(
-    buf: bytes | bytearray | memoryview, *, segment_base_offset: int | None = None
+    buf: bytes | bytearray | memoryview,
+    *,
+    segment_base_offset: int | None = None,
+    previous_last_offset: int | None = None,
 ) -> Iterator[BatchView | Damage]:
-    """Yield every batch and every piece of damage in a .log, in file order. Never raises."""
+    """Yield every batch and every piece of damage in a .log, in file order. Never raises.
+
+    ``segment_base_offset`` (from the file name) and ``previous_last_offset`` (the last
+    offset before the first batch, e.g. the previous segment's) bound the first batch's
+    base offset; after that each batch must start past the last sound one."""
     end = len(buf)
     pos = 0
-    previous_last_offset: int | None = None  # of the last batch without a problem
     while pos < end:
         remaining = end - pos
         if remaining < _MAGIC_POSITION + 1:
@@ -365,97 +378,7 @@ def _with_timestamp(record: Record, timestamp: int) -> Record:
     )
 
 
-# ---------------------------------------------------------------------------- log summary
-
-
-@dataclass(slots=True)
-class LogSummary:
-    """Totals of one walk: what the last line of the output says."""
-
-    file_size: int
-    batches: int = 0
-    records: int = 0
-    first_offset: int | None = None
-    last_offset: int | None = None
-    problems: int = 0
-    first_problem: tuple[int, Problem] | None = None  # (file position, problem)
-    records_checked: bool = True  # every batch's records were decoded
-
-    def add(self, item: BatchView | Damage, decoded: Decoded | None) -> None:
-        if isinstance(item, Damage):
-            self._problem(item.position, item.problem)
-            return
-        self.batches += 1
-        if decoded is None:
-            self.records_checked = False
-        if item.crc_valid:
-            h = item.header
-            self.records += max(h.records_count, 0)
-            if self.first_offset is None:
-                self.first_offset = h.base_offset
-            self.last_offset = h.last_offset
-        problem = item.problem or (decoded.problem if decoded else None)
-        if problem is not None:
-            self._problem(item.position, problem)
-
-    def _problem(self, position: int, problem: Problem) -> None:
-        self.problems += 1
-        if self.first_problem is None:
-            self.first_problem = (position, problem)
-
-    def line(self) -> str:
-        offsets = (
-            "no offsets"
-            if self.first_offset is None
-            else f"offsets {self.first_offset}..{self.last_offset}"
-        )
-        head = ", ".join(
-            (
-                plural(self.batches, "batch"),
-                plural(self.records, "record"),
-                plural(self.file_size, "byte"),
-                offsets,
-            )
-        )
-        if self.first_problem is None:
-            return f"{head}; all valid" if self.records_checked else f"{head}; all CRCs valid"
-        position, problem = self.first_problem
-        count = plural(self.problems, "problem")
-        return f"{head}; {count}, first bad position {position}: {problem}"
-
-
-def plural(count: int, noun: str) -> str:
-    """``plural(1, "batch")`` is "1 batch", ``plural(2, "entry")`` is "2 entries"."""
-    if count == 1:
-        return f"1 {noun}"
-    if noun.endswith("y"):
-        return f"{count} {noun[:-1]}ies"
-    return f"{count} {noun}{'es' if noun.endswith(('s', 'ch')) else 's'}"
-
-
 # ---------------------------------------------------------------------------- index files
-
-
-@dataclass(frozen=True, slots=True)
-class OffsetIndexEntry:
-    slot: int
-    relative_offset: int
-    position: int
-
-    @property
-    def file_position(self) -> int:
-        return self.slot * _INDEX_ENTRY.size
-
-
-@dataclass(frozen=True, slots=True)
-class TimeIndexEntry:
-    slot: int
-    timestamp: int
-    relative_offset: int
-
-    @property
-    def file_position(self) -> int:
-        return self.slot * _TIME_INDEX_ENTRY.size
 
 
 @dataclass(frozen=True, slots=True)
@@ -465,43 +388,49 @@ class IndexProblem:
     problem: Problem
 
 
-def read_offset_index(buf: bytes) -> tuple[list[OffsetIndexEntry], list[IndexProblem]]:
-    """Entries in use, and problems with the file's shape (partial or zero trailing entries)."""
-    raw, problems = _read_entries(buf, _INDEX_ENTRY)
-    return [OffsetIndexEntry(i, rel, pos) for i, (rel, pos) in enumerate(raw)], problems
+IndexColumns = tuple[Sequence[int], Sequence[int]]
+"""An index's entries in use as two columns, in file order: (relative offsets, positions) of
+an offset index, (timestamps, relative offsets) of a time index. Columns, because loading
+the index of a full segment (~250k entries) is on the path of every clean start, and a
+column is checked and copied in C."""
 
 
-def read_time_index(buf: bytes) -> tuple[list[TimeIndexEntry], list[IndexProblem]]:
-    raw, problems = _read_entries(buf, _TIME_INDEX_ENTRY)
-    return [TimeIndexEntry(i, ts, rel) for i, (ts, rel) in enumerate(raw)], problems
+def index_entries(buf: bytes, entry: struct.Struct) -> tuple[IndexColumns, list[IndexProblem]]:
+    """The entries in use, and problems with the file's shape (partial or zero trailing entries).
 
-
-def _read_entries(
-    buf: bytes, entry: struct.Struct
-) -> tuple[list[tuple[int, int]], list[IndexProblem]]:
-    whole = len(buf) - len(buf) % entry.size
-    raw = [entry.unpack_from(buf, p) for p in range(0, whole, entry.size)]
+    ``entry`` is the index's entry format (pulllog.log.index: ``OFFSET_ENTRY``, ``TIME_ENTRY``)."""
+    count = len(buf) // entry.size
+    whole = count * entry.size
+    flat: Sequence[int]
+    if entry.format == ">ii":  # the offset index: an int32 array, byte-swapped in C
+        flat = array("i")
+        flat.frombytes(memoryview(buf)[:whole])
+        if sys.byteorder == "little":
+            flat.byteswap()
+    else:
+        flat = struct.unpack(entry.format[0] + entry.format[1:] * count, memoryview(buf)[:whole])
+    first, second = flat[0::2], flat[1::2]
     problems: list[IndexProblem] = []
     # Kafka preallocates and reads an all-zero entry after the first as "unused"; pulllog
     # trims its index files, so zeros at the end mean it did not (a crash, or damage).
-    used = len(raw)
-    while used > 1 and raw[used - 1] == (0, 0):
+    used = count
+    while used > 1 and first[used - 1] == 0 and second[used - 1] == 0:
         used -= 1
-    if used == 1 and len(raw) > 1 and raw[0] == (0, 0):
+    if used == 1 and count > 1 and first[0] == 0 and second[0] == 0:
         used = 0  # all zeros: a lone (0, 0) first entry is plausible, a file of them is not
-    if used < len(raw):
-        unused = len(raw) - used
+    if used < count:
         problems.append(
             IndexProblem(
                 used * entry.size,
                 None,
                 Problem(
                     "unused entries",
-                    f"the last {unused} entries are all zeros (unused space that was not "
+                    f"the last {count - used} entries are all zeros (unused space that was not "
                     "trimmed, or damage)",
                 ),
             )
         )
+        first, second = first[:used], second[:used]
     if whole < len(buf):
         problems.append(
             IndexProblem(
@@ -513,7 +442,7 @@ def _read_entries(
                 ),
             )
         )
-    return raw[:used], problems
+    return (first, second), problems
 
 
 @dataclass(slots=True)
@@ -566,30 +495,67 @@ class LogMap:
         return f"offsets {self.base_offsets[0]}..{self.last_offsets[-1]}"
 
 
-def check_offset_index(
-    entries: Iterable[OffsetIndexEntry], base_offset: int, log: LogMap | None, log_name: str
-) -> dict[int, Problem]:
-    """Problems by entry slot: order, and (given the .log) that each entry finds its batch."""
-    problems: dict[int, Problem] = {}
-    previous: OffsetIndexEntry | None = None
-    for e in entries:
-        offset = base_offset + e.relative_offset
-        if e.relative_offset < 0 or e.position < 0:
-            problems[e.slot] = Problem("negative", "relative offset and position must be >= 0")
-        elif previous is not None and (
-            e.relative_offset <= previous.relative_offset or e.position <= previous.position
-        ):
-            problems[e.slot] = Problem(
+def offset_index_problems(
+    entries: IndexColumns,
+    base_offset: int,
+    log: LogMap | None = None,
+    log_name: str = "the .log",
+    *,
+    log_size: int | None = None,
+) -> Iterator[tuple[int, Problem]]:
+    """(slot, problem) for each bad (relative offset, position) entry, in slot order: order,
+    and that each entry finds its batch (given the walked .log), or at least lies inside it
+    (given only its size)."""
+    if log is None and _offset_entries_sound(entries, log_size):
+        return
+    previous_offset = previous_position = -1  # the first entry has no previous to follow
+    first = True
+    for slot, (relative_offset, position) in enumerate(zip(*entries)):
+        if relative_offset < 0 or position < 0:
+            yield slot, Problem("negative", "relative offset and position must be >= 0")
+        elif not first and (relative_offset <= previous_offset or position <= previous_position):
+            yield slot, Problem(
                 "out of order",
-                f"offset {offset} / position {e.position} do not increase past the previous "
-                f"entry's {base_offset + previous.relative_offset} / {previous.position}",
+                f"offset {base_offset + relative_offset} / position {position} do not increase "
+                f"past the previous entry's {base_offset + previous_offset} / {previous_position}",
             )
         elif log is not None:
-            problem = _check_index_position(log, offset, e.position, log_name)
+            problem = _check_index_position(log, base_offset + relative_offset, position, log_name)
             if problem is not None:
-                problems[e.slot] = problem
-        previous = e
-    return problems
+                yield slot, problem
+        elif log_size is not None and position >= log_size:
+            yield slot, Problem(
+                "not a batch start", f"position {position} is beyond the end of {log_name} ({log_size} bytes)"
+            )
+        previous_offset, previous_position, first = relative_offset, position, False
+
+
+def _offset_entries_sound(entries: IndexColumns, log_size: int | None) -> bool:
+    """The rules of the loop in :func:`offset_index_problems` without a .log, checked a column
+    at a time in C (see IndexColumns); the loop then says what is wrong, when something is."""
+    offsets, positions = entries
+    if not offsets:
+        return True
+    return (
+        min(offsets) >= 0
+        and positions[0] >= 0
+        and all(map(lt, offsets, offsets[1:]))
+        and all(map(lt, positions, positions[1:]))
+        and (log_size is None or positions[-1] < log_size)
+    )
+
+
+def _time_entries_sound(entries: IndexColumns, base_offset: int, next_offset: int | None) -> bool:
+    """:func:`time_index_problems`' rules without a .log, a column at a time (see above)."""
+    timestamps, offsets = entries
+    if not offsets:
+        return True
+    return (
+        min(offsets) >= 0
+        and all(map(le, timestamps, timestamps[1:]))
+        and all(map(le, offsets, offsets[1:]))
+        and (next_offset is None or base_offset + offsets[-1] < next_offset)
+    )
 
 
 def _check_index_position(
@@ -615,39 +581,52 @@ def _check_index_position(
     return None
 
 
-def check_time_index(
-    entries: Iterable[TimeIndexEntry], base_offset: int, log: LogMap | None, log_name: str
-) -> dict[int, Problem]:
-    """Problems by entry slot: order, and (given the .log) that offsets and timestamps agree."""
-    problems: dict[int, Problem] = {}
-    previous: TimeIndexEntry | None = None
-    for e in entries:
-        offset = base_offset + e.relative_offset
-        if e.relative_offset < 0:
-            problems[e.slot] = Problem("negative", "relative offset must be >= 0")
-        elif previous is not None and e.timestamp < previous.timestamp:
-            problems[e.slot] = Problem(
+def time_index_problems(
+    entries: IndexColumns,
+    base_offset: int,
+    log: LogMap | None = None,
+    log_name: str = "the .log",
+    *,
+    next_offset: int | None = None,
+) -> Iterator[tuple[int, Problem]]:
+    """(slot, problem) for each bad (timestamp, relative offset) entry, in slot order: order,
+    and that offsets and timestamps agree with the walked .log (given it), or at least that
+    the offsets are below the log's next offset (given only that)."""
+    if log is None and _time_entries_sound(entries, base_offset, next_offset):
+        return
+    previous_timestamp = previous_offset = -1
+    first = True
+    for slot, (timestamp, relative_offset) in enumerate(zip(*entries)):
+        if relative_offset < 0:
+            yield slot, Problem("negative", "relative offset must be >= 0")
+        elif not first and timestamp < previous_timestamp:
+            yield slot, Problem(
                 "out of order",
-                f"timestamp {e.timestamp} is before the previous entry's {previous.timestamp}",
+                f"timestamp {timestamp} is before the previous entry's {previous_timestamp}",
             )
-        elif previous is not None and e.relative_offset < previous.relative_offset:
-            problems[e.slot] = Problem(
+        elif not first and relative_offset < previous_offset:
+            yield slot, Problem(
                 "out of order",
-                f"offset {offset} is before the previous entry's "
-                f"{base_offset + previous.relative_offset}",
+                f"offset {base_offset + relative_offset} is before the previous entry's "
+                f"{base_offset + previous_offset}",
             )
         elif log is not None:
+            offset = base_offset + relative_offset
             i = log.batch_holding(offset)
             if i is None:
-                problems[e.slot] = Problem(
+                yield slot, Problem(
                     "offset not in log",
                     f"no valid batch in {log_name} holds offset {offset} ({log.offsets})",
                 )
-            elif log.max_timestamps[i] != e.timestamp:
-                problems[e.slot] = Problem(
+            elif log.max_timestamps[i] != timestamp:
+                yield slot, Problem(
                     "timestamp mismatch",
-                    f"index timestamp {e.timestamp}, but the largest timestamp in {log_name} "
+                    f"index timestamp {timestamp}, but the largest timestamp in {log_name} "
                     f"up to offset {offset} is {log.max_timestamps[i]}",
                 )
-        previous = e
-    return problems
+        elif next_offset is not None and base_offset + relative_offset >= next_offset:
+            yield slot, Problem(
+                "offset not in log",
+                f"offset {base_offset + relative_offset} is past the last offset {next_offset - 1} of {log_name}",
+            )
+        previous_timestamp, previous_offset, first = timestamp, relative_offset, False
