@@ -14,7 +14,7 @@ from pathlib import Path
 
 import confluent_kafka
 import pytest
-from group_helpers import wait_until
+from waits import block_until
 
 from pulllog.log.cleaner import CHECKPOINT_FILE, LogCleaner, read_checkpoint
 from pulllog.testing import BrokerThread
@@ -46,7 +46,7 @@ def full_pass(broker: BrokerThread) -> None:
     """Wake the cleaner and wait for a pass that began after the wake-up to finish."""
     cleaner = cleaner_of(broker)
     target = cleaner.request_pass()
-    wait_until(lambda: cleaner.passes >= target, "the cleaner finished a pass")
+    block_until(lambda: cleaner.passes >= target, "the cleaner finished a pass")
 
 
 def segment_files(broker: BrokerThread, topic: str) -> dict[str, tuple[int, int]]:
@@ -113,12 +113,12 @@ def test_the_filthiest_log_is_cleaned_first(broker: BrokerThread) -> None:
     produce(broker, "a", numbered(0, 300, keys=300))
     produce(broker, "b", numbered(0, 300, keys=300))
     full_pass(broker)
-    wait_until(lambda: cleaner_of(broker).cleaned("a", 0) == cleaner_of(broker).cleaned("b", 0) == 1,
+    block_until(lambda: cleaner_of(broker).cleaned("a", 0) == cleaner_of(broker).cleaned("b", 0) == 1,
                "both logs were cleaned once")
     produce(broker, "a", numbered(300, 400, keys=300))  # dirty ratio about 0.5
     produce(broker, "b", numbered(300, 900, keys=300))  # dirty ratio about 0.75
     full_pass(broker)
-    wait_until(lambda: cleaner_of(broker).cleaned("a", 0) == 2, "a was cleaned again")
+    block_until(lambda: cleaner_of(broker).cleaned("a", 0) == 2, "a was cleaned again")
 
     last_two = [c.topic_partition for c in cleaner_of(broker).history[-2:]]
     assert last_two == [("b", 0), ("a", 0)]
@@ -207,7 +207,7 @@ def test_producers_and_consumers_run_while_the_cleaner_swaps(tmp_path: Path) -> 
         for thread in threads:
             thread.start()
         try:
-            wait_until(lambda: cleaner_of(broker).cleaned("t", 0) >= 5, "the cleaner cleaned 5 times", timeout_s=120)
+            block_until(lambda: cleaner_of(broker).cleaned("t", 0) >= 5, "the cleaner cleaned 5 times", timeout_s=120)
         finally:
             stop.set()
             for thread in threads:
