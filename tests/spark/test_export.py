@@ -7,6 +7,7 @@ local Spark (one per test run, the ``spark`` fixture).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -91,6 +92,29 @@ def test_second_export_writes_only_the_new_records(pulllog_broker, spark, tmp_pa
         assert_contiguous(rows)
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid``, read from /proc (children of each of its threads)."""
+    found: list[int] = []
+    stack = [pid]
+    while stack:
+        parent = stack.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*"):
+            with contextlib.suppress(OSError):
+                children = [int(c) for c in (task / "children").read_text().split()]
+                found += children
+                stack += children
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie, waiting for its reaper, no longer writes anything)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
 def test_export_killed_with_sigkill_then_run_again_has_no_duplicate_and_no_gap(
         pulllog_broker, spark, tmp_path: Path) -> None:
     bootstrap = pulllog_broker.bootstrap_servers
@@ -105,7 +129,15 @@ def test_export_killed_with_sigkill_then_run_again_has_no_duplicate_and_no_gap(
             assert proc.poll() is None, f"the export ended before it could be killed: {proc.stderr.read()!r}"
             return bool(list(out.glob(f"_pulllog/staging/*/**/*{STAGED_SUFFIX}")))
         block_until(staging, "the export staged its first file", timeout_s=120)
-        os.killpg(proc.pid, signal.SIGKILL)  # the driver, its JVM and the Python workers alike
+        # The driver, its JVM and the Python workers alike. PySpark's worker daemon moves to a
+        # process group of its own (os.setpgid in pyspark/daemon.py), so killpg alone would
+        # leave a worker writing into the staging directory after the next run cleaned it.
+        tree = _descendants(proc.pid)
+        os.killpg(proc.pid, signal.SIGKILL)
+        for pid in tree:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        block_until(lambda: not any(_alive(pid) for pid in tree), "every process of the killed export is gone")
     finally:
         proc.wait(30)
     staged = list(out.glob(f"_pulllog/staging/*/**/*{STAGED_SUFFIX}"))
