@@ -27,8 +27,7 @@ def commands(group: click.Group, path: tuple[str, ...] = ()) -> list[tuple[tuple
     return found
 
 
-# `inspect` is being moved with segment_scan by the re-layering; its help gets examples there.
-ALL = [(path, command) for path, command in commands(main) if path[0] != "inspect"]
+ALL = commands(main)
 
 
 @pytest.mark.parametrize("path", [" ".join(p) for p, _ in ALL])

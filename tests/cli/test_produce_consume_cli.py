@@ -33,7 +33,22 @@ def test_produce_lines_with_keys_and_headers_then_consume_them_as_json(bs) -> No
     assert code == 0 and "consumed 3 record(s)" in err
     rows = [json.loads(line) for line in out.splitlines()]
     assert [(r["offset"], r["key"], r["value"]) for r in rows] == [(0, "k1", "v1"), (1, "k2", "v2"), (2, None, "no-key-here")]
-    assert rows[0]["headers"] == [["src", "test"]]
+    assert rows[0]["headers"] == [{"key": "src", "value": "test"}]
+
+
+def test_consume_json_and_inspect_json_write_a_record_the_same_way(pulllog_broker, bs) -> None:
+    """One JSON shape for a record's key, value and headers, whichever command prints it."""
+    code, _, _ = run("produce", "same-json", "--key-separator", ":", "--header", "h=x", "--bootstrap-server", bs,
+                     stdin=b"k:text\nk2:\xff\xfe binary\n")
+    assert code == 0
+    code, out, _ = run("consume", "same-json", "--format", "json", "--bootstrap-server", bs)
+    consumed = [json.loads(line) for line in out.splitlines()]
+    [segment] = sorted((pulllog_broker.data_dir / "same-json-0").glob("*.log"))
+    code, out, _ = run("inspect", "segment", str(segment), "--records", "--json")
+    inspected = [obj for obj in map(json.loads, out.splitlines()) if obj["type"] == "record"]
+    assert [(r["key"], r["value"], r["headers"]) for r in inspected] == \
+        [(r["key"], r["value"], r["headers"]) for r in consumed]
+    assert consumed[1]["value"] == {"base64": "//4gYmluYXJ5"}
 
 
 def test_from_offset_variants(bs) -> None:

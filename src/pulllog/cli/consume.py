@@ -77,7 +77,7 @@ def _write(record: ConsumerRecord, fmt: str, out: Any) -> None:
         out.write(json.dumps({
             "topic": record.topic, "partition": record.partition, "offset": record.offset,
             "timestamp": record.timestamp, "key": json_bytes(record.key), "value": json_bytes(record.value),
-            "headers": [[k, json_bytes(v)] for k, v in record.headers],
+            "headers": [{"key": k, "value": json_bytes(v)} for k, v in record.headers],
         }).encode() + b"\n")
 
 

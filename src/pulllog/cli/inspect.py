@@ -47,6 +47,7 @@ from pulllog.records.batch import BatchHeader, ControlRecord, ControlType, Times
 from pulllog.records.compression import Compression
 
 from .errors import EXIT_PROBLEM, EXIT_USAGE, CliError
+from .help import examples
 from .json_bytes import json_bytes
 
 __all__ = ["format_time", "inspect", "json_bytes", "preview"]
@@ -627,12 +628,20 @@ def _base_offset_from_name(path: Path) -> int | None:
     return int(path.stem) if path.stem.isdigit() else None
 
 
-@click.group()
+@click.group(epilog=examples(
+    "pulllog inspect segment pulllog-data/orders-0/00000000000000000000.log --records",
+    "pulllog inspect segment pulllog-data/orders-0/00000000000000000000.index --verify",
+))
 def inspect() -> None:
-    """Look inside pulllog's files on disk."""
+    """Look inside pulllog's files on disk (and Apache Kafka's: the format is the same)."""
 
 
-@inspect.command()
+@inspect.command(epilog=examples(
+    "pulllog inspect segment pulllog-data/orders-0/00000000000000000000.log",
+    "pulllog inspect segment pulllog-data/orders-0/00000000000000000000.log --records --limit 5",
+    "pulllog inspect segment pulllog-data/orders-0/00000000000000000000.timeindex --json",
+    "pulllog inspect segment pulllog-data/orders-0/00000000000000000000.log --verify",
+))
 @click.argument("file", type=click.Path(path_type=Path))
 @click.option("--records", is_flag=True, help="Also list every record of each batch shown.")
 @click.option(
