@@ -442,7 +442,8 @@ def test_delete_groups_answers_non_empty_group_and_group_id_not_found(port: int)
         assert fetch_offsets(client, "idle", [(TOPIC, 0)]) == {(TOPIC, 0): (-1, "")}
 
 
-def test_offset_delete_removes_the_offsets_of_a_topic_the_group_does_not_consume(port: int) -> None:
+def test_offset_delete_removes_the_offsets_of_a_topic_the_group_does_not_consume(port: int, pulllog_broker: Any) -> None:
+    create_topic(pulllog_broker.bootstrap_servers, "retired", 2)  # offsets of a missing topic are refused
     (member,), _ = stable_group(port, "g", ["m"])
     assert set(member.commit({(TOPIC, 0): (4, None), ("retired", 0): (9, None), ("retired", 1): (9, None)}).values()) == {ErrorCode.none}
     with WireClient(port) as client:

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..log.config import ConfigError, LogConfig
 
-__all__ = ["KNOWN_NAMES", "BrokerConfig", "ConfigError", "IgnoredSetting", "parse_properties", "parse_hostport"]
+__all__ = ["KAFKA_DEFAULTS", "KNOWN_NAMES", "BrokerConfig", "ConfigError", "IgnoredSetting", "parse_properties", "parse_hostport"]
 
 # broker name -> topic (LogConfig) name
 _LOG_DEFAULTS = {
@@ -225,6 +225,10 @@ _OWN = (
 KNOWN_NAMES: frozenset[str] = frozenset((*_LOG_DEFAULTS, *_HOURS, *_MINUTES, *_OWN, *_IGNORED))
 
 
+# Kafka's defaults where a broker built in code uses another value (see BrokerConfig.load).
+KAFKA_DEFAULTS: dict[str, str] = {"group.initial.rebalance.delay.ms": "3000"}
+
+
 def _unknown(name: str) -> str:
     """'unknown broker config ...' with the closest name pulllog or Kafka knows."""
     close = difflib.get_close_matches(name, sorted(KNOWN_NAMES), n=1, cutoff=0.6)
@@ -268,8 +272,10 @@ class BrokerConfig:
     flush_scheduler_interval_ms: int = 1_000
     cleaner_backoff_ms: int = 15_000
     offsets_topic_num_partitions: int = 50
-    # Kafka's default is 3000, but the server.properties Kafka ships sets 0 for development;
-    # pulllog is often a development broker, so 0 (set it for production-like behaviour).
+    # 0 for a broker built in code (tests, BrokerThread, embedding): a group forms at once.
+    # ``pulllog serve`` loads with ``kafka_defaults=True`` and so gets Kafka's 3000 ms, during
+    # which a new group waits for more members: with 0, a group of several cooperative
+    # consumers hands every partition to the first joiner and then moves them.
     group_initial_rebalance_delay_ms: int = 0
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
     offsets_retention_check_interval_ms: int = 600_000
@@ -293,9 +299,13 @@ class BrokerConfig:
         properties: Mapping[str, str] | None = None,
         *,
         config_file: str | os.PathLike[str] | None = None,
+        kafka_defaults: bool = False,
         **overrides: Any,
     ) -> "BrokerConfig":
-        values: dict[str, str] = {}
+        """The config from ``config_file``, then ``properties``, then ``overrides``. With
+        ``kafka_defaults``, settings given nowhere take Kafka's default where pulllog's own
+        default differs (KAFKA_DEFAULTS), as a broker run from the command line should."""
+        values: dict[str, str] = dict(KAFKA_DEFAULTS) if kafka_defaults else {}
         if config_file is not None:
             try:
                 values.update(parse_properties(Path(config_file).read_text()))

@@ -68,7 +68,7 @@ def serve(data_dir: Path | None, listen: str | None, advertised_listener: str | 
             raise CliError(f"--override {item!r}: expected NAME=VALUE, e.g. num.partitions=3", EXIT_USAGE)
         props[name.strip()] = value.strip()
     try:
-        config = BrokerConfig.load(props, config_file=config_file)
+        config = BrokerConfig.load(props, config_file=config_file, kafka_defaults=True)
         changes: dict[str, Any] = {}
         if data_dir is not None:
             changes["data_dir"] = data_dir
@@ -76,7 +76,8 @@ def serve(data_dir: Path | None, listen: str | None, advertised_listener: str | 
             changes["host"], changes["port"] = parse_hostport(listen)
         if advertised_listener is not None:
             changes["advertised_host"], changes["advertised_port"] = parse_hostport(advertised_listener)
-        config = BrokerConfig.load(props, config_file=config_file, **changes) if changes else config
+        config = BrokerConfig.load(props, config_file=config_file, kafka_defaults=True,
+                                   **changes) if changes else config
     except ConfigError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
     _check_host(config.host, "--listen" if listen is not None else "listeners")

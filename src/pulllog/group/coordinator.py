@@ -312,6 +312,12 @@ class Group:
         return topics
 
 
+def _new_member_id(group_instance_id: str | None, client_id: str) -> str:
+    """As Kafka: a static member's id starts with its group instance id, a dynamic one's with
+    its client id."""
+    return f"{group_instance_id or client_id or 'member'}-{uuid.uuid4()}"
+
+
 def _consumer_subscription_topics(data: bytes) -> tuple[str, ...]:
     """Topics of a ConsumerProtocolSubscription; none when a member sent something else
     (the coordinator stores member metadata opaquely and must not fail on it)."""
@@ -530,7 +536,7 @@ class GroupCoordinator:
                 return await self._static_rejoin(group, group_instance_id, client_id, client_host,
                                                  session_timeout_ms, rebalance_timeout_ms, protocol_type, protocols,
                                                  supports_skip_assignment)
-            new_id = f"{client_id or 'member'}-{uuid.uuid4()}"
+            new_id = _new_member_id(group_instance_id, client_id)
             if group_instance_id is None and request.require_known_member_id:
                 group.pending_members.add(new_id)
                 self.purgatory.try_complete_else_watch(
@@ -592,7 +598,7 @@ class GroupCoordinator:
             old.heartbeat.cancel()
         if old.join_future is not None and not old.join_future.done():
             old.join_future.set_result(JoinResult(ErrorCode.fenced_instance_id, member_id=old_id))
-        new_id = f"{client_id or 'member'}-{uuid.uuid4()}"
+        new_id = _new_member_id(instance_id, client_id)
         member = Member(new_id, instance_id, client_id, client_host, session_ms, rebalance_ms,
                         protocol_type, list(protocols), assignment=old.assignment)
         group.members[new_id] = member
@@ -727,7 +733,8 @@ class GroupCoordinator:
     def leave(self, group_id: str, members: list[tuple[str, str | None]]) -> tuple[ErrorCode, list[ErrorCode]]:
         group = self._group(group_id)
         if group is None:
-            return ErrorCode.unknown_member_id, [ErrorCode.unknown_member_id] * len(members)
+            # Kafka: the request succeeds, each member is unknown (v0-v2 answer the member's code).
+            return ErrorCode.none, [ErrorCode.unknown_member_id] * len(members)
         results = []
         for member_id, instance_id in members:
             if not member_id and instance_id is not None:  # removed by instance id (an admin)

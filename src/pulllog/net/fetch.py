@@ -155,7 +155,8 @@ class FetchPartitionResponse:
     last_stable_offset: int = -1
     log_start_offset: int = -1
     aborted_transactions: Sequence[AbortedTransaction] | None = None
-    """None for read_uncommitted fetches; a (possibly empty) list for read_committed."""
+    """None for read_uncommitted fetches; a (possibly empty) list for read_committed, and an
+    empty list for a partition answered with an error before any read (as Kafka)."""
     preferred_read_replica: int = -1
     records: bytes | FileSlice | None = None
 

@@ -52,6 +52,46 @@ CONFIG_TYPES: dict[str, int] = {
 }
 
 
+# A topic config's broker-level synonym (the broker default it falls back to), as Kafka's
+# DescribeConfigs lists it with include_synonyms. Kafka lists a synonym only when it has a value:
+# log.retention.ms, log.roll.ms and log.flush.interval.ms have none by default (their values
+# come from log.retention.hours, log.roll.hours and flush.messages' absence), so retention.ms,
+# segment.ms and flush.ms show no default synonym.
+BROKER_SYNONYMS: dict[str, str] = {
+    "segment.bytes": "log.segment.bytes", "segment.ms": "log.roll.ms",
+    "segment.index.bytes": "log.index.size.max.bytes", "index.interval.bytes": "log.index.interval.bytes",
+    "flush.messages": "log.flush.interval.messages", "flush.ms": "log.flush.interval.ms",
+    "retention.ms": "log.retention.ms", "retention.bytes": "log.retention.bytes",
+    "cleanup.policy": "log.cleanup.policy", "delete.retention.ms": "log.cleaner.delete.retention.ms",
+    "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
+    "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
+    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio", "max.message.bytes": "message.max.bytes",
+    "message.timestamp.type": "log.message.timestamp.type", "compression.type": "compression.type",
+    "file.delete.delay.ms": "log.segment.delete.delay.ms", "preallocate": "log.preallocate",
+    "unclean.leader.election.enable": "unclean.leader.election.enable",
+    "min.insync.replicas": "min.insync.replicas",
+}
+_NO_BROKER_DEFAULT = frozenset({"segment.ms", "flush.ms", "retention.ms"})
+
+
+def topic_synonyms(broker: "BrokerApi", name: str, value: str, source: int) -> list[dict[str, Any]]:
+    """Where a topic config's value comes from, most specific first: the topic's override,
+    then the broker's setting from server.properties, then Kafka's default."""
+    out = []
+    if source == DYNAMIC_TOPIC_CONFIG:
+        out.append({"name": name, "value": value, "source": DYNAMIC_TOPIC_CONFIG})
+    broker_name = BROKER_SYNONYMS.get(name)
+    if broker_name is None:
+        return out
+    kafka_default = LogConfig().to_kafka().get(name)
+    configured = broker.config.log_defaults.to_kafka().get(name)
+    if configured is not None and configured != kafka_default:
+        out.append({"name": broker_name, "value": configured, "source": STATIC_BROKER_CONFIG})
+    if kafka_default is not None and name not in _NO_BROKER_DEFAULT:
+        out.append({"name": broker_name, "value": kafka_default, "source": DEFAULT_CONFIG})
+    return out
+
+
 def config_type(name: str) -> int:
     return CONFIG_TYPES.get(name, UNKNOWN)
 
@@ -70,7 +110,7 @@ def topic_config_entries(broker: "BrokerApi", config: LogConfig, overridden: set
     return out
 
 
-def _describe_one(broker: "BrokerApi", r: Any, version: int) -> dict[str, Any]:
+def _describe_one(broker: "BrokerApi", r: Any, include_synonyms: bool) -> dict[str, Any]:
     keys = set(r.configuration_keys) if r.configuration_keys else None
     base = {"resource_type": r.resource_type, "resource_name": r.resource_name}
     if r.resource_type == TOPIC:
@@ -95,17 +135,23 @@ def _describe_one(broker: "BrokerApi", r: Any, version: int) -> dict[str, Any]:
     for e in entries:
         if keys is not None and e["name"] not in keys:
             continue
+        name, value, source = e["name"], e["value"], e["config_source"]
+        synonyms: list[dict[str, Any]] = []
+        if include_synonyms:
+            synonyms = (topic_synonyms(broker, name, value, source) if r.resource_type == TOPIC
+                        else [{"name": name, "value": value, "source": source}])
         configs.append({
-            "name": e["name"], "value": e["value"], "read_only": r.resource_type == BROKER,
-            "is_default": e["config_source"] == DEFAULT_CONFIG, "config_source": e["config_source"],
-            "is_sensitive": False, "synonyms": [], "config_type": config_type(e["name"]), "documentation": None,
+            "name": name, "value": value, "read_only": r.resource_type == BROKER,
+            "is_default": source == DEFAULT_CONFIG, "config_source": source,
+            "is_sensitive": False, "synonyms": synonyms, "config_type": config_type(name), "documentation": None,
         })
     return {**base, "error_code": 0, "error_message": None, "configs": configs}
 
 
 @handler(ApiKey.DESCRIBE_CONFIGS, 1, 4)
 async def describe(broker: "BrokerApi", ctx: RequestContext) -> Any:
-    results = [_describe_one(broker, r, ctx.version) for r in ctx.body.resources]
+    include_synonyms = bool(getattr(ctx.body, "include_synonyms", False))
+    results = [_describe_one(broker, r, include_synonyms) for r in ctx.body.resources]
     return build(response_class(ApiKey.DESCRIBE_CONFIGS, ctx.version), {"throttle_time": 0, "results": results})
 
 
@@ -145,10 +191,11 @@ async def incremental_alter(broker: "BrokerApi", ctx: RequestContext) -> Any:
         if topic is not None:
             current = dict(topic.overrides)
         error = None
+        code = ErrorCode.invalid_config
         for c in r.configs:
             if c.config_operation == SET:
                 if c.value is None:
-                    error = f"{c.name}: SET needs a value"
+                    error, code = f"{c.name}: SET needs a value", ErrorCode.invalid_request  # as Kafka
                     break
                 current[c.name] = c.value
             elif c.config_operation == DELETE:
@@ -172,7 +219,7 @@ async def incremental_alter(broker: "BrokerApi", ctx: RequestContext) -> Any:
                 break
         if error is not None:
             responses.append({"resource_type": r.resource_type, "resource_name": r.resource_name,
-                              "error_code": ErrorCode.invalid_config, "error_message": error})
+                              "error_code": code, "error_message": error})
             continue
         responses.append(_alter(broker, r, current, bool(ctx.body.validate_only)))
     return build(response_class(ApiKey.INCREMENTAL_ALTER_CONFIGS, ctx.version), {"throttle_time": 0, "responses": responses})

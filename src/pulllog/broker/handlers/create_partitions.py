@@ -1,4 +1,5 @@
-"""CreatePartitions (37): grow a topic's partition count (never shrink)."""
+"""CreatePartitions (37): grow a topic's partition count (never shrink). A manual replica
+assignment is accepted when every new partition is on this broker, as Kafka checks it."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from ...net.apis import ApiKey
 from ...net.build import build, response_class
 from ..topics import UnknownTopicError
 from . import RequestContext, handler
+from .create_topics import assignment_problem
 
 if TYPE_CHECKING:
     from ..api import BrokerApi
@@ -21,8 +23,17 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     results = []
     for t in body.topics:
         try:
-            if t.assignments:
-                raise ValueError("manual replica assignments are not supported")
+            topic = broker.topics.find(t.name)
+            if t.assignments is not None and topic is not None and t.count > len(topic.partitions):
+                existing = len(topic.partitions)
+                problem = (f"{len(t.assignments)} assignments for {t.count - existing} new partitions"
+                           if len(t.assignments) != t.count - existing else
+                           assignment_problem(broker, list(range(existing, t.count)),
+                                              [list(a.broker_ids) for a in t.assignments], first_partition=existing))
+                if problem:
+                    results.append({"name": t.name, "error_code": ErrorCode.invalid_replica_assignment,
+                                    "error_message": problem})
+                    continue
             broker.topics.add_partitions(t.name, t.count, validate_only=bool(body.validate_only))
             results.append({"name": t.name, "error_code": 0, "error_message": None})
         except UnknownTopicError as exc:

@@ -35,6 +35,20 @@ def _error(name: str, code: ErrorCode, message: str) -> dict[str, Any]:
             "num_partitions": -1, "replication_factor": -1, "configs": []}
 
 
+def assignment_problem(broker: "BrokerApi", indexes: list[int], replicas: list[list[int]], *,
+                       first_partition: int) -> str | None:
+    """Why a manual replica assignment cannot be kept here, or None: as Kafka, partitions are
+    numbered on from ``first_partition`` and every replica list names live brokers (only this
+    one, once, on a single broker)."""
+    if sorted(indexes) != list(range(first_partition, first_partition + len(indexes))):
+        return f"the assigned partitions must be numbered consecutively from {first_partition}"
+    node = broker.config.node_id
+    for index, brokers in zip(indexes, replicas):
+        if brokers != [node]:
+            return f"partition {index} is assigned to brokers {brokers}; the only broker is {node}"
+    return None
+
+
 def create_one(broker: "BrokerApi", t: Any, validate_only: bool, duplicate: bool) -> dict[str, Any]:
     name = t.name
     if duplicate:
@@ -42,7 +56,14 @@ def create_one(broker: "BrokerApi", t: Any, validate_only: bool, duplicate: bool
     partitions = broker.config.num_partitions if t.num_partitions == -1 else t.num_partitions
     replication = broker.config.default_replication_factor if t.replication_factor == -1 else t.replication_factor
     if t.assignments:
-        return _error(name, ErrorCode.invalid_request, "manual replica assignments are not supported; give a partition count")
+        if t.num_partitions != -1 or t.replication_factor != -1:
+            return _error(name, ErrorCode.invalid_request,
+                          "give either a replica assignment or a partition count and replication factor, not both")
+        problem = assignment_problem(broker, [a.partition_index for a in t.assignments],
+                                     [list(a.broker_ids) for a in t.assignments], first_partition=0)
+        if problem:
+            return _error(name, ErrorCode.invalid_replica_assignment, problem)
+        partitions, replication = len(t.assignments), 1
     if partitions < 1:
         return _error(name, ErrorCode.invalid_partitions, f"number of partitions must be at least 1, not {partitions}")
     if replication != 1:

@@ -19,8 +19,16 @@ if TYPE_CHECKING:
     from ..api import BrokerApi
 
 
-def _described(d: GroupDescription) -> dict[str, Any]:
+# Every operation a group supports, as Kafka allows them without an authorizer (KIP-430):
+# READ(3), DELETE(6), DESCRIBE(8) and, since group configs (Kafka 4), DESCRIBE_CONFIGS(10) and
+# ALTER_CONFIGS(11). INT32_MIN: the client did not ask.
+GROUP_OPERATIONS = sum(1 << op for op in (3, 6, 8, 10, 11))
+NOT_REQUESTED = -(2**31)
+
+
+def _described(d: GroupDescription, operations: int) -> dict[str, Any]:
     return {
+        "authorized_operations": operations,
         "error_code": ErrorCode.none, "group_id": d.group_id, "group_state": d.state,
         "protocol_type": d.protocol_type, "protocol_data": d.protocol,
         "members": [{
@@ -32,5 +40,6 @@ def _described(d: GroupDescription) -> dict[str, Any]:
 
 @handler(ApiKey.DESCRIBE_GROUPS, 0, 5)
 async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
-    groups = [_described(broker.groups.describe(group_id)) for group_id in ctx.body.groups]
+    operations = GROUP_OPERATIONS if getattr(ctx.body, "include_authorized_operations", False) else NOT_REQUESTED
+    groups = [_described(broker.groups.describe(group_id), operations) for group_id in ctx.body.groups]
     return build(response_class(ApiKey.DESCRIBE_GROUPS, ctx.version), {"throttle_time": 0, "groups": groups})

@@ -86,7 +86,8 @@ def read_partitions(broker: "BrokerApi", topics: Any, max_bytes: int, isolation:
             index = p.partition
             log = broker.partition(name, index)
             if isinstance(log, PartitionError):
-                parts.append(FetchPartitionResponse(index, log.code.value, records=b""))
+                # As Kafka: no offsets (-1) and an empty, not null, aborted_transactions.
+                parts.append(FetchPartitionResponse(index, log.code.value, aborted_transactions=[], records=b""))
                 continue
             hw = log.high_watermark
             lso = hw  # no open transactions yet: last stable offset = high watermark
@@ -103,8 +104,8 @@ def read_partitions(broker: "BrokerApi", topics: Any, max_bytes: int, isolation:
                 elif p.fetch_offset < log.log_start_offset or p.fetch_offset > log.log_end_offset:
                     raise OffsetOutOfRangeError(p.fetch_offset, log.log_start_offset, log.log_end_offset)
             except OffsetOutOfRangeError:
-                parts.append(FetchPartitionResponse(index, ErrorCode.offset_out_of_range.value, hw, lso,
-                                                    log.log_start_offset, aborted, records=b""))
+                # Kafka answers no offsets at all (-1) here; the consumer asks ListOffsets to reset.
+                parts.append(FetchPartitionResponse(index, ErrorCode.offset_out_of_range.value, records=b""))
                 continue
             records: bytes | FileSlice = b""
             if piece is not None:

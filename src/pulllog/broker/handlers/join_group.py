@@ -35,12 +35,17 @@ def join_request(ctx: RequestContext) -> JoinRequest:
     )
 
 
+def _protocol_name(name: str | None, version: int) -> str | None:
+    """Null (v7+, as Kafka) when no protocol is chosen yet, e.g. with MEMBER_ID_REQUIRED."""
+    return name if version >= 7 else (name or "")
+
+
 @handler(ApiKey.JOIN_GROUP, 0, 9)
 async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     result = await broker.groups.join(join_request(ctx))
     return build(response_class(ApiKey.JOIN_GROUP, ctx.version), {
         "throttle_time": 0, "error_code": result.error, "generation_id": result.generation,
-        "protocol_type": result.protocol_type, "protocol_name": result.protocol_name or "",
+        "protocol_type": result.protocol_type, "protocol_name": _protocol_name(result.protocol_name, ctx.version),
         "leader": result.leader, "skip_assignment": result.skip_assignment, "member_id": result.member_id,
         "members": [{"member_id": m.member_id, "group_instance_id": m.group_instance_id, "metadata": m.metadata}
                     for m in result.members],

@@ -45,7 +45,9 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
                 if found is not None:
                     offset, ts = found
             else:
-                parts.append({"partition_index": index, "error_code": ErrorCode.invalid_request,
+                # -4 (earliest local, v8+) and -5 (latest tiered, v9+) are tiered-storage specs;
+                # Kafka answers any spec a version does not define with UNSUPPORTED_VERSION.
+                parts.append({"partition_index": index, "error_code": ErrorCode.unsupported_version,
                               "timestamp": -1, "offset": -1})
                 continue
             _ = isolation

@@ -19,9 +19,20 @@ if TYPE_CHECKING:
     from ..api import BrokerApi
 
 
-def topic_entry(broker: "BrokerApi", topic: Topic) -> dict[str, Any]:
+# Authorized operations (KIP-430) as bit sets, bit n for AclOperation n. Without an authorizer
+# Kafka allows every operation a resource supports: a topic READ(3), WRITE(4), CREATE(5),
+# DELETE(6), ALTER(7), DESCRIBE(8), DESCRIBE_CONFIGS(10), ALTER_CONFIGS(11); the cluster
+# CREATE(5), ALTER(7), DESCRIBE(8), CLUSTER_ACTION(9), DESCRIBE_CONFIGS(10), ALTER_CONFIGS(11),
+# IDEMPOTENT_WRITE(12). INT32_MIN: the client did not ask.
+NOT_REQUESTED = -(2**31)
+TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
+CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
+
+
+def topic_entry(broker: "BrokerApi", topic: Topic, *, operations: int = NOT_REQUESTED) -> dict[str, Any]:
     node = broker.config.node_id
     return {
+        "topic_authorized_operations": operations,
         "error_code": 0,
         "name": topic.name,
         "topic_id": topic.topic_id,
@@ -68,7 +79,8 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
                 code = ErrorCode.invalid_topic_exception
             topics.append({"error_code": code, "name": name, "partitions": [], "topic_id": None})
             continue
-        topics.append(topic_entry(broker, topic))
+        topics.append(topic_entry(broker, topic, operations=TOPIC_OPERATIONS if getattr(
+            body, "include_topic_authorized_operations", False) else NOT_REQUESTED))
     host, port = broker.advertised
     data = {
         "throttle_time": 0,
@@ -76,6 +88,7 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
         "cluster_id": broker.topics.cluster_id,
         "controller_id": broker.config.node_id,
         "topics": topics,
-        "cluster_authorized_operations": -2147483648,
+        "cluster_authorized_operations": CLUSTER_OPERATIONS if getattr(
+            body, "include_cluster_authorized_operations", False) else NOT_REQUESTED,
     }
     return build(response_class(ApiKey.METADATA, version), data)

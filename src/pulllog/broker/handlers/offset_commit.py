@@ -1,12 +1,19 @@
-"""OffsetCommit (8): appended to __consumer_offsets before the answer (durable when acked)."""
+"""OffsetCommit (8): appended to __consumer_offsets before the answer (durable when acked).
+
+A partition that does not exist is answered UNKNOWN_TOPIC_OR_PARTITION and not committed,
+as Kafka does, whatever the group's state.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kio.schema.errors import ErrorCode
+
 from ...group.coordinator import OffsetCommit, OffsetCommitRequest
 from ...net.apis import ApiKey
 from ...net.build import build, response_class
+from ..topics import PartitionError
 from . import RequestContext, handler
 
 if TYPE_CHECKING:
@@ -17,11 +24,20 @@ if TYPE_CHECKING:
 async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     b = ctx.body
     generation = int(getattr(b, "generation_id_or_member_epoch", getattr(b, "generation_id", -1)))
-    offsets = tuple(OffsetCommit(t.name, p.partition_index, p.committed_offset,
-                                 int(getattr(p, "committed_leader_epoch", -1)), p.committed_metadata)
-                    for t in b.topics for p in t.partitions)
-    results = broker.groups.commit_offsets(OffsetCommitRequest(
-        b.group_id, generation, b.member_id, getattr(b, "group_instance_id", None), offsets))
+    results: dict[tuple[str, int], ErrorCode] = {}
+    offsets = []
+    for t in b.topics:
+        for p in t.partitions:
+            missing = broker.partition(t.name, p.partition_index)
+            if isinstance(missing, PartitionError):
+                # As Kafka: checked before the group is, and never committed.
+                results[(t.name, p.partition_index)] = missing.code
+                continue
+            offsets.append(OffsetCommit(t.name, p.partition_index, p.committed_offset,
+                                        int(getattr(p, "committed_leader_epoch", -1)), p.committed_metadata))
+    if offsets:
+        results.update(broker.groups.commit_offsets(OffsetCommitRequest(
+            b.group_id, generation, b.member_id, getattr(b, "group_instance_id", None), tuple(offsets))))
     topics: dict[str, list[dict[str, Any]]] = {}
     for t in b.topics:
         topics[t.name] = [{"partition_index": p.partition_index, "error_code": results[(t.name, p.partition_index)]}

@@ -77,6 +77,9 @@ def append_partition(broker: "BrokerApi", topic_name: str, index: int, records: 
         if any(header.is_control for _pos, header in batches):
             # Only the broker writes transaction markers (Kafka: INVALID_RECORD).
             return _partition_error(index, ErrorCode.invalid_record, "clients may not produce control batches")
+        if any(header.records_count == 0 for _pos, header in batches):
+            # Kafka refuses a batch of no records (INVALID_RECORD): it would take no offset.
+            return _partition_error(index, ErrorCode.invalid_record, "a record batch must hold at least one record")
         info = partition_log.append(records, validated=batches)
     except RecordErrors as exc:
         errors = [(rec, why) for _b, rec, why in exc.errors]

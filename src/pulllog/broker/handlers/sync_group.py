@@ -25,4 +25,6 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
         assignments={a.member_id: bytes(a.assignment) for a in b.assignments}))
     return build(response_class(ApiKey.SYNC_GROUP, ctx.version), {
         "throttle_time": 0, "error_code": result.error, "assignment": result.assignment,
-        "protocol_type": result.protocol_type, "protocol_name": result.protocol_name})
+        # As Kafka: an error answer names no protocol (null, v5+).
+        "protocol_type": result.protocol_type if result.error == 0 else None,
+        "protocol_name": result.protocol_name if result.error == 0 else None})
