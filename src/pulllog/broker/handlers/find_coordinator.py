@@ -1,7 +1,8 @@
 """FindCoordinator (10): on a single broker, this broker coordinates every group.
 
-Transaction coordinators (key type 1) do not exist yet: COORDINATOR_NOT_AVAILABLE, which
-clients treat as retriable. Clients also read FindCoordinator's presence in ApiVersions as
+Transaction coordinators (key type 1) do not exist yet: TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+which librdkafka and the Java client treat as fatal, so a transactional producer fails at
+once with the message instead of retrying COORDINATOR_NOT_AVAILABLE until its own timeout. Clients also read FindCoordinator's presence in ApiVersions as
 a feature flag (librdkafka only compresses with lz4 when the broker serves it).
 """
 
@@ -19,13 +20,15 @@ if TYPE_CHECKING:
     from ..api import BrokerApi
 
 GROUP, TRANSACTION = 0, 1
+NO_TRANSACTIONS = ("pulllog does not support transactions yet: produce without transactional.id "
+                   "(idempotence works without it)")
 
 
 def _answer(broker: "BrokerApi", key: str, key_type: int) -> dict[str, Any]:
     host, port = broker.advertised
     if key_type != GROUP:
-        return {"key": key, "error_code": ErrorCode.coordinator_not_available,
-                "error_message": "transactions are not supported yet", "node_id": -1, "host": "", "port": -1}
+        return {"key": key, "error_code": ErrorCode.transactional_id_authorization_failed,
+                "error_message": NO_TRANSACTIONS, "node_id": -1, "host": "", "port": -1}
     return {"key": key, "error_code": 0, "error_message": None, "node_id": broker.config.node_id,
             "host": host, "port": port}
 

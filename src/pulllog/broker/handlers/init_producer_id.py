@@ -24,8 +24,9 @@ _MAX_EPOCH = 2**15 - 1
 async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     body = ctx.body
     if body.transactional_id is not None:
-        # no transaction coordinator yet (transactions are a later issue)
-        data = {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available,
+        # No transaction coordinator yet: an error clients treat as fatal, not a retriable one
+        # (see find_coordinator.py).
+        data = {"throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed,
                 "producer_id": -1, "producer_epoch": -1}
         return build(response_class(ApiKey.INIT_PRODUCER_ID, ctx.version), data)
     existing = int(getattr(body, "producer_id", -1))
