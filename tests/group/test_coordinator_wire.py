@@ -524,6 +524,7 @@ def test_a_broker_restart_keeps_every_committed_offset(tmp_path: Any) -> None:
     expected: dict[str, dict[tuple[str, int], tuple[int, str | None]]] = {}
     with BrokerThread(data_dir, properties={"offsets.topic.num.partitions": "5"}) as broker:
         create_topic(broker.bootstrap_servers, TOPIC, 3)
+        create_topic(broker.bootstrap_servers, "gone", 1)  # offsets of a missing topic are refused
         (member,), _ = stable_group(broker.port, "active", ["m"])
         for round_ in range(3):  # later commits replace earlier ones
             offsets = {(TOPIC, p): (100 * round_ + p, f"round {round_}") for p in range(3)}

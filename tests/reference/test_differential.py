@@ -62,6 +62,9 @@ _MEMBER_ID = re.compile(r"(wire-test|i-1)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0
 def normalize(value: Any) -> Any:
     if isinstance(value, str) and _MEMBER_ID.fullmatch(value):
         return "<member id>"
+    if dataclasses.is_dataclass(value) and getattr(value, "resource_type", None) == BROKER and value.resource_name:
+        # A broker as a config resource is named by its id (1 on Kafka's side, 0 on pulllog's).
+        value = dataclasses.replace(value, resource_name="<this broker>")
     if dataclasses.is_dataclass(value) and hasattr(value, "records") and hasattr(value, "high_watermark"):
         fields = {f.name: normalize(getattr(value, f.name)) for f in dataclasses.fields(value)
                   if f.name not in _IGNORED and f.name != "records"}
@@ -374,6 +377,25 @@ def node_id(c: WireClient) -> int:
                                        "include_topic_authorized_operations": False}).brokers[0].node_id)
 
 
+def described_when(resource_type: int, name: str, key: str, value: str) -> Callable[[WireClient], Any]:
+    """DescribeConfigs (with synonyms) until ``key`` is ``value``: Kafka applies a dynamic
+    broker config when the broker reads it back from the metadata log, after answering."""
+    def run(c: WireClient) -> Any:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            answer = describe_configs(resource_type, name, [key], synonyms=True)(c)
+            if [e.value for e in answer.results[0].configs] == [value]:
+                return answer
+            time.sleep(0.05)
+        raise AssertionError(f"{key} of {name!r} is not {value} within 30 s")
+    return run
+
+
+def on_this_broker(make: Callable[[str], Callable[[WireClient], Any]]) -> Callable[[WireClient], Any]:
+    """A step about this broker as a config resource (its id as the resource name)."""
+    return lambda c: make(str(node_id(c)))(c)
+
+
 def create_assigned(topic: str, partitions: int) -> Callable[[WireClient], Any]:
     """CreateTopics with a manual replica assignment: every partition on this broker."""
     def run(c: WireClient) -> Any:
@@ -467,6 +489,68 @@ def both(kafka_reference_broker: Any, pulllog_session_broker: Any, build: Callab
     return results[0], results[1]
 
 
+Steps = list[Callable[[WireClient], Any]]
+
+
+def _idempotent_in_sequence_duplicate_gap(t: str) -> Steps:
+    p = Producer()
+    return [created(t), p.init(), p.produce(t, 0), p.produce(t, 2), p.produce(t, 2), p.produce(t, 9),
+            list_offsets(t, 0, -1)]
+
+
+def _idempotent_first_sequence_not_zero(t: str) -> Steps:
+    p = Producer()
+    return [created(t), p.init(), p.produce(t, 5)]
+
+
+def _idempotent_old_epoch(t: str) -> Steps:
+    p = Producer()
+    return [created(t), p.init(), p.produce(t, 0), p.produce(t, 0, epoch_skew=+1), p.produce(t, 2),
+            p.produce(t, 2, epoch_skew=+1)]
+
+
+def _group_lone_member(t: str) -> Steps:
+    m = Member(group_of(t))
+    return [created(t), m.joined(), m.sync(), described_group(m.group), group_listed(m.group, ["Stable"]),
+            m.heartbeat(), m.commit(t, 2), m.leave(), described_group(m.group), group_listed(m.group)]
+
+
+def _group_illegal_generation(t: str) -> Steps:
+    m = Member(group_of(t))
+    return [created(t), m.joined(), m.sync(), m.heartbeat(+1), m.sync(+1), m.commit(t, 1, +1), m.heartbeat(-1)]
+
+
+def _group_unknown_member_syncs(t: str) -> Steps:
+    m = Member(group_of(t))
+    return [m.joined(), Member(m.group, member_id="m", generation=1).sync()]
+
+
+def _group_rebalance_in_progress(t: str) -> Steps:
+    m, other = Member(group_of(t)), Rejoin(Member(group_of(t)))
+    return [created(t), m.joined(), m.sync(), other.start(), m.heartbeat(), described_group(m.group),
+            m.commit(t, 1), m.join(), other.joined(), m.heartbeat()]
+
+
+def _group_fenced_static_member(t: str) -> Steps:
+    m = Member(group_of(t), instance_id="i-1")
+    return [created(t), m.joined(), m.sync(),
+            Member(m.group, instance_id="i-1", member_id="an-old-member-id", generation=1).heartbeat(),
+            Member(m.group, instance_id="i-1", member_id="an-old-member-id").join(),
+            Member(m.group, instance_id="i-1", member_id="an-old-member-id", generation=1).commit(t, 1),
+            m.heartbeat()]
+
+
+def _group_static_member_rejoins(t: str) -> Steps:
+    m = Member(group_of(t), instance_id="i-1")
+    return [created(t), m.joined(), m.sync(), Member(m.group, instance_id="i-1").join(), m.heartbeat()]
+
+
+def _delete_groups_with_members_then_empty(t: str) -> Steps:
+    m = Member(group_of(t))
+    return [m.joined(), m.sync(), call("delete_groups", 2, {"groups_names": [m.group]}), m.leave(),
+            call("delete_groups", 2, {"groups_names": [m.group]}), described_group(m.group)]
+
+
 CASES: dict[str, Callable[[str], list[Callable[[WireClient], Any]]]] = {
     "create: a name with an illegal character": lambda t: [create_topics([(t + "/x", 1)])],
     "create: a name of 250 characters": lambda t: [create_topics([(t + "x" * (250 - len(t)), 1)])],
@@ -485,14 +569,9 @@ CASES: dict[str, Callable[[str], list[Callable[[WireClient], Any]]]] = {
     "produce: to a partition that does not exist": lambda t: [created(t), produce(t, 5, THREE)],
     "produce: a bad CRC": lambda t: [created(t), produce(t, 0, BAD_CRC)],
     "produce: a batch of no records": lambda t: [created(t), produce(t, 0, EMPTY_BATCH)],
-    "idempotent: in sequence, a duplicate, a gap": lambda t: (lambda p: [
-        created(t), p.init(), p.produce(t, 0), p.produce(t, 2), p.produce(t, 2), p.produce(t, 9),
-        list_offsets(t, 0, -1)])(Producer()),
-    "idempotent: a first sequence that is not 0": lambda t: (lambda p: [
-        created(t), p.init(), p.produce(t, 5)])(Producer()),
-    "idempotent: an old epoch after a bump": lambda t: (lambda p: [
-        created(t), p.init(), p.produce(t, 0), p.produce(t, 0, epoch_skew=+1), p.produce(t, 2),
-        p.produce(t, 2, epoch_skew=+1)])(Producer()),
+    "idempotent: in sequence, a duplicate, a gap": _idempotent_in_sequence_duplicate_gap,
+    "idempotent: a first sequence that is not 0": _idempotent_first_sequence_not_zero,
+    "idempotent: an old epoch after a bump": _idempotent_old_epoch,
     "produce: acks=2": lambda t: [created(t), produce(t, 0, THREE, acks=2)],
     "produce: over max.message.bytes": lambda t: [created(t), produce(t, 0, build_batch([(None, b"x" * 1_100_000)]))],
     "produce then fetch": lambda t: [created(t), produce(t, 0, THREE), fetch(t, 0, 0)],
@@ -556,6 +635,27 @@ CASES: dict[str, Callable[[str], list[Callable[[WireClient], Any]]]] = {
     "alter configs: validate_only changes nothing": lambda t: [
         created(t), alter_configs(TOPIC, t, [("retention.ms", 0, "60000")], validate_only=True),
         describe_configs(TOPIC, t, ["retention.ms"])],
+    "alter configs: the cluster-wide default of a broker log config": lambda t: [
+        created(t), alter_configs(BROKER, "", [("log.retention.ms", 0, "3600000")]),
+        described_when(TOPIC, t, "retention.ms", "3600000"),
+        alter_configs(BROKER, "", [("log.retention.ms", 1, None)]),
+        described_when(TOPIC, t, "retention.ms", "604800000")],
+    "alter configs: this broker's log config over the cluster-wide one": lambda t: [
+        created(t), alter_configs(BROKER, "", [("log.segment.bytes", 0, "50000000")]),
+        described_when(TOPIC, t, "segment.bytes", "50000000"),
+        on_this_broker(lambda me: alter_configs(BROKER, me, [("log.segment.bytes", 0, "60000000")])),
+        described_when(TOPIC, t, "segment.bytes", "60000000"),
+        on_this_broker(lambda me: described_when(BROKER, me, "log.segment.bytes", "60000000")),
+        on_this_broker(lambda me: alter_configs(BROKER, me, [("log.segment.bytes", 1, None)])),
+        alter_configs(BROKER, "", [("log.segment.bytes", 1, None)]),
+        described_when(TOPIC, t, "segment.bytes", "1073741824")],
+    "alter configs: a broker config that is not dynamic": lambda t: [
+        alter_configs(BROKER, "", [("log.dirs", 0, "/tmp/elsewhere")])],
+    "alter configs: a broker log config, validate_only": lambda t: [
+        created(t), alter_configs(BROKER, "", [("log.retention.ms", 0, "3600000")], validate_only=True),
+        describe_configs(TOPIC, t, ["retention.ms"], synonyms=True)],
+    "alter configs: a bad value for a broker log config": lambda t: [
+        alter_configs(BROKER, "", [("log.retention.ms", 0, "soon")])],
     "alter configs: an unknown name": lambda t: [created(t), alter_configs(TOPIC, t, [("no.such.config", 0, "1")])],
     "alter configs: a bad value": lambda t: [created(t), alter_configs(TOPIC, t, [("retention.ms", 0, "soon")])],
     "alter configs: an unknown topic": lambda t: [alter_configs(TOPIC, t, [("retention.ms", 0, "1")])],
@@ -573,31 +673,13 @@ CASES: dict[str, Callable[[str], list[Callable[[WireClient], Any]]]] = {
         coordinator(group_of(t)), created(t), simple_commit(group_of(t), t),
         call("offset_delete", 0, {"group_id": group_of(t), "topics": [{"name": t, "partitions": [{"partition_index": 0}]}]}),
         call("offset_fetch", 8, {"groups": [{"group_id": group_of(t), "topics": None}], "require_stable": False})],
-    "group: a lone member joins, syncs, heartbeats, commits, leaves": lambda t: (lambda m: [
-        created(t), m.joined(), m.sync(),
-        described_group(m.group), group_listed(m.group, ["Stable"]), m.heartbeat(), m.commit(t, 2),
-        m.leave(), described_group(m.group), group_listed(m.group)])(Member(group_of(t))),
-    "group: illegal generation": lambda t: (lambda m: [
-        created(t), m.joined(), m.sync(), m.heartbeat(+1), m.sync(+1), m.commit(t, 1, +1),
-        m.heartbeat(-1)])(Member(group_of(t))),
-    "group: sync before the join completes for an unknown member": lambda t: (lambda m: [
-        m.joined(), Member(m.group, member_id="m").sync(1)])(Member(group_of(t))),
-    "group: rebalance in progress": lambda t: (lambda m, r: [
-        created(t), m.joined(), m.sync(), r.start(), m.heartbeat(), described_group(m.group),
-        m.commit(t, 1), m.join(), r.joined(), m.heartbeat()])(
-            Member(group_of(t)), Rejoin(Member(group_of(t)))),
-    "group: fenced static member": lambda t: (lambda m: [
-        created(t), m.joined(), m.sync(),
-        Member(m.group, instance_id="i-1", member_id="an-old-member-id", generation=1).heartbeat(),
-        Member(m.group, instance_id="i-1", member_id="an-old-member-id").join(),
-        Member(m.group, instance_id="i-1", member_id="an-old-member-id", generation=1).commit(t, 1),
-        m.heartbeat()])(Member(group_of(t), instance_id="i-1")),
-    "group: a static member rejoins with a new member id": lambda t: (lambda m: [
-        created(t), m.joined(), m.sync(), Member(m.group, instance_id="i-1").join(), m.heartbeat()])(
-            Member(group_of(t), instance_id="i-1")),
-    "delete groups: a group with members, then empty": lambda t: (lambda m: [
-        m.joined(), m.sync(), call("delete_groups", 2, {"groups_names": [m.group]}), m.leave(),
-        call("delete_groups", 2, {"groups_names": [m.group]}), described_group(m.group)])(Member(group_of(t))),
+    "group: a lone member joins, syncs, heartbeats, commits, leaves": _group_lone_member,
+    "group: illegal generation": _group_illegal_generation,
+    "group: sync by an unknown member of a live group": _group_unknown_member_syncs,
+    "group: rebalance in progress": _group_rebalance_in_progress,
+    "group: fenced static member": _group_fenced_static_member,
+    "group: a static member rejoins with a new member id": _group_static_member_rejoins,
+    "delete groups: a group with members, then empty": _delete_groups_with_members_then_empty,
     "heartbeat: unknown group": lambda t: [coordinator(group_of(t)),
                                            Member(group_of(t), member_id="m", generation=1).heartbeat()],
     "sync: unknown member": lambda t: [coordinator(group_of(t)), Member(group_of(t), member_id="m", generation=1).sync()],

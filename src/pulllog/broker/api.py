@@ -68,6 +68,15 @@ class TopicCatalog(Protocol):
     def alter_config(self, name: str, overrides: Mapping[str, str], *,
                      validate_only: bool = False) -> "LogConfig": ...
 
+    defaults: "LogConfig"
+    """The log defaults in force: server.properties under the dynamic broker configs."""
+    dynamic: dict[str, dict[str, str]]
+    """Dynamic broker configs by entity: this broker's id, or "" for the cluster default."""
+
+    def alter_broker_config(self, entity: str, values: Mapping[str, str], *, validate_only: bool = False) -> None:
+        """Replace ``entity``'s dynamic broker configs (ConfigError when one is not dynamic or invalid)."""
+        ...
+
 
 class GroupCoordinatorApi(Protocol):
     """The group coordinator, as handlers see it (``pulllog.group.coordinator.GroupCoordinator``)."""

@@ -19,11 +19,12 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from ..log.config import ConfigError, LogConfig
 
-__all__ = ["KAFKA_DEFAULTS", "KNOWN_NAMES", "BrokerConfig", "ConfigError", "IgnoredSetting", "parse_properties", "parse_hostport"]
+__all__ = ["KAFKA_DEFAULTS", "KNOWN_NAMES", "LOG_DEFAULT_NAMES", "BrokerConfig", "ConfigError", "IgnoredSetting", "parse_properties", "parse_hostport"]
 
 # broker name -> topic (LogConfig) name
 _LOG_DEFAULTS = {
@@ -45,6 +46,9 @@ _LOG_DEFAULTS = {
     "log.segment.delete.delay.ms": "file.delete.delay.ms",
     "min.insync.replicas": "min.insync.replicas",
 }
+# The broker log defaults that (Incremental)AlterConfigs may change at run time (Kafka's
+# dynamic broker configs that pulllog implements), broker name -> topic config name.
+LOG_DEFAULT_NAMES: Mapping[str, str] = MappingProxyType(_LOG_DEFAULTS)
 _HOURS = {"log.retention.hours": "retention.ms", "log.roll.hours": "segment.ms"}
 _MINUTES = {"log.retention.minutes": "retention.ms"}
 

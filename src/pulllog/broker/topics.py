@@ -3,6 +3,8 @@
 On disk, under the data directory::
 
     meta.properties                 cluster.id and node.id (as Kafka's)
+    dynamic-broker-configs.json     {"<node id>": {...}, "": {...}}: broker-level log defaults set
+                                    with (Incremental)AlterConfigs, per broker and cluster-wide
     topics/<topic>.json             {"topic_id": uuid, "partitions": n, "configs": {...}}
     <topic>-<partition>/            each partition's log (see pulllog.log.log)
 
@@ -32,6 +34,7 @@ from kio.schema.errors import ErrorCode
 from ..log import Log, LogConfig
 from ..log.config import ConfigError
 from ..log.log import wall_clock_ms
+from .config import LOG_DEFAULT_NAMES
 
 __all__ = [
     "InvalidTopicError",
@@ -117,6 +120,10 @@ class TopicManager:
         clock: Callable[[], int] = wall_clock_ms,
     ) -> None:
         self.data_dir = data_dir
+        self.static_defaults = defaults
+        """The log defaults from server.properties (or code), under any dynamic ones."""
+        self.dynamic: dict[str, dict[str, str]] = {}
+        """Dynamic broker configs by entity: this broker's id, or "" for the cluster default."""
         self.defaults = defaults
         self.clock = clock
         self.node_id = node_id
@@ -132,6 +139,10 @@ class TopicManager:
         self._meta_dir.mkdir(exist_ok=True)
         self.cluster_id = self._load_cluster_id()
         report: list[str] = []
+        try:
+            self._load_dynamic()
+        except (OSError, ValueError, ConfigError) as exc:
+            report.append(f"{self._dynamic_path.name}: ignored, cannot load dynamic broker configs ({exc})")
         for meta in sorted(self._meta_dir.glob("*.json")):
             try:
                 info = json.loads(meta.read_text())
@@ -272,6 +283,50 @@ class TopicManager:
         for partition in topic.partitions:
             partition.log.update_config(config)
         return config
+
+    # ------------------------------------------------------------------ dynamic broker configs
+
+    @property
+    def _dynamic_path(self) -> Path:
+        return self.data_dir / "dynamic-broker-configs.json"
+
+    def _load_dynamic(self) -> None:
+        if not self._dynamic_path.exists():
+            return
+        raw = json.loads(self._dynamic_path.read_text())
+        dynamic = {str(entity): {str(k): str(v) for k, v in values.items()} for entity, values in raw.items()}
+        self.defaults = self._defaults_with(dynamic)
+        self.dynamic = dynamic
+
+    def _defaults_with(self, dynamic: Mapping[str, Mapping[str, str]]) -> LogConfig:
+        """The log defaults: static, then the cluster-wide dynamic ones, then this broker's."""
+        values: dict[str, str] = {}
+        for entity in ("", str(self.node_id)):
+            for name, value in dynamic.get(entity, {}).items():
+                values[LOG_DEFAULT_NAMES[name]] = value
+        return LogConfig.from_kafka(values, self.static_defaults)
+
+    def alter_broker_config(self, entity: str, values: Mapping[str, str], *, validate_only: bool = False) -> None:
+        """Replace the dynamic broker configs of ``entity`` (this broker's id, or "" for the
+        cluster default); every topic's config follows at once where it has no override of
+        its own. Names are broker-level log defaults (LOG_DEFAULT_NAMES)."""
+        unknown = sorted(set(values) - set(LOG_DEFAULT_NAMES))
+        if unknown:
+            raise ConfigError(f"{', '.join(unknown)}: not a dynamic broker config in pulllog; "
+                              f"dynamic: {', '.join(sorted(LOG_DEFAULT_NAMES))}")
+        dynamic = {**self.dynamic, entity: {str(k): str(v) for k, v in values.items()}}
+        defaults = self._defaults_with(dynamic)
+        configs = {name: LogConfig.from_kafka(topic.overrides, defaults) for name, topic in self.topics.items()}
+        if validate_only:
+            return
+        _atomic_write(self._dynamic_path, json.dumps({k: v for k, v in dynamic.items() if v}, indent=1, sort_keys=True))
+        self.dynamic = {k: v for k, v in dynamic.items() if v}
+        self.defaults = defaults
+        for name, config in configs.items():
+            topic = self.topics[name]
+            topic.config = config
+            for partition in topic.partitions:
+                partition.log.update_config(config)
 
     def _write_meta(self, topic: Topic, partitions: int) -> None:
         info = {"topic_id": str(topic.topic_id), "partitions": partitions, "configs": topic.overrides}

@@ -1,6 +1,10 @@
 """DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44) for topics and
-the broker. Topic config changes take effect at once on every partition's log; broker
-configs are read-only here (they come from server.properties and the command line)."""
+the broker. Topic config changes take effect at once on every partition's log. Broker
+configs come from server.properties and the command line; the broker-level log defaults
+(Kafka's dynamic broker configs that pulllog implements) may also be set at run time, for
+this broker (resource name: its id) or cluster-wide (resource name ""), and then apply at
+once to every topic without an override of its own. Precedence, as Kafka's: topic override,
+this broker's dynamic config, the cluster-wide dynamic default, server.properties, default."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from kio.schema.errors import ErrorCode
 from ...log import ConfigError, LogConfig
 from ...net.apis import ApiKey
 from ...net.build import build, response_class
+from ..config import LOG_DEFAULT_NAMES
 from ..topics import UnknownTopicError
 from . import RequestContext, handler
 
@@ -19,7 +24,8 @@ if TYPE_CHECKING:
 
 TOPIC, BROKER = 2, 4
 # DescribeConfigs config sources
-DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
+DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 1, 2, 3
+STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 4, 5
 # IncrementalAlterConfigs operations
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 # config_type (KIP-569): the wire ids of Kafka's DescribeConfigsResponse.ConfigType.
@@ -74,15 +80,35 @@ BROKER_SYNONYMS: dict[str, str] = {
 _NO_BROKER_DEFAULT = frozenset({"segment.ms", "flush.ms", "retention.ms"})
 
 
+# What Kafka lists last for these when any other synonym is listed: the hours setting their
+# milliseconds fall back to (its default).
+_HOURS_FALLBACK = {"retention.ms": "log.retention.hours", "segment.ms": "log.roll.hours"}
+
+
 def topic_synonyms(broker: "BrokerApi", name: str, value: str, source: int) -> list[dict[str, Any]]:
     """Where a topic config's value comes from, most specific first: the topic's override,
-    then the broker's setting from server.properties, then Kafka's default."""
+    then the broker's dynamic settings, its setting from server.properties, Kafka's default."""
     out = []
     if source == DYNAMIC_TOPIC_CONFIG:
         out.append({"name": name, "value": value, "source": DYNAMIC_TOPIC_CONFIG})
     broker_name = BROKER_SYNONYMS.get(name)
     if broker_name is None:
         return out
+    out += broker_synonyms(broker, broker_name, name)
+    if out and name in _HOURS_FALLBACK:
+        out.append({"name": _HOURS_FALLBACK[name], "value": "168", "source": DEFAULT_CONFIG})
+    return out
+
+
+def broker_synonyms(broker: "BrokerApi", broker_name: str, topic_name: str) -> list[dict[str, Any]]:
+    """A broker-level log default's values, most specific first: this broker's dynamic
+    setting, the cluster-wide one, server.properties, Kafka's default (when it has one)."""
+    name = topic_name
+    out = []
+    for entity, level in ((str(broker.config.node_id), DYNAMIC_BROKER_CONFIG), ("", DYNAMIC_DEFAULT_BROKER_CONFIG)):
+        dynamic = broker.topics.dynamic.get(entity, {}).get(broker_name)
+        if dynamic is not None:
+            out.append({"name": broker_name, "value": dynamic, "source": level})
     kafka_default = LogConfig().to_kafka().get(name)
     configured = broker.config.log_defaults.to_kafka().get(name)
     if configured is not None and configured != kafka_default:
@@ -96,18 +122,44 @@ def config_type(name: str) -> int:
     return CONFIG_TYPES.get(name, UNKNOWN)
 
 
+def _dynamic_source(broker: "BrokerApi", broker_name: str | None) -> int | None:
+    """Where a broker-level log default comes from when it was set at run time, else None."""
+    if broker_name is None:
+        return None
+    if broker_name in broker.topics.dynamic.get(str(broker.config.node_id), {}):
+        return DYNAMIC_BROKER_CONFIG
+    if broker_name in broker.topics.dynamic.get("", {}):
+        return DYNAMIC_DEFAULT_BROKER_CONFIG
+    return None
+
+
 def topic_config_entries(broker: "BrokerApi", config: LogConfig, overridden: set[str]) -> list[dict[str, Any]]:
     defaults = broker.config.log_defaults.to_kafka()
     out = []
     for name, value in config.to_kafka().items():
+        dynamic = _dynamic_source(broker, BROKER_SYNONYMS.get(name))
         if name in overridden:
             source = DYNAMIC_TOPIC_CONFIG
+        elif dynamic is not None:
+            source = dynamic
         elif value != LogConfig().to_kafka()[name] or defaults[name] != LogConfig().to_kafka()[name]:
             source = STATIC_BROKER_CONFIG
         else:
             source = DEFAULT_CONFIG
         out.append({"name": name, "value": value, "config_source": source})
     return out
+
+
+def _broker_entries(broker: "BrokerApi", described: dict[str, str]) -> list[dict[str, Any]]:
+    """The broker's configs with the values in force: a dynamic one over server.properties."""
+    entries = []
+    for name, value in described.items():
+        source = _dynamic_source(broker, name) if name in LOG_DEFAULT_NAMES else None
+        if source is not None:
+            entity = str(broker.config.node_id) if source == DYNAMIC_BROKER_CONFIG else ""
+            value = broker.topics.dynamic[entity][name]
+        entries.append({"name": name, "value": value, "config_source": source or STATIC_BROKER_CONFIG})
+    return entries
 
 
 def _describe_one(broker: "BrokerApi", r: Any, include_synonyms: bool) -> dict[str, Any]:
@@ -127,7 +179,7 @@ def _describe_one(broker: "BrokerApi", r: Any, include_synonyms: bool) -> dict[s
         # the port actually bound (port 0 means "any free port")
         described["listeners"] = f"PLAINTEXT://{broker.config.host}:{broker.port}"
         described["advertised.listeners"] = "PLAINTEXT://%s:%d" % broker.advertised
-        entries = [{"name": k, "value": v, "config_source": STATIC_BROKER_CONFIG} for k, v in described.items()]
+        entries = _broker_entries(broker, described)
     else:
         return {**base, "error_code": ErrorCode.invalid_request,
                 "error_message": f"resource type {r.resource_type} is not supported", "configs": []}
@@ -137,11 +189,14 @@ def _describe_one(broker: "BrokerApi", r: Any, include_synonyms: bool) -> dict[s
             continue
         name, value, source = e["name"], e["value"], e["config_source"]
         synonyms: list[dict[str, Any]] = []
-        if include_synonyms:
-            synonyms = (topic_synonyms(broker, name, value, source) if r.resource_type == TOPIC
-                        else [{"name": name, "value": value, "source": source}])
+        if include_synonyms and r.resource_type == TOPIC:
+            synonyms = topic_synonyms(broker, name, value, source)
+        elif include_synonyms and name in LOG_DEFAULT_NAMES:
+            synonyms = broker_synonyms(broker, name, LOG_DEFAULT_NAMES[name])
+        elif include_synonyms:
+            synonyms = [{"name": name, "value": value, "source": source}]
         configs.append({
-            "name": name, "value": value, "read_only": r.resource_type == BROKER,
+            "name": name, "value": value, "read_only": r.resource_type == BROKER and name not in LOG_DEFAULT_NAMES,
             "is_default": source == DEFAULT_CONFIG, "config_source": source,
             "is_sensitive": False, "synonyms": synonyms, "config_type": config_type(name), "documentation": None,
         })
@@ -158,8 +213,7 @@ async def describe(broker: "BrokerApi", ctx: RequestContext) -> Any:
 def _alter(broker: "BrokerApi", r: Any, new: dict[str, str], validate_only: bool) -> dict[str, Any]:
     base = {"resource_type": r.resource_type, "resource_name": r.resource_name}
     if r.resource_type == BROKER:
-        return {**base, "error_code": ErrorCode.invalid_request,
-                "error_message": "broker configs are static in pulllog: edit server.properties and restart"}
+        return _alter_broker(broker, r, new, validate_only)
     if r.resource_type != TOPIC:
         return {**base, "error_code": ErrorCode.invalid_request,
                 "error_message": f"resource type {r.resource_type} is not supported"}
@@ -169,6 +223,26 @@ def _alter(broker: "BrokerApi", r: Any, new: dict[str, str], validate_only: bool
         return {**base, "error_code": ErrorCode.unknown_topic_or_partition, "error_message": str(exc)}
     except ConfigError as exc:
         return {**base, "error_code": ErrorCode.invalid_config, "error_message": str(exc)}
+    return {**base, "error_code": 0, "error_message": None}
+
+
+def _alter_broker(broker: "BrokerApi", r: Any, new: dict[str, str], validate_only: bool) -> dict[str, Any]:
+    base = {"resource_type": r.resource_type, "resource_name": r.resource_name}
+    if r.resource_name not in ("", str(broker.config.node_id)):
+        return {**base, "error_code": ErrorCode.invalid_request,
+                "error_message": f"this is broker {broker.config.node_id}, not {r.resource_name}; "
+                                 "name it, or \"\" for the cluster-wide default"}
+    static = sorted(set(new) - set(LOG_DEFAULT_NAMES))
+    if static:
+        # As Kafka: a config that cannot change at run time is an invalid request.
+        return {**base, "error_code": ErrorCode.invalid_request,
+                "error_message": f"{', '.join(static)}: cannot be changed at run time; set it in server.properties "
+                                 f"and restart (dynamic: {', '.join(sorted(LOG_DEFAULT_NAMES))})"}
+    try:
+        broker.topics.alter_broker_config(r.resource_name, new, validate_only=validate_only)
+    except ConfigError as exc:
+        # Kafka answers a bad broker config value INVALID_REQUEST (a topic's: INVALID_CONFIG).
+        return {**base, "error_code": ErrorCode.invalid_request, "error_message": str(exc)}
     return {**base, "error_code": 0, "error_message": None}
 
 
@@ -190,6 +264,8 @@ async def incremental_alter(broker: "BrokerApi", ctx: RequestContext) -> Any:
         topic = broker.topics.find(r.resource_name) if r.resource_type == TOPIC else None
         if topic is not None:
             current = dict(topic.overrides)
+        if r.resource_type == BROKER:
+            current = dict(broker.topics.dynamic.get(r.resource_name, {}))
         error = None
         code = ErrorCode.invalid_config
         for c in r.configs:
@@ -201,12 +277,10 @@ async def incremental_alter(broker: "BrokerApi", ctx: RequestContext) -> Any:
             elif c.config_operation == DELETE:
                 current.pop(c.name, None)
             elif c.config_operation in (APPEND, SUBTRACT):
-                if c.name != "cleanup.policy":
+                if c.name not in ("cleanup.policy", "log.cleanup.policy"):
                     error = f"{c.name} is not a list config; APPEND and SUBTRACT apply to list configs only"
                     break
-                existing = broker.topics.find(r.resource_name)
-                base_value = current.get(c.name) or (
-                    existing.config.cleanup_policy if existing is not None else "delete")
+                base_value = current.get(c.name) or (topic.config if topic is not None else broker.topics.defaults).cleanup_policy
                 items = [x for x in base_value.split(",") if x]
                 for item in (c.value or "").split(","):
                     if c.config_operation == APPEND and item and item not in items:
