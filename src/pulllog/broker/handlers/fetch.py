@@ -104,8 +104,10 @@ def read_partitions(broker: "BrokerApi", topics: Any, max_bytes: int, isolation:
                 elif p.fetch_offset < log.log_start_offset or p.fetch_offset > log.log_end_offset:
                     raise OffsetOutOfRangeError(p.fetch_offset, log.log_start_offset, log.log_end_offset)
             except OffsetOutOfRangeError:
-                # Kafka answers no offsets at all (-1) here; the consumer asks ListOffsets to reset.
-                parts.append(FetchPartitionResponse(index, ErrorCode.offset_out_of_range.value, records=b""))
+                # Kafka answers -1 for the offsets here. pulllog gives the real ones, so that its
+                # consumer names the valid range without another request (README: differences).
+                parts.append(FetchPartitionResponse(index, ErrorCode.offset_out_of_range.value, hw, lso,
+                                                    log.log_start_offset, aborted, records=b""))
                 continue
             records: bytes | FileSlice = b""
             if piece is not None:
