@@ -340,7 +340,9 @@ def test_admin_describe_configs_of_the_broker_are_read_only(pulllog_broker, admi
     resource = ConfigResource(ConfigResourceType.BROKER, "0")
     configs = admin.describe_configs([resource], config_filter="all")["broker"]["0"]
     assert configs["num.partitions"]["value"] == "1"
-    assert all(c["read_only"] and c["config_source"] == "STATIC_BROKER_CONFIG" for c in configs.values())
+    assert all(c["config_source"] == "STATIC_BROKER_CONFIG" for c in configs.values())
+    # read-only but for the dynamic broker configs pulllog implements: the broker log defaults
+    assert configs["log.dirs"]["read_only"] and not configs["log.retention.ms"]["read_only"]
 
 
 def test_admin_create_partitions_then_produce_to_a_new_partition(pulllog_broker, admin) -> None:

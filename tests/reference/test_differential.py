@@ -259,6 +259,10 @@ class Member:
         def run(c: WireClient) -> Any:
             coordinator(self.group)(c)
             answers = [self.join()(c)]
+            deadline = time.monotonic() + 30
+            while answers[-1].error_code == 14 and time.monotonic() < deadline:  # COORDINATOR_LOAD_IN_PROGRESS
+                time.sleep(0.05)
+                answers = [self.join()(c)]
             if answers[-1].error_code == 79:
                 answers.append(self.join()(c))
             return answers
