@@ -260,7 +260,9 @@ class Member:
             coordinator(self.group)(c)
             answers = [self.join()(c)]
             deadline = time.monotonic() + 30
-            while answers[-1].error_code == 14 and time.monotonic() < deadline:  # COORDINATOR_LOAD_IN_PROGRESS
+            # COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR: the group's offsets partition is
+            # still loading on a fresh broker; clients retry both.
+            while answers[-1].error_code in (14, 16) and time.monotonic() < deadline:
                 time.sleep(0.05)
                 answers = [self.join()(c)]
             if answers[-1].error_code == 79:
