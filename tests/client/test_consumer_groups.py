@@ -715,3 +715,29 @@ async def test_without_a_crash_a_rebalance_hands_no_record_out_twice(pulllog_bro
     handed_out = consumed.by_member["iterating"] + consumed.by_member["second"]
     assert len(handed_out) == len(set(handed_out)) == len(everything)
     assert consumed.by_member["second"], "the second member got a partition"
+
+
+async def test_a_consumer_whose_task_is_cancelled_leaves_its_group_at_once(pulllog_broker: BrokerThread) -> None:
+    """Ctrl-C under asyncio.run cancels the task that runs ``async with Consumer``: closing must
+    still send LeaveGroup, so the group rebalances now and not a session timeout (45 s) later."""
+    from waits import group_members, group_state, wait_until
+
+    bootstrap = pulllog_broker.bootstrap_servers
+    create_topic(bootstrap, "cancelled-member", 2)
+    joined = asyncio.Event()
+
+    async def member() -> None:
+        async with Consumer(bootstrap, group_id="cancelled-g", auto_offset_reset="earliest") as consumer:
+            consumer.subscribe(["cancelled-member"])
+            joined.set()
+            async for _ in consumer:
+                pass
+
+    task = asyncio.create_task(member())
+    await joined.wait()
+    await wait_until(lambda: group_state(pulllog_broker, "cancelled-g") == "Stable", "the member joined")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert group_members(pulllog_broker, "cancelled-g") == 0
+    assert group_state(pulllog_broker, "cancelled-g") == "Empty"

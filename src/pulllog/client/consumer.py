@@ -267,11 +267,16 @@ class Consumer:
             if self._membership is not None:
                 self._ack(None)  # closing: the application is done with what it read
                 try:
-                    await _cancel_and_join(self._group_task)
+                    cancelled = await _join_even_if_cancelled(self._group_task)
                     self._group_task = None
+                    # Leave even when the caller is being cancelled (Ctrl-C under asyncio.run, a
+                    # task group ending): as Kafka's clients do on close, so the group rebalances
+                    # now, not a session timeout later. The cancellation goes on below.
                     await self._membership.leave("the consumer is closing")
                 finally:
                     await self._membership.close()
+                if cancelled:
+                    raise asyncio.CancelledError
             if self._tasks is not None:
                 await self._tasks.aclose()
         finally:
@@ -705,6 +710,23 @@ class _GroupHost:
 
     def spawn(self, work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         return self._consumer._spawn(work, name)
+
+
+async def _join_even_if_cancelled(task: asyncio.Task[Any] | None) -> bool:
+    """Cancel a task the consumer owns and wait until it has ended, even when the caller is
+    being cancelled meanwhile; returns True if the caller's cancellation was caught here (the
+    caller must raise it once it has finished closing)."""
+    if task is None:
+        return False
+    task.cancel()
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError:
+            cancelled = True
+    current = asyncio.current_task()
+    return cancelled or bool(current is not None and current.cancelling())
 
 
 async def _cancel_and_join(task: asyncio.Task[Any] | None) -> None:
