@@ -71,7 +71,7 @@ from .membership import (
     resolve_assignors,
 )
 from .subscription_state import PartitionState, SubscriptionState
-from .task_scope import TaskScope
+from .task_scope import TaskScope, cancel_and_join
 from .types import ConsumerRecord, TopicPartition
 
 __all__ = [
@@ -327,7 +327,7 @@ class Consumer:
             subscriptions.unsubscribe()
             return
         self._ack(None)
-        await _cancel_and_join(self._group_task)
+        await cancel_and_join(self._group_task)
         self._group_task = None
         try:
             await membership.leave("the consumer unsubscribed")
@@ -727,17 +727,3 @@ async def _join_even_if_cancelled(task: asyncio.Task[Any] | None) -> bool:
             cancelled = True
     current = asyncio.current_task()
     return cancelled or bool(current is not None and current.cancelling())
-
-
-async def _cancel_and_join(task: asyncio.Task[Any] | None) -> None:
-    """Cancel a task the consumer owns and wait for it to end; re-raise only if the caller
-    itself is being cancelled."""
-    if task is None:
-        return
-    task.cancel()
-    try:
-        await task
-    except asyncio.CancelledError:
-        current = asyncio.current_task()
-        if current is not None and current.cancelling():
-            raise

@@ -23,7 +23,7 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["TaskScope"]
+__all__ = ["TaskScope", "cancel_and_join"]
 
 T = TypeVar("T")
 
@@ -72,12 +72,18 @@ class TaskScope:
         being cancelled. Idempotent."""
         self._closed = True
         task, self._supervisor = self._supervisor, None
-        if task is None:
-            return
-        task.cancel()
-        try:
-            await task
-        except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if current is not None and current.cancelling():
-                raise
+        await cancel_and_join(task)
+
+
+async def cancel_and_join(task: asyncio.Task[Any] | None) -> None:
+    """Cancel ``task`` and wait for it to end; re-raise only if the caller itself is being
+    cancelled (the task's own CancelledError is the expected end)."""
+    if task is None:
+        return
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise
