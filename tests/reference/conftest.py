@@ -40,3 +40,14 @@ def pulllog_session_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator
         yield broker
     finally:
         broker.stop()
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread]:
+    """A pulllog broker per test module for Kafka's Java client and tools (which need the jars)."""
+    why = kafka_reference.missing_tools()
+    if why:
+        pytest.skip(why)
+    kafka_reference.fetch_jars()
+    with BrokerThread(tmp_path_factory.mktemp("pulllog-for-java")) as b:
+        yield b

@@ -8,7 +8,6 @@ jars; it prints one line per fact, which these tests read.
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import kafka_reference
@@ -19,15 +18,6 @@ from pulllog.testing import BrokerThread
 
 CLIENT_CHECK = Path(__file__).parent / "java" / "ClientCheck.java"
 
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread]:
-    why = kafka_reference.missing_tools()
-    if why:
-        pytest.skip(why)
-    kafka_reference.fetch_jars()
-    with BrokerThread(tmp_path_factory.mktemp("java")) as b:
-        yield b
 
 
 def client_check(*args: str) -> list[str]:

@@ -10,11 +10,9 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import kafka_reference
-import pytest
 
 from pulllog.testing import BrokerThread
 
@@ -28,15 +26,6 @@ DELETE_RECORDS = "org.apache.kafka.tools.DeleteRecordsCommand"
 PRODUCER_PERF = "org.apache.kafka.tools.ProducerPerformance"
 CONSUMER_PERF = "org.apache.kafka.tools.ConsumerPerformance"
 
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread]:
-    why = kafka_reference.missing_tools()
-    if why:
-        pytest.skip(why)
-    kafka_reference.fetch_jars()
-    with BrokerThread(tmp_path_factory.mktemp("tools")) as b:
-        yield b
 
 
 def tool(main_class: str, *args: str, stdin: str | None = None) -> str:
