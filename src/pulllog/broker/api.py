@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from ..log import Log, LogConfig
     from ..purgatory import DelayedOperation
     from .config import BrokerConfig
-    from .topics import PartitionError, Topic
+    from .topics import OfflineTopic, PartitionError, Topic
 
 __all__ = ["BrokerApi", "GroupCoordinatorApi", "TopicCatalog"]
 
@@ -58,6 +58,9 @@ class TopicCatalog(Protocol):
     def by_id(self, topic_id: uuid.UUID) -> "Topic | None": ...
 
     def names(self) -> list[str]: ...
+
+    offline: "dict[str, OfflineTopic]"
+    """Topics on disk that could not be opened at start (a degraded start): never re-created."""
 
     def check_new_topic(self, name: str, partitions: int, configs: Mapping[str, str]) -> "LogConfig": ...
 

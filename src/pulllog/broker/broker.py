@@ -10,7 +10,9 @@ As a service: ``pulllog serve`` runs :meth:`Broker.serve` until SIGINT / SIGTERM
 Lifecycle (structured: one ``asyncio.TaskGroup`` owns every task the broker starts, and
 leaving ``async with Broker()`` joins them all):
 
-1. load topics, running log recovery where a partition was not shut down cleanly;
+1. lock the data directory (``.lock``: a second broker on it is refused before it reads
+   anything), then load topics, running log recovery where a partition was not shut down
+   cleanly; a topic that cannot be opened stops the start (see broker/topics.py);
 2. listen, enter the task group and start in it the purgatory drivers, the housekeeping
    loop (flush.ms, retention) and the shutdown task, and start the log cleaner's thread
    (compaction, see log/cleaner.py); each accepted connection's
@@ -43,6 +45,7 @@ from ..net.protocol import RequestDecoder
 from .config import BrokerConfig
 from .faults import Faults
 from .handlers import registry
+from .lock import DataDirLock
 from ..purgatory.delayed import DelayedOperationPurgatory
 from .server import Connection
 from .topics import Topic, TopicManager
@@ -75,6 +78,7 @@ class Broker:
             changes["port"] = port
         self.config: BrokerConfig = replace(cfg, **changes) if changes else cfg
         self.topics = TopicManager(self.config.data_dir, self.config.log_defaults, node_id=self.config.node_id)
+        self.data_dir_lock = DataDirLock(self.config.data_dir)
         self.fetch_purgatory: DelayedOperationPurgatory[Any, Any] = DelayedOperationPurgatory("Fetch")
         self.group_purgatory: DelayedOperationPurgatory[Any, Any] = DelayedOperationPurgatory("Rebalance")
         self.groups = GroupCoordinator(
@@ -186,10 +190,18 @@ class Broker:
     async def _start(self) -> None:
         if self._task_group is not None:
             raise RuntimeError("this broker already ran; create a new Broker to start another")
-        self.recovery_report = self.topics.load()
-        for line in self.recovery_report:
-            log.warning("recovery: %s", line)
-        loaded = self.groups.load()
+        # Before anything under the data directory is read or written: a second broker on a
+        # live directory must not run recovery on logs the first one is appending to.
+        self.data_dir_lock.acquire()
+        try:
+            self.recovery_report = self.topics.load(offline_ok=self.config.start_with_offline_partitions)
+            for line in self.recovery_report:
+                log.warning("recovery: %s", line)
+            loaded = self.groups.load()
+        except BaseException:
+            self.topics.close()
+            self.data_dir_lock.release()
+            raise
         if loaded:
             log.info("loaded %d consumer group(s) from __consumer_offsets", loaded)
         loop = asyncio.get_running_loop()
@@ -199,6 +211,7 @@ class Broker:
             )
         except OSError as exc:
             self.topics.close()
+            self.data_dir_lock.release()
             raise OSError(
                 exc.errno,
                 f"cannot listen on {self.config.host}:{self.config.port}: {exc.strerror}; "
@@ -279,6 +292,7 @@ class Broker:
         if self.cleaner is not None:
             self.cleaner.shutdown()  # waits for one batch at most; a pending swap is cancelled
         self.topics.close()  # flush every log and write its clean-shutdown marker
+        self.data_dir_lock.release()
         log.info("pulllog broker %d stopped cleanly", self.config.node_id)
 
     # ------------------------------------------------------------------ housekeeping

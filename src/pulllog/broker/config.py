@@ -224,7 +224,7 @@ _OWN = (
     "queued.max.requests", "log.retention.check.interval.ms", "log.flush.scheduler.interval.ms",
     "log.cleaner.backoff.ms", "offsets.topic.num.partitions", "offsets.retention.minutes",
     "offsets.retention.check.interval.ms", "producer.id.expiration.ms", "producer.id.expiration.check.interval.ms",
-    "group.initial.rebalance.delay.ms",
+    "group.initial.rebalance.delay.ms", "start.with.offline.partitions",
 )
 KNOWN_NAMES: frozenset[str] = frozenset((*_LOG_DEFAULTS, *_HOURS, *_MINUTES, *_OWN, *_IGNORED))
 
@@ -269,6 +269,9 @@ class BrokerConfig:
     num_partitions: int = 1
     default_replication_factor: int = 1
     auto_create_topics: bool = True
+    # pulllog's own: a topic that cannot be opened at start stops the start (Kafka's rule for
+    # a broker with one log dir), unless this is true: then it is served offline instead.
+    start_with_offline_partitions: bool = False
     socket_request_max_bytes: int = 104857600
     max_connections: int = 2**31 - 1
     queued_max_requests: int = 500  # per connection: frames read ahead before reading pauses
@@ -350,6 +353,8 @@ class BrokerConfig:
                 kw["default_replication_factor"] = _int(name, raw, 1, 32767)
             elif name == "auto.create.topics.enable":
                 kw["auto_create_topics"] = _bool(name, raw)
+            elif name == "start.with.offline.partitions":
+                kw["start_with_offline_partitions"] = _bool(name, raw)
             elif name == "socket.request.max.bytes":
                 kw["socket_request_max_bytes"] = _int(name, raw, 1024, 2**31 - 1)
             elif name == "max.connections":
@@ -392,6 +397,7 @@ class BrokerConfig:
             "num.partitions": str(self.num_partitions),
             "default.replication.factor": str(self.default_replication_factor),
             "auto.create.topics.enable": str(self.auto_create_topics).lower(),
+            "start.with.offline.partitions": str(self.start_with_offline_partitions).lower(),
             "socket.request.max.bytes": str(self.socket_request_max_bytes),
             "max.connections": str(self.max_connections),
             "queued.max.requests": str(self.queued_max_requests),

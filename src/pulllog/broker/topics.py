@@ -12,6 +12,16 @@ The topic file is written (atomically: temp file + rename) before the partition
 directories it describes, so a crash leaves either no topic or a topic whose missing
 partition directories are created on the next start.
 
+At start, a topic whose metadata or any partition cannot be opened (an OS error: EIO,
+EMFILE, ENOSPC, a file replaced by a directory; or a metadata file that does not parse) is
+never skipped silently: skipping it would let auto-creation re-create it with a new topic id
+and hide every acknowledged record it holds. :meth:`TopicManager.load` raises
+:class:`StorageStartError` naming the path and the cause (Kafka stops a broker whose only log
+dir fails), unless the operator asked for a degraded start (``offline_ok``): then the topic
+is kept as an :class:`OfflineTopic`, whose partitions answer KAFKA_STORAGE_ERROR, and which
+CreateTopics and auto-creation treat as existing. Nothing of it is written until the next
+start opens it.
+
 Handlers ask for a partition's log with :meth:`TopicManager.partition_log`, which answers
 with the :class:`~pulllog.log.Log` or a :class:`PartitionError` carrying Kafka's error code:
 they never index the topic table or a topic's partition list themselves.
@@ -27,6 +37,7 @@ import shutil
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from glob import escape as glob_escape
 from pathlib import Path
 
 from kio.schema.errors import ErrorCode
@@ -38,8 +49,10 @@ from .config import LOG_DEFAULT_NAMES
 
 __all__ = [
     "InvalidTopicError",
+    "OfflineTopic",
     "Partition",
     "PartitionError",
+    "StorageStartError",
     "Topic",
     "TopicExistsError",
     "TopicManager",
@@ -66,6 +79,28 @@ class UnknownTopicError(KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else "unknown topic or partition"
+
+
+class StorageStartError(Exception):
+    """A topic on disk cannot be opened at start; the message is one line for the operator."""
+
+
+@dataclass(frozen=True, slots=True)
+class OfflineTopic:
+    """A topic whose files are on disk but could not be opened at start (degraded start).
+
+    It is never served, re-created nor re-described until a restart opens it; each of its
+    ``partitions`` answers KAFKA_STORAGE_ERROR, and metadata lists them without a leader."""
+
+    name: str
+    topic_id: uuid.UUID | None
+    partitions: int
+    path: Path
+    cause: str
+
+    @property
+    def reason(self) -> str:
+        return f"{self.path}: {self.cause}"
 
 
 def validate_topic_name(name: str) -> None:
@@ -128,13 +163,18 @@ class TopicManager:
         self.clock = clock
         self.node_id = node_id
         self.topics: dict[str, Topic] = {}
+        self.offline: dict[str, OfflineTopic] = {}
+        """Topics on disk that could not be opened at start (degraded start only)."""
         self.cluster_id = ""
         self._meta_dir = data_dir / "topics"
 
     # ------------------------------------------------------------------ startup
 
-    def load(self) -> list[str]:
-        """Open every topic's logs (running recovery where needed); return report lines."""
+    def load(self, *, offline_ok: bool = False) -> list[str]:
+        """Open every topic's logs (running recovery where needed); return report lines.
+
+        A topic that cannot be opened raises :class:`StorageStartError` (every log opened so
+        far is closed first), or with ``offline_ok`` is kept offline (:attr:`offline`)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._meta_dir.mkdir(exist_ok=True)
         self.cluster_id = self._load_cluster_id()
@@ -144,26 +184,52 @@ class TopicManager:
         except (OSError, ValueError, ConfigError) as exc:
             report.append(f"{self._dynamic_path.name}: ignored, cannot load dynamic broker configs ({exc})")
         for meta in sorted(self._meta_dir.glob("*.json")):
-            try:
-                info = json.loads(meta.read_text())
-                name = meta.stem
-                overrides = {str(k): str(v) for k, v in info.get("configs", {}).items()}
-                topic = Topic(
-                    name=name,
-                    topic_id=uuid.UUID(info["topic_id"]),
-                    overrides=overrides,
-                    config=LogConfig.from_kafka(overrides, self.defaults),
-                    internal=name.startswith("__"),
-                )
-                for index in range(int(info["partitions"])):
-                    partition_log = Log.open(self.data_dir / f"{name}-{index}", topic.config, clock=self.clock)
-                    topic.partitions.append(Partition(name, index, partition_log))
-                    if not partition_log.recovery.clean or partition_log.recovery.problems:
-                        report.append(f"{name}-{index}: {partition_log.recovery.summary()}")
-                self.topics[name] = topic
-            except (OSError, ValueError, KeyError, ConfigError) as exc:
-                report.append(f"{meta.name}: skipped, cannot load topic metadata ({exc})")
+            loaded = self._load_topic(meta, report)
+            if isinstance(loaded, Topic):
+                self.topics[loaded.name] = loaded
+                continue
+            if not offline_ok:
+                self.close()
+                raise StorageStartError(
+                    f"cannot open topic {loaded.name}: {loaded.reason}; fix or restore it and restart "
+                    "(to serve the other topics meanwhile: start.with.offline.partitions=true)")
+            self.offline[loaded.name] = loaded
+            report.append(f"{loaded.name}: OFFLINE, {loaded.partitions} partition(s) answer "
+                          f"KAFKA_STORAGE_ERROR until a restart opens it ({loaded.reason})")
         return report
+
+    def _load_topic(self, meta: Path, report: list[str]) -> Topic | OfflineTopic:
+        """The topic described by ``meta`` with every partition open, or why it cannot be."""
+        name = meta.stem
+        try:
+            info = json.loads(meta.read_text())
+            overrides = {str(k): str(v) for k, v in info.get("configs", {}).items()}
+            topic_id = uuid.UUID(info["topic_id"])
+            count = int(info["partitions"])
+            config = LogConfig.from_kafka(overrides, self.defaults)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, ConfigError) as exc:
+            return OfflineTopic(name, None, self._partitions_on_disk(name), meta, _cause(exc))
+        topic = Topic(name=name, topic_id=topic_id, overrides=overrides, config=config,
+                      internal=name.startswith("__"))
+        for index in range(count):
+            directory = self.data_dir / f"{name}-{index}"
+            try:
+                partition_log = Log.open(directory, config, clock=self.clock)
+            except (OSError, ValueError) as exc:
+                for opened in topic.partitions:  # recovered already: close them cleanly
+                    _close_quietly(opened.log)
+                return OfflineTopic(name, topic_id, count, _failed_path(exc, directory), _cause(exc))
+            topic.partitions.append(Partition(name, index, partition_log))
+            if not partition_log.recovery.clean or partition_log.recovery.problems:
+                report.append(f"{name}-{index}: {partition_log.recovery.summary()}")
+        return topic
+
+    def _partitions_on_disk(self, name: str) -> int:
+        """How many partitions the directories ``<name>-<n>`` describe (for an unreadable
+        metadata file: the partitions an offline topic answers for)."""
+        indexes = [int(d.name[len(name) + 1:]) for d in self.data_dir.glob(f"{glob_escape(name)}-*")
+                   if d.is_dir() and d.name[len(name) + 1:].isdigit()]
+        return max(indexes, default=-1) + 1
 
     def _load_cluster_id(self) -> str:
         path = self.data_dir / "meta.properties"
@@ -207,11 +273,23 @@ class TopicManager:
         a value (no exception), and the found path allocates nothing."""
         topic = self.topics.get(name)
         if topic is None:
-            return PartitionError(ErrorCode.unknown_topic_or_partition, name)
+            return self._missing_partition(name, index)
         partitions = topic.partitions
         if 0 <= index < len(partitions):
             return partitions[index].log
         return PartitionError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} has no partition {index}")
+
+    def offline_reason(self, name: str) -> str | None:
+        """Why topic ``name`` is on disk but offline (a degraded start), or None when it is not."""
+        offline = self.offline.get(name)
+        return None if offline is None else offline.reason
+
+    def _missing_partition(self, name: str, index: int) -> PartitionError:
+        offline = self.offline.get(name)
+        if offline is not None and 0 <= index < offline.partitions:
+            return PartitionError(ErrorCode.kafka_storage_error,
+                                  f"partition {name}-{index} is offline: {offline.reason}")
+        return PartitionError(ErrorCode.unknown_topic_or_partition, name)
 
     def by_id(self, topic_id: uuid.UUID) -> Topic | None:
         for topic in self.topics.values():
@@ -231,6 +309,8 @@ class TopicManager:
         validate_topic_name(name)
         if name in self.topics:
             raise TopicExistsError(f"topic {name!r} already exists")
+        if name in self.offline:  # its files are on disk: creating it again would hide them
+            raise TopicExistsError(f"topic {name!r} already exists (offline: {self.offline[name].reason})")
         if partitions < 1:
             raise ValueError(f"topic {name!r}: the number of partitions must be at least 1, not {partitions}")
         return LogConfig.from_kafka(dict(configs), self.defaults)
@@ -338,6 +418,26 @@ class TopicManager:
                 partition_log.close()
             except OSError as exc:  # keep closing the others: each gets its clean marker
                 log.error("closing %s failed: %s", partition_log.directory.name, exc)
+
+
+def _cause(exc: BaseException) -> str:
+    """An OS error as its message (the path is reported separately), anything else as is."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) or type(exc).__name__
+
+
+def _failed_path(exc: BaseException, directory: Path) -> Path:
+    """The file the OS refused, when it says, else the partition's directory."""
+    filename = getattr(exc, "filename", None)
+    return Path(filename) if filename else directory
+
+
+def _close_quietly(partition_log: Log) -> None:
+    try:
+        partition_log.close()
+    except OSError as exc:  # the next start recovers it
+        log.error("closing %s failed: %s", partition_log.directory.name, exc)
 
 
 def _atomic_write(path: Path, text: str) -> None:

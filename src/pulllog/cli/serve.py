@@ -4,6 +4,9 @@ Before anything starts, the command checks what a new user gets wrong most often
 one-line error that names the culprit: the data directory can be created and written, the
 ``--listen`` host resolves, every config name is pulllog's or Kafka's (Kafka's settings that do
 not apply are accepted with one warning each, so a stock server.properties works).
+
+A start the broker refuses (another broker holds the data directory's lock; a topic on disk
+cannot be opened) ends with the broker's one-line reason and exit code 1, never a traceback.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import click
 
 from ..broker import Broker, BrokerConfig
 from ..broker.config import ConfigError, parse_hostport
+from ..broker.lock import DataDirInUseError
+from ..broker.topics import StorageStartError
 from .errors import EXIT_USAGE, CliError
 from .help import examples
 
@@ -53,13 +58,18 @@ def _setup_logging(level: str) -> None:
               help="A server.properties file with Kafka's broker config names.")
 @click.option("--override", "overrides", multiple=True, metavar="NAME=VALUE",
               help="A broker config, e.g. --override num.partitions=3 (repeatable).")
+@click.option("--start-with-offline-partitions", is_flag=True, default=None,
+              help="Start even when a topic on disk cannot be opened (start.with.offline.partitions=true): "
+                   "its partitions answer KAFKA_STORAGE_ERROR and it is never re-created. Without it such "
+                   "a start stops with one line naming the path and the cause.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
               show_default=True)
 @click.option("--loop", type=click.Choice(["asyncio", "uvloop"]), default="asyncio", show_default=True,
               help="Event loop. uvloop (pip install 'pulllog[uvloop]') has no sendfile: Fetch copies segment "
                    "bytes instead; scripts/bench_paper.py --broker-loop measures both.")
 def serve(data_dir: Path | None, listen: str | None, advertised_listener: str | None,
-          config_file: Path | None, overrides: tuple[str, ...], log_level: str, loop: str) -> None:
+          config_file: Path | None, overrides: tuple[str, ...], start_with_offline_partitions: bool | None,
+          log_level: str, loop: str) -> None:
     """Run a broker that Kafka clients (kcat, librdkafka, aiokafka, kafka-python) can use."""
     props = {}
     for item in overrides:
@@ -76,6 +86,8 @@ def serve(data_dir: Path | None, listen: str | None, advertised_listener: str | 
             changes["host"], changes["port"] = parse_hostport(listen)
         if advertised_listener is not None:
             changes["advertised_host"], changes["advertised_port"] = parse_hostport(advertised_listener)
+        if start_with_offline_partitions:
+            changes["start_with_offline_partitions"] = True
         config = BrokerConfig.load(props, config_file=config_file, kafka_defaults=True,
                                    **changes) if changes else config
     except ConfigError as exc:
@@ -99,8 +111,11 @@ def serve(data_dir: Path | None, listen: str | None, advertised_listener: str | 
     except KeyboardInterrupt:
         pass
     except BaseException as exc:
+        refused = _first(exc, (StorageStartError, DataDirInUseError))
+        if refused is not None:
+            raise CliError(str(refused)) from None
         os_error = _first(exc, OSError)
-        if os_error is None:
+        if not isinstance(os_error, OSError):
             raise
         where = f" ({os_error.filename})" if os_error.filename else ""
         raise CliError(f"{os_error.strerror or os_error}{where}") from None
@@ -125,7 +140,7 @@ def _check_data_dir(path: Path) -> None:
         raise CliError(f"--data-dir {path}: not writable by this user; pick a directory you can write", EXIT_USAGE)
 
 
-def _first(exc: BaseException, kind: type[OSError]) -> OSError | None:
+def _first(exc: BaseException, kind: type[Exception] | tuple[type[Exception], ...]) -> Exception | None:
     """The first ``kind`` inside ``exc``, looking through task-group exception groups."""
     if isinstance(exc, kind):
         return exc

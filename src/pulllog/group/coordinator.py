@@ -34,6 +34,7 @@ memory and replayed from the topic on startup.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -390,6 +391,9 @@ class TopicStore(Protocol):
     def create(self, name: str, partitions: int, configs: Mapping[str, str] | None = None) -> object:
         ...
 
+    def offline_reason(self, name: str) -> str | None:
+        """Why the topic is on disk but offline (a degraded start), or None when it is not."""
+
 
 class GroupCoordinator:
     def __init__(
@@ -414,6 +418,10 @@ class GroupCoordinator:
 
     def _offsets_log(self, group_id: str) -> Log:
         logs = self.topics.partition_logs(OFFSETS_TOPIC)
+        if logs is None and (offline := self.topics.offline_reason(OFFSETS_TOPIC)) is not None:
+            # On disk but offline (a degraded start): creating it afresh would hide every
+            # committed offset; callers answer KAFKA_STORAGE_ERROR as for any storage error.
+            raise OSError(errno.EIO, f"{OFFSETS_TOPIC} is offline: {offline}")
         if logs is None:
             self.topics.create(OFFSETS_TOPIC, self.offsets_partitions,
                                {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)})

@@ -2,6 +2,11 @@
 
 Unknown topics are created when auto-creation is on (broker ``auto.create.topics.enable``
 and the request's ``allow_auto_topic_creation``), as Kafka does for Metadata requests.
+
+A topic that is on disk but offline (a degraded start, see broker/topics.py) is never
+auto-created again: it is listed with its id and every partition without a leader, as Kafka
+lists the partitions of a failed log dir: LEADER_NOT_AVAILABLE, leader -1, this broker among
+the offline replicas. Produce and Fetch to them answer KAFKA_STORAGE_ERROR.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from kio.schema.errors import ErrorCode
 
 from ...net.apis import ApiKey
 from ...net.build import build, response_class
-from ..topics import InvalidTopicError, Topic, validate_topic_name
+from ..topics import InvalidTopicError, OfflineTopic, Topic, validate_topic_name
 from . import RequestContext, handler
 
 if TYPE_CHECKING:
@@ -52,19 +57,48 @@ def topic_entry(broker: "BrokerApi", topic: Topic, *, operations: int = NOT_REQU
     }
 
 
+def offline_topic_entry(broker: "BrokerApi", topic: OfflineTopic, *,
+                        operations: int = NOT_REQUESTED) -> dict[str, Any]:
+    node = broker.config.node_id
+    return {
+        "topic_authorized_operations": operations,
+        "error_code": 0,
+        "name": topic.name,
+        "topic_id": topic.topic_id,
+        "is_internal": topic.name.startswith("__"),
+        "partitions": [
+            {
+                "error_code": ErrorCode.leader_not_available,
+                "partition_index": index,
+                "leader_id": -1,
+                "leader_epoch": 0,
+                "replica_nodes": [node],
+                "isr_nodes": [node],
+                "offline_replicas": [node],
+            }
+            for index in range(topic.partitions)
+        ],
+    }
+
+
 @handler(ApiKey.METADATA, 0, 12)
 async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     body = ctx.body
     version = ctx.version
     requested = body.topics
     if requested is None or (version == 0 and not requested):
-        names = broker.topics.names()
+        names = broker.topics.names() + list(broker.topics.offline)
     else:
         names = [t.name for t in requested if t.name is not None]
     allow_create = getattr(body, "allow_auto_topic_creation", True) and broker.config.auto_create_topics
+    operations = TOPIC_OPERATIONS if getattr(body, "include_topic_authorized_operations", False) else NOT_REQUESTED
     topics = []
     for name in names:
         topic = broker.topics.find(name)
+        offline = broker.topics.offline.get(name) if topic is None else None
+        if offline is not None:
+            topics.append(offline_topic_entry(broker, offline, operations=operations))
+            continue
         if topic is None and allow_create:
             try:
                 topic = broker.auto_create_topic(name)
@@ -79,8 +113,7 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
                 code = ErrorCode.invalid_topic_exception
             topics.append({"error_code": code, "name": name, "partitions": [], "topic_id": None})
             continue
-        topics.append(topic_entry(broker, topic, operations=TOPIC_OPERATIONS if getattr(
-            body, "include_topic_authorized_operations", False) else NOT_REQUESTED))
+        topics.append(topic_entry(broker, topic, operations=operations))
     host, port = broker.advertised
     data = {
         "throttle_time": 0,
