@@ -320,13 +320,26 @@ class TopicManager:
         config = self.check_new_topic(name, partitions, configs)
         topic = Topic(name, uuid.uuid4(), configs, config, internal=name.startswith("__"))
         self._write_meta(topic, partitions)
-        for index in range(partitions):
-            topic.partitions.append(
-                Partition(name, index, Log.open(self.data_dir / f"{name}-{index}", config, clock=self.clock))
-            )
+        try:
+            for index in range(partitions):
+                topic.partitions.append(
+                    Partition(name, index, Log.open(self.data_dir / f"{name}-{index}", config, clock=self.clock))
+                )
+        except BaseException:
+            # All or nothing (a full disk, no file descriptors left): a half-created topic
+            # would be re-opened, and fail again, at every start.
+            self._remove_created(topic, partitions)
+            raise
         self.topics[name] = topic
         log.info("created topic %s with %d partition(s)", name, partitions)
         return topic
+
+    def _remove_created(self, topic: Topic, partitions: int) -> None:
+        (self._meta_dir / f"{topic.name}.json").unlink(missing_ok=True)
+        for partition in topic.partitions:
+            partition.log.delete()
+        for index in range(len(topic.partitions), partitions):
+            remove_tree(self.data_dir / f"{topic.name}-{index}")
 
     def add_partitions(self, name: str, total: int, *, validate_only: bool = False) -> None:
         topic = self.get(name)
@@ -443,11 +456,15 @@ def _close_quietly(partition_log: Log) -> None:
 def _atomic_write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk leaves no empty temp file behind
+        raise
 
 
 def remove_tree(path: Path) -> None:
