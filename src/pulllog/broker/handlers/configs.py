@@ -44,7 +44,8 @@ CONFIG_TYPES: dict[str, int] = {
     # broker configs (Kafka's KafkaConfig / ServerLogConfigs)
     "node.id": INT, "broker.id": INT, "listeners": STRING, "advertised.listeners": STRING,
     "log.dirs": STRING, "num.partitions": INT, "default.replication.factor": INT,
-    "auto.create.topics.enable": BOOLEAN, "socket.request.max.bytes": INT, "max.connections": INT,
+    "auto.create.topics.enable": BOOLEAN, "start.with.offline.partitions": BOOLEAN,
+    "socket.request.max.bytes": INT, "max.connections": INT,
     "queued.max.requests": INT, "log.retention.check.interval.ms": LONG,
     "log.flush.scheduler.interval.ms": LONG, "offsets.topic.num.partitions": INT,
     "offsets.retention.minutes": INT, "group.initial.rebalance.delay.ms": INT,
