@@ -194,8 +194,8 @@ class TopicManager:
                     f"cannot open topic {loaded.name}: {loaded.reason}; fix or restore it and restart "
                     "(to serve the other topics meanwhile: start.with.offline.partitions=true)")
             self.offline[loaded.name] = loaded
-            report.append(f"{loaded.name}: OFFLINE, {loaded.partitions} partition(s) answer "
-                          f"KAFKA_STORAGE_ERROR until a restart opens it ({loaded.reason})")
+            log.error("topic %s is OFFLINE: its %d partition(s) answer KAFKA_STORAGE_ERROR until a restart "
+                      "opens it (%s)", loaded.name, loaded.partitions, loaded.reason)
         return report
 
     def _load_topic(self, meta: Path, report: list[str]) -> Topic | OfflineTopic:
