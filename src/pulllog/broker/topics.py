@@ -215,7 +215,7 @@ class TopicManager:
             directory = self.data_dir / f"{name}-{index}"
             try:
                 partition_log = Log.open(directory, config, clock=self.clock)
-            except (OSError, ValueError) as exc:
+            except Exception as exc:  # any failure stops the start, naming the partition
                 for opened in topic.partitions:  # recovered already: close them cleanly
                     _close_quietly(opened.log)
                 return OfflineTopic(name, topic_id, count, _failed_path(exc, directory), _cause(exc))
@@ -437,7 +437,9 @@ def _cause(exc: BaseException) -> str:
     """An OS error as its message (the path is reported separately), anything else as is."""
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror
-    return str(exc) or type(exc).__name__
+    if isinstance(exc, (OSError, ValueError, KeyError, TypeError, ConfigError)):
+        return str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {exc}"  # not an expected failure: say what it was
 
 
 def _failed_path(exc: BaseException, directory: Path) -> Path:
