@@ -1,9 +1,10 @@
 """Build configuration beyond pyproject.toml: pulllog's optional C accelerator.
 
-``pulllog.records._crecords`` decodes record batches for the consumer. It is optional: where no
-C compiler is found the build goes on without it and ``pulllog.records.decoding`` uses its
-pure-Python decoder (``tests/log/test_decoding.py`` fails on a machine with a compiler
-that did not build it, unless PULLLOG_NO_EXTENSIONS=1 is set).
+``pulllog.records._crecords`` decodes record batches for the consumer and encodes records
+into the producer's batches. It is optional: where no C compiler is found the build goes on
+without it and ``pulllog.records.decoding`` / ``pulllog.records.encoding`` use their
+pure-Python code (``tests/records/test_decoding.py`` and ``test_encoding.py`` fail on a
+machine with a compiler that did not build it, unless PULLLOG_NO_EXTENSIONS=1 is set).
 """
 
 from setuptools import Extension, setup

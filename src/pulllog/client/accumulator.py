@@ -38,9 +38,12 @@ the bookkeeping around them) over all batches not yet done. ``send()`` reserves 
 appends; when the buffer is full it waits, first come first served, until the sender's
 acknowledgements release enough (``BufferPool``).
 
-Encoding cost is the hot path. Varints of small non-negative values (lengths, offset and
-timestamp deltas) come from a precomputed table of their zigzag encodings, and each record
-becomes one ``bytes.join`` of ready-made pieces appended to the batch's bytearray.
+Encoding cost is the hot path. ``pulllog.records.encoding`` appends each record to the
+batch's bytearray, in C when the extension is built (a message set of plain values and keys
+in one call), else in Python; the general message-set encoder (headers, a timestamp per
+record) is ``ProducerBatch.extend``'s loop, where varints of small non-negative values
+(lengths, offset and timestamp deltas) come from a precomputed table of their zigzag
+encodings and each record becomes one ``bytes.join`` of ready-made pieces.
 """
 
 from __future__ import annotations
@@ -57,6 +60,8 @@ from crc32c import crc32c
 from ..records.compression import Compression, compress
 from ..records.batch import BATCH_HEADER_SIZE, LOG_OVERHEAD
 from ..records.varint import ZIGZAG, ZIGZAG_TABLE_SIZE, encode_varint
+from ..records.encoding import append_record as _append_record
+from ..records.encoding import append_values as _append_values
 from .record_future import ProduceResult, RecordFuture
 
 __all__ = [
@@ -187,49 +192,8 @@ class ProducerBatch:
 
     def append(self, key: bytes | None, value: bytes | None, headers: bytes, timestamp: int) -> None:
         """Encode one record at the end of the records section (``headers`` pre-encoded)."""
-        vt = ZIGZAG
         od = self.count
-        td = timestamp - self.base_timestamp
-        tdb = vt[td] if 0 <= td < _TABLE_SIZE else encode_varint(td)
-        odb = vt[od] if od < _TABLE_SIZE else encode_varint(od)
-        if type(value) is bytes:
-            # the common case: append the framing, then value and headers in place, with no
-            # temporary copy of the record (a bytes value and the encoded headers cannot fail)
-            lv = len(value)
-            vl = vt[lv] if lv < _TABLE_SIZE else encode_varint(lv)
-            records = self.records
-            if key is None:
-                n = 2 + len(tdb) + len(odb) + len(vl) + lv + len(headers)
-                records += b"".join((vt[n] if n < _TABLE_SIZE else encode_varint(n), b"\x00",  # type: ignore[operator]
-                                     tdb, odb, _NULL, vl))
-            else:
-                lk = len(key)
-                kl = vt[lk] if lk < _TABLE_SIZE else encode_varint(lk)
-                n = 1 + len(tdb) + len(odb) + len(kl) + lk + len(vl) + lv + len(headers)
-                records += b"".join((vt[n] if n < _TABLE_SIZE else encode_varint(n), b"\x00",  # type: ignore[operator]
-                                     tdb, odb, kl, key, vl))  # join() checks the key first
-            records += value  # type: ignore[operator]
-            records += headers  # type: ignore[operator]
-            self.count = od + 1
-            if timestamp > self.max_timestamp:
-                self.max_timestamp = timestamp
-            return
-        if value is None:
-            vl, value, lv = _NULL, b"", 0
-        else:
-            lv = len(value)
-            vl = vt[lv] if lv < _TABLE_SIZE else encode_varint(lv)
-        # join() checks every piece is bytes-like before the batch is touched
-        if key is None:
-            n = 2 + len(tdb) + len(odb) + len(vl) + lv + len(headers)
-            self.records += b"".join((vt[n] if n < _TABLE_SIZE else encode_varint(n), b"\x00",  # type: ignore[operator]
-                                      tdb, odb, _NULL, vl, value, headers))
-        else:
-            lk = len(key)
-            kl = vt[lk] if lk < _TABLE_SIZE else encode_varint(lk)
-            n = 1 + len(tdb) + len(odb) + len(kl) + lk + len(vl) + lv + len(headers)
-            self.records += b"".join((vt[n] if n < _TABLE_SIZE else encode_varint(n), b"\x00",  # type: ignore[operator]
-                                      tdb, odb, kl, key, vl, value, headers))
+        _append_record(self.records, od, timestamp - self.base_timestamp, key, value, headers)
         self.count = od + 1
         if timestamp > self.max_timestamp:
             self.max_timestamp = timestamp
@@ -241,9 +205,18 @@ class ProducerBatch:
         All pieces are collected first and appended in one step, so a bad item leaves the
         batch as it was.
         """
+        first = self.count
+        if _append_values is not None:  # the C encoder takes sets of plain values and keys at once
+            n = _append_values(self.records, items, first, timestamp - self.base_timestamp)
+            if n >= 0:
+                self.count = first + n
+                if n and timestamp > self.max_timestamp:
+                    self.max_timestamp = timestamp
+                if future is not None:
+                    self.set_futures.append((first, n, timestamp, future))
+                return
         vt = ZIGZAG
         size = _TABLE_SIZE
-        first = self.count
         od = first
         td0 = timestamp - self.base_timestamp
         tdb0 = vt[td0] if 0 <= td0 < size else encode_varint(td0)

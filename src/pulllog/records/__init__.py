@@ -5,6 +5,8 @@
 - :mod:`.compression`: the four codecs (gzip, snappy, lz4, zstd);
 - :mod:`.decoding`: records decoded for the consumer and Spark, in C (``_crecords.c``) when
   it was built, else in Python;
+- :mod:`.encoding`: records appended to the producer's batches, in C when it was built, else
+  in Python;
 - :mod:`.errors`: what damaged or unsupported bytes raise.
 
 Nothing here does I/O or knows about logs, sockets or brokers: the log stores these bytes,

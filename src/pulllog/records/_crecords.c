@@ -1,4 +1,5 @@
-/* The records section of a RecordBatch v2, decoded in C: the consumer's hot loop.
+/* The records section of a RecordBatch v2, decoded in C (the consumer's hot loop) and
+ * encoded in C (the producer's; see the encoding section at the end).
  *
  * An optional accelerator for pulllog.records.decoding, which holds the pure-Python decoder
  * this file must agree with exactly (tests/log/test_decoding.py checks both on random and
@@ -356,14 +357,274 @@ done:
     return out;
 }
 
+/* ------------------------------------------------------------------------------- encoding
+ *
+ * The producer's record encoder (pulllog.client.accumulator.ProducerBatch), the other hot
+ * loop: records are appended to a batch's records section (a bytearray) in the layout above,
+ * with attributes 0. The pure-Python encoder in ProducerBatch.append / .extend is the
+ * reference; tests/records/test_encoding.py checks that both make the same bytes.
+ *
+ * - append_record(records, offset_delta, timestamp_delta, key, value, headers): one record;
+ *   key and value are None (null) or bytes-like, headers the encoded headers part (bytes).
+ * - append_values(records, items, offset_delta, timestamp_delta): a message set, items being
+ *   values (bytes or None) or tuples (key, value[, None[, None]]) of bytes or None; returns
+ *   how many it appended, or -1 and appends nothing when an item needs the general encoder
+ *   (headers, its own timestamp, a value that is not bytes). Sizes are computed first, so
+ *   the bytearray grows once and is left as it was on any error.
+ */
+
+static inline uint64_t
+zigzag(int64_t v)
+{
+    return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+}
+
+static inline Py_ssize_t
+varint_size(int64_t value)
+{
+    uint64_t v = zigzag(value);
+    Py_ssize_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static inline char *
+put_varint(char *p, int64_t value)
+{
+    uint64_t v = zigzag(value);
+    while (v >= 0x80) {
+        *p++ = (char)((v & 0x7F) | 0x80);
+        v >>= 7;
+    }
+    *p++ = (char)v;
+    return p;
+}
+
+/* A record's size after its length field, for lk / lv < 0 meaning null. */
+static inline Py_ssize_t
+record_body_size(int64_t td, int64_t od, Py_ssize_t lk, Py_ssize_t lv, Py_ssize_t lh)
+{
+    return 1 + varint_size(td) + varint_size(od) + (lk < 0 ? 1 : varint_size(lk) + lk)
+           + (lv < 0 ? 1 : varint_size(lv) + lv) + lh;
+}
+
+static inline char *
+put_record(char *p, Py_ssize_t body, int64_t td, int64_t od, const char *k, Py_ssize_t lk,
+           const char *v, Py_ssize_t lv, const char *h, Py_ssize_t lh)
+{
+    p = put_varint(p, body);
+    *p++ = 0;  /* attributes */
+    p = put_varint(p, td);
+    p = put_varint(p, od);
+    p = put_varint(p, lk < 0 ? -1 : lk);
+    if (lk > 0) {
+        memcpy(p, k, lk);
+        p += lk;
+    }
+    p = put_varint(p, lv < 0 ? -1 : lv);
+    if (lv > 0) {
+        memcpy(p, v, lv);
+        p += lv;
+    }
+    memcpy(p, h, lh);
+    return p + lh;
+}
+
+static int
+get_int64(PyObject *obj, int64_t *out)
+{
+    long long v = PyLong_AsLongLong(obj);
+    if (v == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    *out = (int64_t)v;
+    return 0;
+}
+
+static int
+grow(PyObject *records, Py_ssize_t more, char **at)
+{
+    Py_ssize_t old = PyByteArray_GET_SIZE(records);
+    if (more > PY_SSIZE_T_MAX - old) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (PyByteArray_Resize(records, old + more) < 0) {  /* over-allocates: appends are amortised */
+        return -1;
+    }
+    *at = PyByteArray_AS_STRING(records) + old;
+    return 0;
+}
+
+PyDoc_STRVAR(append_record_doc,
+"append_record(records, offset_delta, timestamp_delta, key, value, headers)\n"
+"\n"
+"Append one record (attributes 0) to the bytearray ``records``; key and value are None or\n"
+"bytes-like, ``headers`` the encoded headers part.");
+
+static PyObject *
+append_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_Format(PyExc_TypeError, "append_record() takes 6 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *records = args[0], *key = args[3], *value = args[4], *headers = args[5];
+    int64_t od, td;
+    if (!PyByteArray_Check(records)) {
+        PyErr_SetString(PyExc_TypeError, "append_record(): records must be a bytearray");
+        return NULL;
+    }
+    if (get_int64(args[1], &od) < 0 || get_int64(args[2], &td) < 0) {
+        return NULL;
+    }
+    if (!PyBytes_Check(headers)) {
+        PyErr_SetString(PyExc_TypeError, "append_record(): headers must be bytes (encoded)");
+        return NULL;
+    }
+    Py_buffer kview = {0}, vview = {0};
+    Py_ssize_t lk = -1, lv = -1;
+    if (key != Py_None) {
+        if (PyObject_GetBuffer(key, &kview, PyBUF_SIMPLE) < 0) {
+            return NULL;
+        }
+        lk = kview.len;
+    }
+    if (value != Py_None) {
+        if (PyObject_GetBuffer(value, &vview, PyBUF_SIMPLE) < 0) {
+            goto fail;
+        }
+        lv = vview.len;
+    }
+    Py_ssize_t lh = PyBytes_GET_SIZE(headers);
+    Py_ssize_t body = record_body_size(td, od, lk, lv, lh);
+    char *p;
+    if (grow(records, varint_size(body) + body, &p) < 0) {
+        goto fail;
+    }
+    put_record(p, body, td, od, kview.buf, lk, vview.buf, lv, PyBytes_AS_STRING(headers), lh);
+    if (lk >= 0) {
+        PyBuffer_Release(&kview);
+    }
+    if (lv >= 0) {
+        PyBuffer_Release(&vview);
+    }
+    Py_RETURN_NONE;
+fail:
+    if (lk >= 0) {
+        PyBuffer_Release(&kview);
+    }
+    return NULL;
+}
+
+/* An item of a message set in the simple form append_values takes: 1 and key / value
+ * (borrowed, NULL meaning null), or 0 when it needs the general encoder. */
+static inline int
+simple_item(PyObject *item, PyObject **key, PyObject **value)
+{
+    if (PyBytes_CheckExact(item)) {
+        *key = NULL;
+        *value = item;
+        return 1;
+    }
+    if (item == Py_None) {
+        *key = *value = NULL;
+        return 1;
+    }
+    if (!PyTuple_CheckExact(item)) {
+        return 0;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(item);
+    if (n < 2 || n > 4) {
+        return 0;
+    }
+    if (n >= 3 && PyTuple_GET_ITEM(item, 2) != Py_None) {
+        return 0;  /* headers */
+    }
+    if (n == 4 && PyTuple_GET_ITEM(item, 3) != Py_None) {
+        return 0;  /* its own timestamp */
+    }
+    PyObject *k = PyTuple_GET_ITEM(item, 0), *v = PyTuple_GET_ITEM(item, 1);
+    if ((k != Py_None && !PyBytes_CheckExact(k)) || (v != Py_None && !PyBytes_CheckExact(v))) {
+        return 0;
+    }
+    *key = k == Py_None ? NULL : k;
+    *value = v == Py_None ? NULL : v;
+    return 1;
+}
+
+PyDoc_STRVAR(append_values_doc,
+"append_values(records, items, offset_delta, timestamp_delta) -> int\n"
+"\n"
+"Append a message set of simple items (bytes or None values, or (key, value) tuples of bytes\n"
+"or None, optionally followed by None headers and None timestamp), the first at\n"
+"``offset_delta``, all at ``timestamp_delta``; return how many, or -1 (nothing appended) if\n"
+"an item needs the general encoder.");
+
+static PyObject *
+append_values(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "append_values() takes 4 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *records = args[0];
+    int64_t od, td;
+    if (!PyByteArray_Check(records)) {
+        PyErr_SetString(PyExc_TypeError, "append_values(): records must be a bytearray");
+        return NULL;
+    }
+    if (get_int64(args[2], &od) < 0 || get_int64(args[3], &td) < 0) {
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(args[1], "append_values(): items must be a sequence");
+    if (seq == NULL) {
+        return NULL;
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    PyObject *key = NULL, *value = NULL;
+    /* pass 1: check every item and add up the sizes; no Python code runs until pass 2 ends,
+     * so the items cannot change in between */
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (!simple_item(items[i], &key, &value)) {
+            Py_DECREF(seq);
+            return PyLong_FromLong(-1);
+        }
+        Py_ssize_t lk = key ? PyBytes_GET_SIZE(key) : -1, lv = value ? PyBytes_GET_SIZE(value) : -1;
+        Py_ssize_t body = record_body_size(td, od + i, lk, lv, 1);
+        total += varint_size(body) + body;
+    }
+    char *p;
+    if (count && grow(records, total, &p) < 0) {
+        Py_DECREF(seq);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        simple_item(items[i], &key, &value);
+        Py_ssize_t lk = key ? PyBytes_GET_SIZE(key) : -1, lv = value ? PyBytes_GET_SIZE(value) : -1;
+        Py_ssize_t body = record_body_size(td, od + i, lk, lv, 1);
+        p = put_record(p, body, td, od + i, key ? PyBytes_AS_STRING(key) : NULL, lk,
+                       value ? PyBytes_AS_STRING(value) : NULL, lv, "\0", 1);
+    }
+    Py_DECREF(seq);
+    return PyLong_FromSsize_t(count);
+}
+
 static PyMethodDef methods[] = {
     {"decode_records", decode_records, METH_VARARGS, decode_records_doc},
+    {"append_record", (PyCFunction)(void (*)(void))append_record, METH_FASTCALL, append_record_doc},
+    {"append_values", (PyCFunction)(void (*)(void))append_values, METH_FASTCALL, append_values_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "pulllog.records._crecords",
-    "RecordBatch v2 records decoded in C (optional; see pulllog.records.decoding).", -1, methods,
+    "RecordBatch v2 records decoded and encoded in C (optional; see pulllog.records.decoding and .encoding).", -1, methods,
 };
 
 PyMODINIT_FUNC

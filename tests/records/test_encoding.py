@@ -1,0 +1,173 @@
+"""The C record encoder (pulllog.records._crecords) against the pure-Python one: the same bytes
+for every record and message set, sealed with every codec, and the same refusal of a bad one.
+
+As for the decoder, the C extension is optional for a user but not for a test run: where it
+was not built, ``test_the_c_encoder_is_built`` fails. With PULLLOG_NO_EXTENSIONS=1 the producer
+uses the pure-Python encoder (the comparisons still call the C one directly where it is built).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pulllog.client import accumulator
+from pulllog.client.accumulator import ProducerBatch, encode_headers
+from pulllog.client.types import ConsumerRecord
+from pulllog.records import encoding
+from pulllog.records.batch import BATCH_HEADER_SIZE, read_header
+from pulllog.records.compression import Compression, decompress
+from pulllog.records.decoding import py_decode_records
+
+NO_EXTENSIONS = os.environ.get("PULLLOG_NO_EXTENSIONS", "") not in ("", "0")
+
+try:
+    from pulllog.records import _crecords
+    c_append_record = _crecords.append_record
+    c_append_values = _crecords.append_values
+except (ImportError, AttributeError):
+    _crecords = None  # type: ignore[assignment]
+
+needs_c = pytest.mark.skipif(_crecords is None, reason="the C encoder is not built (test_the_c_encoder_is_built says so)")
+
+BASE_TS = 1_700_000_000_000
+
+
+def test_the_c_encoder_is_built() -> None:
+    if NO_EXTENSIONS:
+        assert encoding.IMPLEMENTATION == "python"
+        assert encoding.append_values is None
+    else:
+        assert _crecords is not None, "run `python setup.py build_ext --inplace` (or PULLLOG_NO_EXTENSIONS=1)"
+        assert encoding.IMPLEMENTATION == "c"
+
+
+# ------------------------------------------------------------------ one record
+
+blobs = st.one_of(st.none(), st.binary(max_size=40), st.binary(min_size=100, max_size=300))
+header_lists = st.lists(st.tuples(st.text(max_size=6), st.one_of(st.none(), st.binary(max_size=20))), max_size=3)
+deltas = st.one_of(st.integers(0, 200), st.integers(-(2**63), 2**63 - 1))
+
+
+@needs_c
+@settings(max_examples=300, deadline=None)
+@given(prefix=st.binary(max_size=10), od=st.integers(0, 2**31 - 1), td=deltas, key=blobs, value=blobs,
+       headers=header_lists)
+def test_append_record_matches_python(prefix: bytes, od: int, td: int, key: bytes | None, value: bytes | None,
+                                      headers: list[tuple[str, bytes | None]]) -> None:
+    hdrs = encode_headers(headers)
+    by_c, by_python = bytearray(prefix), bytearray(prefix)
+    c_append_record(by_c, od, td, key, value, hdrs)
+    encoding.py_append_record(by_python, od, td, key, value, hdrs)
+    assert by_c == by_python
+
+
+@needs_c
+def test_append_record_takes_any_bytes_like_key_and_value() -> None:
+    by_c, by_python = bytearray(), bytearray()
+    for key, value in [(bytearray(b"k"), memoryview(b"value")), (b"", b""), (memoryview(b"kk"), None)]:
+        c_append_record(by_c, 1, 2, key, value, b"\x00")
+        encoding.py_append_record(by_python, 1, 2, key, value, b"\x00")
+    assert by_c == by_python
+
+
+@pytest.mark.parametrize("key, value", [("text key", b"v"), (None, "text value"), (b"k", 12), (3, None)])
+@pytest.mark.parametrize("implementation", ["c", "python"])
+def test_a_bad_key_or_value_leaves_the_records_as_they_were(implementation: str, key: Any, value: Any) -> None:
+    if implementation == "c" and _crecords is None:
+        pytest.skip("the C encoder is not built (test_the_c_encoder_is_built says so)")
+    append = c_append_record if implementation == "c" else encoding.py_append_record
+    records = bytearray(b"earlier records")
+    with pytest.raises(TypeError):
+        append(records, 0, 0, key, value, b"\x00")
+    assert records == b"earlier records"
+
+
+# ------------------------------------------------------------------ whole batches, both paths
+
+def _random_item(rng: random.Random) -> Any:
+    def blob() -> bytes | None:
+        return rng.choice([None, b"", rng.randbytes(rng.randint(1, 30)), rng.randbytes(rng.randint(120, 300))])
+    form = rng.randrange(6)
+    if form == 0:
+        return blob()
+    if form == 1:
+        return (blob(), blob())
+    if form == 2:
+        return (blob(), blob(), None)
+    if form == 3:
+        return (blob(), blob(), None, None)
+    headers = [(f"h{i}", blob()) for i in range(rng.randint(0, 2))]
+    if form == 4:
+        return (blob(), blob(), headers)
+    return (blob(), blob(), headers, BASE_TS + rng.randint(-5, 5000))
+
+
+def _build(rng: random.Random, codec: Compression) -> bytes:
+    loop = asyncio.new_event_loop()
+    try:
+        batch = ProducerBatch("t", 0, BASE_TS, 0.0, loop)
+        for _ in range(rng.randint(1, 12)):
+            ts = BASE_TS + rng.randint(-3, 20_000)
+            if rng.random() < 0.5:
+                item = _random_item(rng)
+                key, value = (item[0], item[1]) if isinstance(item, tuple) else (None, item)
+                headers = encode_headers(item[2]) if isinstance(item, tuple) and len(item) > 2 else b"\x00"
+                batch.append(key, value, headers, ts)
+            else:
+                simple = rng.random() < 0.5  # all plain values: the C encoder's one-call path
+                items = [rng.randbytes(rng.randint(0, 250)) if simple else _random_item(rng)
+                         for _ in range(rng.randint(0, 60))]
+                batch.extend(items, ts, None)
+        return batch.seal(codec, 7, 1, 42)
+    finally:
+        loop.close()
+
+
+@needs_c
+@pytest.mark.parametrize("codec", list(Compression))
+def test_batches_are_the_same_bytes_from_c_and_python(codec: Compression, monkeypatch: pytest.MonkeyPatch) -> None:
+    for seed in range(40):
+        by_c = _build(random.Random(seed), codec)
+        with monkeypatch.context() as m:
+            m.setattr(accumulator, "_append_record", encoding.py_append_record)
+            m.setattr(accumulator, "_append_values", None)
+            by_python = _build(random.Random(seed), codec)
+        assert by_c == by_python, f"seed {seed}"
+
+
+@pytest.mark.parametrize("codec", list(Compression))
+def test_batches_decode_to_what_was_sent(codec: Compression) -> None:
+    """The encoder in use (C or Python) against the decoder, record for record."""
+    loop = asyncio.new_event_loop()
+    try:
+        rng = random.Random(codec)
+        batch = ProducerBatch("t", 0, BASE_TS, 0.0, loop)
+        sent: list[tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...], int]] = []
+        for _ in range(20):
+            items = [_random_item(rng) for _ in range(rng.randint(0, 30))]
+            batch.extend(items, BASE_TS + 1, None)
+            for item in items:
+                if not isinstance(item, tuple):
+                    sent.append((None, item, (), BASE_TS + 1))
+                    continue
+                headers = tuple(item[2]) if len(item) > 2 and item[2] else ()
+                ts = item[3] if len(item) > 3 and item[3] is not None else BASE_TS + 1
+                sent.append((item[0], item[1], headers, ts))
+            batch.append(b"key", b"value", b"\x00", BASE_TS + 2)
+            sent.append((b"key", b"value", (), BASE_TS + 2))
+        wire = batch.seal(codec, -1, -1, -1)
+    finally:
+        loop.close()
+    header = read_header(wire, 0)
+    records = decompress(codec, wire[BATCH_HEADER_SIZE:])
+    decoded = py_decode_records(ConsumerRecord, records, 0, len(records), header.records_count, 0,
+                                header.base_timestamp, 0, -1, "t", 0)
+    assert [(r.key, r.value, tuple(r.headers), r.timestamp) for r in decoded] == sent
+    assert header.max_timestamp == max(s[3] for s in sent)
