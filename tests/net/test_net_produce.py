@@ -8,7 +8,12 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from pulllog.net.build import build, request_class, response_class
-from pulllog.net.produce import PartitionProduceResponse, TopicProduceResponse, encode_produce_response
+from pulllog.net.produce import (
+    PartitionProduceResponse,
+    TopicProduceResponse,
+    encode_produce_frame,
+    encode_produce_response,
+)
 from pulllog.net.protocol import RequestDecoder, decode_response, encode_request, encode_response
 
 VERSIONS = range(3, 10)
@@ -124,3 +129,15 @@ def produce_fields(body: object) -> tuple[object, ...]:
             None if topics is None else [
                 (t.name, None if t.partition_data is None else [(p.index, p.records) for p in t.partition_data])
                 for t in topics])
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("client_id", [None, "pulllog-producer"])
+def test_the_senders_frame_from_plain_values_matches_kio(version: int, client_id: str | None) -> None:
+    body = _request(version, None)
+    topic_data = [(t.name, [(p.index, p.records) for p in t.partition_data]) for t in body.topic_data]
+
+    frame = encode_produce_frame(version, 77, client_id, None, body.acks, round(body.timeout.total_seconds() * 1000),
+                                 topic_data)
+
+    assert frame == _kio_request_bytes(body, 77, client_id)

@@ -77,6 +77,7 @@ __all__ = [
     "TopicProduceData",
     "TopicProduceResponse",
     "decode_produce_request",
+    "encode_produce_frame",
     "encode_produce_request",
     "encode_produce_response",
 ]
@@ -169,6 +170,17 @@ def encode_produce_response(
 
 def encode_produce_request(body: Any, version: int, correlation_id: int, client_id: str | None) -> bytes:
     """Size prefix + request header + body of a kio ``ProduceRequest`` of ``version``."""
+    return encode_produce_frame(
+        version, correlation_id, client_id, body.transactional_id, body.acks,
+        round(body.timeout.total_seconds() * 1000),
+        [(topic.name, [(p.index, p.records) for p in topic.partition_data]) for topic in body.topic_data])
+
+
+def encode_produce_frame(version: int, correlation_id: int, client_id: str | None, transactional_id: str | None,
+                         acks: int, timeout_ms: int,
+                         topic_data: Sequence[tuple[str, Sequence[tuple[int, bytes | None]]]]) -> bytes:
+    """A whole Produce request frame from plain values: ``topic_data`` is (topic, [(partition,
+    records)]). The producer's sender calls this directly, without building kio's classes."""
     if not PRODUCE_MIN_VERSION <= version <= PRODUCE_MAX_VERSION:
         raise ValueError(f"Produce v{version} is not encodable (v{PRODUCE_MIN_VERSION}-v{PRODUCE_MAX_VERSION})")
     flexible = version >= 9
@@ -176,15 +188,14 @@ def encode_produce_request(body: Any, version: int, correlation_id: int, client_
     append = parts.append
     if flexible:
         append(b"\x00")
-    append(_string(body.transactional_id, flexible))
-    append(_ACKS_TIMEOUT.pack(body.acks, round(body.timeout.total_seconds() * 1000)))
-    append(_count(len(body.topic_data), flexible))
-    for topic in body.topic_data:
-        append(_string(topic.name, flexible))
-        append(_count(len(topic.partition_data), flexible))
-        for p in topic.partition_data:
-            append(_INT32.pack(p.index))
-            records = p.records
+    append(_string(transactional_id, flexible))
+    append(_ACKS_TIMEOUT.pack(acks, timeout_ms))
+    append(_count(len(topic_data), flexible))
+    for name, partitions in topic_data:
+        append(_string(name, flexible))
+        append(_count(len(partitions), flexible))
+        for index, records in partitions:
+            append(_INT32.pack(index))
             if records is None:
                 append(b"\x00" if flexible else b"\xff\xff\xff\xff")
             else:
@@ -198,7 +209,6 @@ def encode_produce_request(body: Any, version: int, correlation_id: int, client_
         append(b"\x00")
     parts[0] = _REQUEST_HEAD.pack(8 + sum(map(len, parts)), 0, version, correlation_id)
     return b"".join(parts)
-
 
 
 # ---------------------------------------------------------------------------- decoding (broker)
