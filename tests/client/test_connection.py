@@ -1,4 +1,5 @@
-"""The client's connection: a peer that is not a Kafka broker is named, never trusted."""
+"""The client's connection: a peer that is not a Kafka broker is named, never trusted; requests
+written together leave together."""
 
 from __future__ import annotations
 
@@ -39,4 +40,47 @@ async def test_a_response_over_the_cap_closes_the_connection() -> None:
             await conn.request("api_versions", 0, {})
         await conn.close()
     finally:
+        server.close()
+
+
+async def test_requests_written_in_one_turn_of_the_loop_leave_in_one_write() -> None:
+    """A pipelining producer fills several in-flight slots at once: one write (one send()
+    for the client, one recv() for the broker) instead of one per request."""
+    received = bytearray()
+    got_all = asyncio.Event()
+    expected = 0
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while chunk := await reader.read(65536):
+            received.extend(chunk)
+            if expected and len(received) >= expected:
+                got_all.set()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    conn = KafkaConnection("127.0.0.1", port, "test")
+    try:
+        conn._reader, conn._writer = await asyncio.open_connection("127.0.0.1", port)
+        writes: list[bytes] = []
+        write = conn._writer.write
+        conn._writer.write = lambda data: (writes.append(bytes(data)), write(data))[1]  # type: ignore[method-assign]
+
+        frames = 5
+        await asyncio.gather(*(conn.request("api_versions", 0, {}, expect_response=False) for _ in range(frames)))
+        expected = sum(map(len, writes))
+        assert expected, "nothing was written"
+        if len(received) >= expected:
+            got_all.set()
+        await asyncio.wait_for(got_all.wait(), 10)
+
+        assert len(writes) == 1
+        assert bytes(received) == writes[0]
+        sizes, at = [], 0
+        while at < len(received):
+            sizes.append(int.from_bytes(received[at:at + 4], "big"))
+            at += 4 + sizes[-1]
+        assert len(sizes) == frames and len(set(sizes)) == 1
+    finally:
+        await conn.close()
         server.close()

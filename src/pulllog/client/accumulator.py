@@ -397,6 +397,10 @@ class RecordAccumulator:
         self._loop = loop
         self._on_batch_closed = on_batch_closed
         self._wake = wake
+        # The sender's "this partition has all its batches in flight" (Sender.partition_busy):
+        # a batch of such a partition cannot be sent before an answer, which wakes the sender
+        # anyway, so it is not woken for it (a batch-1 producer would wake it per record).
+        self.partition_busy: Callable[[tuple[str, int]], bool] = lambda key: False
 
     def queue(self, topic: str, partition: int) -> PartitionQueue:
         q = self.queues.get((topic, partition))
@@ -413,7 +417,8 @@ class RecordAccumulator:
             self.close(q)
         batch = q.open = ProducerBatch(q.topic, q.partition, timestamp, time.monotonic(), self._loop)
         self.incomplete.add(batch)
-        self._wake()
+        if not self.partition_busy(q.key):
+            self._wake()
         return batch, True
 
     def append(self, topic: str, partition: int, key: bytes | None, value: bytes | None, headers: bytes,
@@ -491,7 +496,8 @@ class RecordAccumulator:
         q.closed += 1
         q.ready.append(batch)
         self._on_batch_closed(q.topic, q.partition)
-        self._wake()
+        if not self.partition_busy(q.key):
+            self._wake()
 
     # ------------------------------------------------------------ the sender's API
     # The sender (pulllog.client.sender) moves batches through their states with these

@@ -78,6 +78,7 @@ class KafkaConnection:
         self._own_tasks: TaskScope | None = None  # the read loop's scope when no caller gives one
         self._closed = False
         self._error: BaseException | None = None
+        self._outgoing: list[bytes] = []  # frames written in this turn of the event loop (_write)
 
     @property
     def address(self) -> str:
@@ -168,7 +169,7 @@ class KafkaConnection:
         if expect_response:
             future = asyncio.get_running_loop().create_future()
             self._pending[correlation_id] = (future, response_class(api, version))
-        self._writer.write(frame)
+        self._write(frame)
         try:
             await self._writer.drain()
         except ConnectionError as exc:
@@ -182,6 +183,23 @@ class KafkaConnection:
         if future is None:
             return None
         return await future
+
+    def _write(self, frame: bytes) -> None:
+        """Send ``frame`` with every other frame written in this turn of the event loop, in
+        one write: a pipelining producer fills several in-flight slots at once (one read
+        brings several answers), and one send() for them, which the broker reads with one
+        recv(), costs both sides a fraction of a system call and a wake-up per request."""
+        if self._outgoing:
+            self._outgoing.append(frame)
+            return
+        self._outgoing = [frame]
+        asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        frames, self._outgoing = self._outgoing, []
+        if not frames or self._writer is None or self._writer.is_closing():
+            return  # closed meanwhile: _fail has failed the requests waiting for an answer
+        self._writer.write(frames[0] if len(frames) == 1 else b"".join(frames))
 
     async def _read_loop(self) -> None:
         assert self._reader is not None
@@ -231,6 +249,7 @@ class KafkaConnection:
             self._writer.close()
 
     async def close(self) -> None:
+        self._flush()  # what was written before close() goes out (a Produce with acks=0 has no answer to wait for)
         self._closed = True
         if self._read_task is not None and not self._read_task.done():
             self._read_task.cancel()

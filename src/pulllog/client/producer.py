@@ -243,6 +243,7 @@ class Producer:
         self._sender = Sender(self.config, self._cluster, self._acc, self._idempotence, self._wakeup,
                               topics=self._partitions, on_metadata=self._update_partitions,
                               on_failure=self._sender_failed)
+        self._acc.partition_busy = self._sender.partition_busy
         try:
             await self._cluster.refresh([])
             self._sender.last_metadata = time.monotonic()

@@ -53,6 +53,10 @@ log = logging.getLogger("pulllog.client.producer")
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 _MS = datetime.timedelta(milliseconds=1)
 
+# Passes the sender makes in one turn of the event loop while each leaves more to send
+# (normally max_in_flight at most: every pass fills one more request per broker)
+_PASSES_PER_TURN = 16
+
 # Errors after which the partition's leader (or the topic) should be looked up again.
 _STALE_METADATA = frozenset({
     ErrorCode.not_leader_or_follower,
@@ -121,6 +125,13 @@ class Sender:
                     while not self._stopping:
                         self._wakeup.clear()
                         delay = self._pass(tg)
+                        # More is sendable now (a partition has more batches and free in-flight
+                        # slots, one batch per request): take it in this same turn, so the
+                        # requests leave together in one write (KafkaConnection._write).
+                        for _ in range(_PASSES_PER_TURN):
+                            if delay is None or delay > 0:
+                                break
+                            delay = self._pass(tg)
                         if delay is not None and delay <= 0:
                             await asyncio.sleep(0)
                             continue
@@ -247,6 +258,12 @@ class Sender:
             del flying[0]  # answers mostly come oldest first
         elif batch in flying:
             flying.remove(batch)
+
+    def partition_busy(self, key: tuple[str, int]) -> bool:
+        """Are all of the partition's in-flight slots taken? Then only an answer (which wakes
+        the sender) lets it send more of that partition."""
+        flying = self._in_flight.get(key)
+        return flying is not None and len(flying) >= self._partition_limit
 
     def in_flight(self, topic: str, partition: int) -> list[ProducerBatch]:
         """The partition's batches in flight, oldest first (a copy)."""
