@@ -100,6 +100,7 @@ class Sender:
         self._metadata_retry_at = 0.0
         self.last_metadata = time.monotonic()
         self._epoch_bump_task: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None  # sets the wake-up event (_wake_within)
         # what every pass reads, in seconds, computed once
         self._linger_s = config.linger_s
         self._delivery_timeout_s = config.delivery_timeout_s
@@ -135,11 +136,9 @@ class Sender:
                         if delay is not None and delay <= 0:
                             await asyncio.sleep(0)
                             continue
-                        try:
-                            async with asyncio.timeout(delay):
-                                await self._wakeup.wait()
-                        except TimeoutError:
-                            pass
+                        if delay is not None:
+                            self._wake_within(delay)
+                        await self._wakeup.wait()
                     raise _Stopped  # the task group cancels and joins every request
             except* _Stopped:
                 pass
@@ -150,6 +149,22 @@ class Sender:
             self.error = exc
             self._on_failure(exc)
             self.abort(ProducerClosedError(f"the producer's sender failed: {exc!r}"))
+        finally:
+            if self._timer is not None:
+                self._timer.cancel()
+
+    def _wake_within(self, delay: float) -> None:
+        """Have the wake-up event set within ``delay`` seconds. One timer serves many waits:
+        it is moved only for an earlier deadline (a pass woken early just computes the next
+        one), since a fresh timeout per wait cost more than the pass of a one-record request."""
+        loop = asyncio.get_running_loop()
+        when = loop.time() + delay
+        timer = self._timer
+        if timer is not None:
+            if loop.time() < timer.when() <= when:
+                return
+            timer.cancel()
+        self._timer = loop.call_at(when, self._wakeup.set)
 
     def _pass(self, tg: asyncio.TaskGroup) -> float | None:
         """Expire, drain and send what is ready; return seconds until the next timed event."""
