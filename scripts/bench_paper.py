@@ -13,7 +13,9 @@ aiokafka (the pure-Python reference):
 * **batch 1**: every message is its own batch, so its own Produce request (the paper's
   "batch size 1": all overhead). pulllog: ``send()`` with ``batch_size=1``; librdkafka:
   ``batch.num.messages=1``; aiokafka: ``create_batch()`` + ``send_batch()`` of one message.
-  aiokafka keeps one request per partition in flight; pulllog and librdkafka pipeline (5).
+  aiokafka keeps one request per partition in flight; pulllog pipelines 5 (``max_in_flight``,
+  the Java client's default); librdkafka up to 1,000,000 (its default
+  ``max.in.flight.requests.per.connection`` without idempotence).
 * **batch 50**: message sets of 50 (the paper's "batch size 50"), one set per request.
   pulllog: ``send_batch()`` of 50 values with ``batch_size=1`` (each set is a batch);
   librdkafka: ``batch.num.messages=50``, ``linger.ms=5``; aiokafka: ``create_batch()`` of 50.
