@@ -36,6 +36,7 @@ from bisect import bisect_right
 from collections.abc import Iterator
 from pathlib import Path
 
+from .handles import CachedFile
 from .verify import (
     IndexProblem,
     Problem,
@@ -59,12 +60,17 @@ class IndexCorruptError(ValueError):
 class _Index:
     entry_size: int
 
-    def __init__(self, path: Path, base_offset: int, max_bytes: int) -> None:
-        self.path = path
+    def __init__(self, path: Path, base_offset: int, max_bytes: int, *, create: bool = False) -> None:
         self.base_offset = base_offset
         self.max_entries = max(1, max_bytes // self.entry_size)
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        # Opened on demand through the bounded handle cache: the entries live in memory, so
+        # the file is only needed to load, append, truncate or fsync.
+        self._file = CachedFile(path, create=create)
         self._dirty = False
+
+    @property
+    def path(self) -> Path:
+        return self._file.path
 
     @property
     def entries(self) -> int:
@@ -75,8 +81,12 @@ class _Index:
         return self.entries >= self.max_entries
 
     def _read_file(self) -> bytes:
-        size = os.fstat(self._fd).st_size
-        return os.pread(self._fd, size, 0) if size else b""
+        try:
+            f = self._file.get()
+        except FileNotFoundError:
+            return b""  # a segment written before a crash may lack its indexes: rebuilt
+        size = os.fstat(f.fileno()).st_size
+        return os.pread(f.fileno(), size, 0) if size else b""
 
     def _check(self, shape: list[IndexProblem], problems: Iterator[tuple[int, Problem]]) -> None:
         """Raise IndexCorruptError on the first problem (the file's shape, then an entry)."""
@@ -86,37 +96,38 @@ class _Index:
             raise IndexCorruptError(f"{self.path.name}: entry {slot}: {problem}")
 
     def _write(self, data: bytes) -> None:
-        os.write(self._fd, data)
+        f = self._file.get_or_create()
+        os.write(f.fileno(), data)
         self._dirty = True
 
     def _truncate_entries(self, n: int) -> None:
-        os.ftruncate(self._fd, n * self.entry_size)
+        f = self._file.get_or_create()
+        os.ftruncate(f.fileno(), n * self.entry_size)
         self._dirty = True
 
     def flush(self) -> None:
         if self._dirty:
-            os.fsync(self._fd)
+            f = self._file.get_or_create()
+            os.fsync(f.fileno())
             self._dirty = False
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._file.forget(close=True)
 
     def delete(self) -> None:
-        self.close()
+        self._file.forget()
         self.path.unlink(missing_ok=True)
 
     def rename(self, path: Path) -> None:
-        os.rename(self.path, path)
-        self.path = path
+        self._file.rename(path)
 
 
 class OffsetIndex(_Index):
     entry_size = OFFSET_ENTRY.size
 
-    def __init__(self, path: Path, base_offset: int, max_bytes: int = 10 * 1024 * 1024) -> None:
-        super().__init__(path, base_offset, max_bytes)
+    def __init__(self, path: Path, base_offset: int, max_bytes: int = 10 * 1024 * 1024, *,
+                 create: bool = False) -> None:
+        super().__init__(path, base_offset, max_bytes, create=create)
         self._offsets = array("q")  # absolute offsets, for bisect without re-adding the base
         self._positions = array("q")
 
@@ -166,8 +177,9 @@ class OffsetIndex(_Index):
 class TimeIndex(_Index):
     entry_size = TIME_ENTRY.size
 
-    def __init__(self, path: Path, base_offset: int, max_bytes: int = 10 * 1024 * 1024) -> None:
-        super().__init__(path, base_offset, max_bytes)
+    def __init__(self, path: Path, base_offset: int, max_bytes: int = 10 * 1024 * 1024, *,
+                 create: bool = False) -> None:
+        super().__init__(path, base_offset, max_bytes, create=create)
         self._timestamps = array("q")
         self._offsets = array("q")
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .config import LogConfig
+from .handles import CachedFile
 from .index import IndexCorruptError, OffsetIndex, TimeIndex
 from .verify import Damage, walk_log
 from ..records.batch import (
@@ -105,14 +106,21 @@ class LogSegment:
         self.base_offset = base_offset
         self.config = config
         name = segment_name(base_offset)
-        self.log_path = directory / f"{name}.log{suffix}"
-        self.file = io.FileIO(self.log_path, "a+")
-        self.size = os.fstat(self.file.fileno()).st_size
+        log_path = directory / f"{name}.log{suffix}"
+        # An existing segment is only stat()ed: its files open on first use (lazily, through
+        # the bounded handle cache); a new one is created with its (empty) indexes.
+        try:
+            self.size = os.stat(log_path).st_size
+            new = False
+        except FileNotFoundError:
+            self.size = 0
+            new = True
+        self._log_file = CachedFile(log_path, create=new)
         self.offset_index = OffsetIndex(
-            directory / f"{name}.index{suffix}", base_offset, config.segment_index_bytes
+            directory / f"{name}.index{suffix}", base_offset, config.segment_index_bytes, create=new
         )
         self.time_index = TimeIndex(
-            directory / f"{name}.timeindex{suffix}", base_offset, config.segment_index_bytes
+            directory / f"{name}.timeindex{suffix}", base_offset, config.segment_index_bytes, create=new
         )
         self.next_offset = base_offset
         self.max_timestamp = -1
@@ -123,6 +131,16 @@ class LogSegment:
         self._bytes_since_index_entry = 0
         self._unflushed = False
 
+    @property
+    def log_path(self) -> Path:
+        return self._log_file.path
+
+    @property
+    def file(self) -> io.FileIO:
+        """The open ``.log`` file (opened on demand). Hold the object, not its fileno(), while
+        using it: the cache may drop its own reference meanwhile (see handles.py)."""
+        return self._log_file.get()
+
     # ------------------------------------------------------------------ writing
 
     def append(self, data: bytes | bytearray | memoryview, batches: list[tuple[int, BatchHeader]]) -> None:
@@ -131,9 +149,10 @@ class LogSegment:
         ``batches`` gives each batch's position within ``data`` and its header.
         """
         start = self.size
-        written = os.write(self.file.fileno(), data)
+        f = self.file
+        written = os.write(f.fileno(), data)
         if written != len(data):  # a short write on a regular file means a full disk
-            os.ftruncate(self.file.fileno(), start)
+            os.ftruncate(f.fileno(), start)
             raise OSError(f"short write to {self.log_path.name}: {written} of {len(data)} bytes")
         self.size += written
         self._unflushed = True
@@ -172,7 +191,8 @@ class LogSegment:
 
     def flush(self) -> None:
         if self._unflushed:
-            os.fsync(self.file.fileno())
+            f = self.file
+            os.fsync(f.fileno())
             self._unflushed = False
         self.offset_index.flush()
         self.time_index.flush()
@@ -182,7 +202,8 @@ class LogSegment:
     def headers(self, start: int = 0, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
         """(position, header) of each batch from ``start``; stops at a partial batch."""
         end = self.size if end is None else end
-        fd = self.file.fileno()
+        f = self.file  # held for the whole scan
+        fd = f.fileno()
         buf = b""
         buf_start = start
         pos = start
@@ -239,7 +260,7 @@ class LogSegment:
         for pos, header in self.headers(position):
             if header.max_timestamp < timestamp or header.last_offset < start_offset:
                 continue
-            batch = RecordBatch.from_bytes(os.pread(self.file.fileno(), header.size, pos), check_crc=False)
+            batch = RecordBatch.from_bytes(self.read_bytes(pos, header.size), check_crc=False)
             for record in batch.records():
                 if record.offset >= start_offset and record.timestamp >= timestamp:
                     ts = header.max_timestamp if header.timestamp_type == 1 else record.timestamp
@@ -250,7 +271,8 @@ class LogSegment:
         return None
 
     def read_bytes(self, position: int, length: int) -> bytes:
-        return os.pread(self.file.fileno(), length, position)
+        f = self.file
+        return os.pread(f.fileno(), length, position)
 
     # ------------------------------------------------------------------ recovery
 
@@ -275,7 +297,7 @@ class LogSegment:
         _offset, position = self.offset_index.lookup(2**62)
         # The batches after the last index entry are what a crash may have torn: walk them
         # with recovery's checks (verify.walk_log); any problem means recover() instead.
-        tail = os.pread(self.file.fileno(), self.size - position, position) if self.size > position else b""
+        tail = self.read_bytes(position, self.size - position) if self.size > position else b""
         for item in walk_log(tail, segment_base_offset=self.base_offset):
             if isinstance(item, Damage) or item.problem is not None:
                 return False
@@ -312,7 +334,8 @@ class LogSegment:
         self.offset_index.reset()
         self.time_index.reset()
         self._reset_state()
-        fd = self.file.fileno()
+        f = self.file
+        fd = f.fileno()
         pos = 0
         batches = 0
         error: str | None = None
@@ -350,7 +373,8 @@ class LogSegment:
                 break
         removed = self.size - cut
         if removed:
-            os.ftruncate(self.file.fileno(), cut)
+            f = self.file
+            os.ftruncate(f.fileno(), cut)
             self.size = cut
             self.offset_index.truncate_to_position(cut)
             self.rebuild_indexes()
@@ -366,12 +390,13 @@ class LogSegment:
         self.flush()
         self.offset_index.close()
         self.time_index.close()
-        self.file.close()
+        self._log_file.forget(close=True)
 
     def delete(self) -> None:
         """Unlink the files. Open slices keep reading: the FileIO lives while referenced."""
         self.offset_index.delete()
         self.time_index.delete()
+        self._log_file.forget()  # readers holding it keep reading; it closes after them
         self.log_path.unlink(missing_ok=True)
 
     def mark_deleted(self) -> list[Path]:
@@ -392,11 +417,11 @@ class LogSegment:
                 continue
             moved.append(target)
         target = Path(f"{self.log_path}.deleted")
+        self._log_file.forget()
         try:
-            os.rename(self.log_path, target)
+            self._log_file.rename(target)
         except FileNotFoundError:
             return moved
-        self.log_path = target
         return moved + [target]
 
     def rename_suffix(self, old: str, new: str) -> None:
@@ -405,9 +430,7 @@ class LogSegment:
             index = getattr(self, attr)
             target = Path(str(index.path).removesuffix(old) + new)
             index.rename(target)
-        target = Path(str(self.log_path).removesuffix(old) + new)
-        os.rename(self.log_path, target)
-        self.log_path = target
+        self._log_file.rename(Path(str(self.log_path).removesuffix(old) + new))
 
     def __repr__(self) -> str:
         return f"LogSegment(base_offset={self.base_offset}, size={self.size}, next_offset={self.next_offset})"
