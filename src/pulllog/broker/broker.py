@@ -40,11 +40,13 @@ from typing import Any
 
 from ..group.coordinator import GroupCoordinator
 from ..log.cleaner import LogCleaner, run_on_loop
+from ..log.handles import HANDLES
 from ..log.log import wall_clock_ms
 from ..net.protocol import RequestDecoder
 from .config import BrokerConfig
 from .faults import Faults
 from .handlers import registry
+from .limits import open_files_budget
 from .lock import DataDirLock
 from ..purgatory.delayed import DelayedOperationPurgatory
 from .server import Connection
@@ -190,6 +192,9 @@ class Broker:
     async def _start(self) -> None:
         if self._task_group is not None:
             raise RuntimeError("this broker already ran; create a new Broker to start another")
+        budget = open_files_budget(self.config.max_open_files)
+        HANDLES.resize(budget.max_open_files)
+        log.info("%s", budget.describe())
         # Before anything under the data directory is read or written: a second broker on a
         # live directory must not run recovery on logs the first one is appending to.
         self.data_dir_lock.acquire()

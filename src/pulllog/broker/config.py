@@ -224,7 +224,7 @@ _OWN = (
     "queued.max.requests", "log.retention.check.interval.ms", "log.flush.scheduler.interval.ms",
     "log.cleaner.backoff.ms", "offsets.topic.num.partitions", "offsets.retention.minutes",
     "offsets.retention.check.interval.ms", "producer.id.expiration.ms", "producer.id.expiration.check.interval.ms",
-    "group.initial.rebalance.delay.ms", "start.with.offline.partitions",
+    "group.initial.rebalance.delay.ms", "start.with.offline.partitions", "log.max.open.files",
 )
 KNOWN_NAMES: frozenset[str] = frozenset((*_LOG_DEFAULTS, *_HOURS, *_MINUTES, *_OWN, *_IGNORED))
 
@@ -288,6 +288,9 @@ class BrokerConfig:
     offsets_retention_check_interval_ms: int = 600_000
     producer_id_expiration_ms: int = 86_400_000
     producer_id_expiration_check_interval_ms: int = 600_000
+    # Segment files (.log/.index/.timeindex) held open at once, like RocksDB's max_open_files;
+    # 0: derived at start from RLIMIT_NOFILE (see broker/limits.py). Not a Kafka setting.
+    max_open_files: int = 0
     log_defaults: LogConfig = field(default_factory=LogConfig)
     # Kafka settings that were given but do not apply to pulllog: the caller warns about each.
     ignored: tuple[IgnoredSetting, ...] = field(default=(), compare=False)
@@ -379,6 +382,8 @@ class BrokerConfig:
                 kw["producer_id_expiration_check_interval_ms"] = _int(name, raw, 1)
             elif name == "group.initial.rebalance.delay.ms":
                 kw["group_initial_rebalance_delay_ms"] = _int(name, raw, 0)
+            elif name == "log.max.open.files":
+                kw["max_open_files"] = _int(name, raw, 0, 2**31 - 1)
             elif (reason := _ignored_reason(name)) is not None:
                 ignored.append(IgnoredSetting(name, str(raw), reason))
             else:
@@ -408,6 +413,7 @@ class BrokerConfig:
             "group.initial.rebalance.delay.ms": str(self.group_initial_rebalance_delay_ms),
             "producer.id.expiration.ms": str(self.producer_id_expiration_ms),
             "producer.id.expiration.check.interval.ms": str(self.producer_id_expiration_check_interval_ms),
+            "log.max.open.files": str(self.max_open_files),
         }
         topic_values = self.log_defaults.to_kafka()
         for broker_name, topic_name in _LOG_DEFAULTS.items():

@@ -50,7 +50,7 @@ CONFIG_TYPES: dict[str, int] = {
     "log.flush.scheduler.interval.ms": LONG, "offsets.topic.num.partitions": INT,
     "offsets.retention.minutes": INT, "group.initial.rebalance.delay.ms": INT,
     "producer.id.expiration.ms": INT, "producer.id.expiration.check.interval.ms": INT,
-    "log.segment.bytes": INT, "log.roll.ms": LONG, "log.index.size.max.bytes": INT,
+    "log.max.open.files": INT, "log.segment.bytes": INT, "log.roll.ms": LONG, "log.index.size.max.bytes": INT,
     "log.index.interval.bytes": INT, "log.flush.interval.messages": LONG, "log.flush.interval.ms": LONG,
     "log.retention.ms": LONG, "log.retention.bytes": LONG, "log.cleanup.policy": LIST,
     "log.cleaner.delete.retention.ms": LONG, "log.cleaner.min.compaction.lag.ms": LONG,

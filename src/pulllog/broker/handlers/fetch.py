@@ -9,6 +9,12 @@ If fewer than ``min_bytes`` are available, the request waits in the fetch purgat
 enough is appended to a partition it reads (``check_and_complete`` on append) or until
 ``max_wait_ms`` passes, then reads again. Fetch sessions (KIP-227) are answered
 sessionless (session id 0), which every client accepts: it then sends full requests.
+
+A ``FileSlice`` holds its segment's open file until the response is sent, outside the
+bounded cache of open segment files (``log.max.open.files``). So that a fetch of
+thousands of partitions cannot run the broker out of descriptors, a piece under
+``_COPY_BELOW`` bytes, and every piece after the first ``_MAX_SLICES`` of a response, is
+copied into the response instead (a copy of a small piece costs less than a sendfile).
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ if TYPE_CHECKING:
     from ..api import BrokerApi
 
 READ_COMMITTED = 1
+_COPY_BELOW = 16 * 1024
+_MAX_SLICES = 32
 
 
 @dataclass(slots=True)
@@ -78,6 +86,7 @@ def _partition_max_bytes(p: Any) -> int:
 def read_partitions(broker: "BrokerApi", topics: Any, max_bytes: int, isolation: int) -> tuple[list[FetchTopicResponse], int]:
     remaining = max_bytes
     total = 0
+    slices = 0
     out: list[FetchTopicResponse] = []
     for t in topics:
         name = t.topic
@@ -111,7 +120,11 @@ def read_partitions(broker: "BrokerApi", topics: Any, max_bytes: int, isolation:
                 continue
             records: bytes | FileSlice = b""
             if piece is not None:
-                records = FileSlice(piece.file, piece.position, piece.length)
+                if piece.length < _COPY_BELOW or slices >= _MAX_SLICES:
+                    records = piece.read()
+                else:
+                    records = FileSlice(piece.file, piece.position, piece.length)
+                    slices += 1
                 total += piece.length
                 remaining -= piece.length
             parts.append(FetchPartitionResponse(index, 0, hw, lso, log.log_start_offset, aborted, records=records))
