@@ -47,6 +47,7 @@ from .config import BrokerConfig
 from .faults import Faults
 from .handlers import registry
 from .limits import open_files_budget
+from .listener import Listener, listen_socket
 from .lock import DataDirLock
 from ..purgatory.delayed import DelayedOperationPurgatory
 from .server import Connection
@@ -104,7 +105,7 @@ class Broker:
         # sendfile for Fetch; off only to measure what zero copy saves (scripts/bench_fetch.py)
         self.zero_copy = True
         self.internal_errors = 0  # handler failures (bugs): each closed one connection
-        self._server: asyncio.AbstractServer | None = None
+        self._listener: Listener | None = None
         self._stop = asyncio.Event()
         self._next_producer_id = (time.time_ns() // 1_000_000) << 8
         self._task_group: asyncio.TaskGroup | None = None
@@ -211,9 +212,7 @@ class Broker:
             log.info("loaded %d consumer group(s) from __consumer_offsets", loaded)
         loop = asyncio.get_running_loop()
         try:
-            self._server = await loop.create_server(
-                lambda: Connection(self), self.config.host, self.config.port, reuse_address=True, backlog=1024
-            )
+            listener = Listener(listen_socket(self.config.host, self.config.port), lambda: Connection(self))
         except OSError as exc:
             self.topics.close()
             self.data_dir_lock.release()
@@ -222,7 +221,8 @@ class Broker:
                 f"cannot listen on {self.config.host}:{self.config.port}: {exc.strerror}; "
                 "is another broker running there? pick another port with --listen",
             ) from None
-        self.port = self._server.sockets[0].getsockname()[1]
+        self._listener = listener
+        self.port = listener.port
         self._task_group = tg = asyncio.TaskGroup()
         await tg.__aenter__()
         # Everything below belongs to the group, and so do the connections' tasks
@@ -234,6 +234,7 @@ class Broker:
             tg.create_task(self._shutdown_when_stopped(), name="pulllog-shutdown"),
         ]
         self.accepting = True
+        listener.start()
         self.cleaner = LogCleaner(self.config.data_dir, self._partition_logs, run_on_loop(loop),
                                   backoff_ms=self.config.cleaner_backoff_ms)
         self.cleaner.start()
@@ -249,8 +250,8 @@ class Broker:
 
     async def _shutdown_connections(self) -> None:
         self.accepting = False
-        if self._server is not None:
-            self._server.close()
+        if self._listener is not None:
+            self._listener.close()
         self.fetch_purgatory.shutdown()  # long polls answer now (cancelled), not in 30 s
         self.groups.shutdown()
         self.group_purgatory.shutdown()
@@ -270,8 +271,8 @@ class Broker:
     def _cancel_tasks(self) -> None:
         """Stop at once: refuse connections, cancel every task the broker started."""
         self.accepting = False
-        if self._server is not None:
-            self._server.close()
+        if self._listener is not None:
+            self._listener.close()
         self.fetch_purgatory.shutdown()
         self.groups.shutdown()
         self.group_purgatory.shutdown()
@@ -286,8 +287,8 @@ class Broker:
             return
         self._cleaned_up = True
         self.accepting = False
-        if self._server is not None:
-            self._server.close()
+        if self._listener is not None:
+            self._listener.close()
         for conn in list(self.connections):
             if conn.transport is not None:
                 conn.transport.abort()
