@@ -20,6 +20,9 @@ Rules kept here:
   ``FileSlice`` for the broker to send with ``sendfile``.
 * A ``FileSlice`` holds a reference to the open file, so a read that races with
   retention keeps working: unlinking the file does not end its data while it is open.
+* The three files are opened on demand through the bounded cache of ``handles.py``
+  (none at load, which only stat()s the ``.log``), so descriptors do not grow with
+  partitions; sizes, offsets and index entries live in memory.
 """
 
 from __future__ import annotations
