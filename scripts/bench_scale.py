@@ -38,8 +38,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import bench_paper  # noqa: E402
-import kafka_reference  # noqa: E402
+import bench_paper
+import kafka_reference
 
 
 @dataclass
@@ -72,7 +72,7 @@ def start(data_dir: Path, port: int, nofile: int, log: Path) -> Broker:
         proc = subprocess.Popen([sys.executable, "-m", "pulllog.cli.main", "serve", "--data-dir", str(data_dir),
                                  "--listen", f"127.0.0.1:{port}"],
                                 stdout=out, stderr=subprocess.STDOUT, preexec_fn=limit)
-    while not kafka_reference._answers_metadata(port):  # noqa: SLF001
+    while not kafka_reference._answers_metadata(port):
         if proc.poll() is not None:
             raise Failed(f"the broker exited with {proc.returncode} (see {log})")
         if time.monotonic() - started > 300:
@@ -134,7 +134,7 @@ def consume(broker: Broker, names: list[str], partitions: int) -> None:
             for msg in consumer.consume(10_000, 1.0):
                 key = (msg.topic(), msg.partition())
                 if msg.error():
-                    if msg.error().code() == confluent_kafka.KafkaError._PARTITION_EOF:  # noqa: SLF001
+                    if msg.error().code() == confluent_kafka.KafkaError._PARTITION_EOF:
                         eof.add(key)
                         continue
                     raise Failed(f"consume {key}: {msg.error()}")

@@ -33,7 +33,7 @@ class LimitedServe:
         self.log = tmp / f"serve-{self.port}.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> "LimitedServe":
+    def start(self) -> LimitedServe:
         nofile = self.nofile
 
         def limit() -> None:
