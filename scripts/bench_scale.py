@@ -1,8 +1,7 @@
 #!/usr/bin/env python3
 """Many partitions under a small file-descriptor limit: 1,000 topics x 10 partitions, ulimit -n 1024.
 
-``pulllog serve`` runs with RLIMIT_NOFILE set to ``--nofile`` (soft and hard, in the child
-before it starts, as ``ulimit -n`` would), and then:
+``pulllog serve`` runs under ``ulimit -n`` ``--nofile`` (soft and hard RLIMIT_NOFILE), and then:
 
 1. **create**: the topics, ``--batch`` per CreateTopics request (librdkafka's AdminClient);
 2. **produce** one record to every partition (librdkafka, acks=all), every one acknowledged;
@@ -24,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import signal
 import subprocess
 import sys
@@ -64,14 +62,12 @@ class Broker:
 
 
 def start(data_dir: Path, port: int, nofile: int, log: Path) -> Broker:
-    def limit() -> None:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
-
     started = time.monotonic()
-    with open(log, "ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "pulllog.cli.main", "serve", "--data-dir", str(data_dir),
+    with open(log, "ab") as out:  # `ulimit -n` sets the soft and the hard limit, then the shell execs
+        proc = subprocess.Popen(["sh", "-c", f'ulimit -n {nofile} && exec "$@"', "sh",
+                                 sys.executable, "-m", "pulllog.cli.main", "serve", "--data-dir", str(data_dir),
                                  "--listen", f"127.0.0.1:{port}"],
-                                stdout=out, stderr=subprocess.STDOUT, preexec_fn=limit)
+                                stdout=out, stderr=subprocess.STDOUT)
     while not kafka_reference._answers_metadata(port):
         if proc.poll() is not None:
             raise Failed(f"the broker exited with {proc.returncode} (see {log})")

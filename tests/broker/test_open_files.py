@@ -1,11 +1,10 @@
 """A broker under a small RLIMIT_NOFILE: partitions bounded by a budget, and an accept loop that backs off.
 
-Each test runs ``pulllog serve`` with RLIMIT_NOFILE set in the child (as ``ulimit -n`` would).
+Each test runs ``pulllog serve`` under ``ulimit -n`` (soft and hard limit).
 """
 
 from __future__ import annotations
 
-import resource
 import signal
 import socket
 import subprocess
@@ -34,16 +33,13 @@ class LimitedServe:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> LimitedServe:
-        nofile = self.nofile
-
-        def limit() -> None:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
-
+        # `ulimit -n` in a shell that then execs the broker: no preexec_fn in a threaded pytest.
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "pulllog.cli.main", "serve", "--data-dir", str(self.data),
+                ["sh", "-c", f'ulimit -n {self.nofile} && exec "$@"', "sh",
+                 sys.executable, "-m", "pulllog.cli.main", "serve", "--data-dir", str(self.data),
                  "--listen", f"127.0.0.1:{self.port}"],
-                stdout=out, stderr=subprocess.STDOUT, preexec_fn=limit)
+                stdout=out, stderr=subprocess.STDOUT)
         wait_for_listener(self.port, self.proc, self.log)
         return self
 
