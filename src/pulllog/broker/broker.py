@@ -47,7 +47,7 @@ from .config import BrokerConfig
 from .faults import Faults
 from .handlers import registry
 from .limits import open_files_budget
-from .listener import Listener, listen_socket
+from .listener import Listener, listen_sockets
 from .lock import DataDirLock
 from ..purgatory.delayed import DelayedOperationPurgatory
 from .server import Connection
@@ -105,7 +105,7 @@ class Broker:
         # sendfile for Fetch; off only to measure what zero copy saves (scripts/bench_fetch.py)
         self.zero_copy = True
         self.internal_errors = 0  # handler failures (bugs): each closed one connection
-        self._listener: Listener | None = None
+        self._listeners: list[Listener] = []
         self._stop = asyncio.Event()
         self._next_producer_id = (time.time_ns() // 1_000_000) << 8
         self._task_group: asyncio.TaskGroup | None = None
@@ -212,7 +212,8 @@ class Broker:
             log.info("loaded %d consumer group(s) from __consumer_offsets", loaded)
         loop = asyncio.get_running_loop()
         try:
-            listener = Listener(listen_socket(self.config.host, self.config.port), lambda: Connection(self))
+            listeners = [Listener(sock, lambda: Connection(self))
+                         for sock in listen_sockets(self.config.host, self.config.port)]
         except OSError as exc:
             self.topics.close()
             self.data_dir_lock.release()
@@ -221,8 +222,8 @@ class Broker:
                 f"cannot listen on {self.config.host}:{self.config.port}: {exc.strerror}; "
                 "is another broker running there? pick another port with --listen",
             ) from None
-        self._listener = listener
-        self.port = listener.port
+        self._listeners = listeners
+        self.port = listeners[0].port
         self._task_group = tg = asyncio.TaskGroup()
         await tg.__aenter__()
         # Everything below belongs to the group, and so do the connections' tasks
@@ -234,7 +235,8 @@ class Broker:
             tg.create_task(self._shutdown_when_stopped(), name="pulllog-shutdown"),
         ]
         self.accepting = True
-        listener.start()
+        for listener in listeners:
+            listener.start()
         self.cleaner = LogCleaner(self.config.data_dir, self._partition_logs, run_on_loop(loop),
                                   backoff_ms=self.config.cleaner_backoff_ms)
         self.cleaner.start()
@@ -250,8 +252,8 @@ class Broker:
 
     async def _shutdown_connections(self) -> None:
         self.accepting = False
-        if self._listener is not None:
-            self._listener.close()
+        for listener in self._listeners:
+            listener.close()
         self.fetch_purgatory.shutdown()  # long polls answer now (cancelled), not in 30 s
         self.groups.shutdown()
         self.group_purgatory.shutdown()
@@ -271,8 +273,8 @@ class Broker:
     def _cancel_tasks(self) -> None:
         """Stop at once: refuse connections, cancel every task the broker started."""
         self.accepting = False
-        if self._listener is not None:
-            self._listener.close()
+        for listener in self._listeners:
+            listener.close()
         self.fetch_purgatory.shutdown()
         self.groups.shutdown()
         self.group_purgatory.shutdown()
@@ -287,8 +289,8 @@ class Broker:
             return
         self._cleaned_up = True
         self.accepting = False
-        if self._listener is not None:
-            self._listener.close()
+        for listener in self._listeners:
+            listener.close()
         for conn in list(self.connections):
             if conn.transport is not None:
                 conn.transport.abort()

@@ -23,7 +23,7 @@ import socket
 import time
 from collections.abc import Callable
 
-__all__ = ["Listener", "listen_socket"]
+__all__ = ["Listener", "listen_sockets"]
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +32,29 @@ _OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.
 _TRANSIENT = frozenset({errno.ECONNABORTED, errno.EPROTO, errno.EPERM})
 
 
-def listen_socket(host: str, port: int, backlog: int = 1024) -> socket.socket:
-    """A non-blocking listening socket on the first address ``host`` resolves to."""
+def listen_sockets(host: str, port: int, backlog: int = 1024) -> list[socket.socket]:
+    """Non-blocking listening sockets on every address ``host`` resolves to (as asyncio's
+    create_server binds them: "localhost" may be 127.0.0.1 and ::1). Port 0 picks a free
+    port with the first address and uses it for the others."""
     infos = socket.getaddrinfo(host or None, port, socket.AF_UNSPEC, socket.SOCK_STREAM, 0, socket.AI_PASSIVE)
-    family, kind, proto, _name, address = infos[0]
+    sockets: list[socket.socket] = []
+    seen: set[tuple[int, str]] = set()
+    try:
+        for family, kind, proto, _name, address in infos:
+            if (family, address[0]) in seen:
+                continue
+            seen.add((family, address[0]))
+            if sockets and port == 0:
+                address = (address[0], sockets[0].getsockname()[1], *address[2:])
+            sockets.append(_listen(family, kind, proto, address, backlog))
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
+def _listen(family: int, kind: int, proto: int, address: tuple, backlog: int) -> socket.socket:  # type: ignore[type-arg]
     sock = socket.socket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -32,7 +32,7 @@ import os
 import threading
 from pathlib import Path
 
-__all__ = ["CachedFile", "FileHandles", "HANDLES", "DEFAULT_MAX_OPEN_FILES"]
+__all__ = ["DEFAULT_MAX_OPEN_FILES", "HANDLES", "CachedFile", "FileHandles"]
 
 DEFAULT_MAX_OPEN_FILES = 400
 """Until the broker sizes it from RLIMIT_NOFILE (tools and tests that open logs directly)."""
@@ -107,7 +107,7 @@ HANDLES = FileHandles()
 class CachedFile:
     """One file of a segment, opened on demand through ``HANDLES``."""
 
-    __slots__ = ("path", "_key", "_handles")
+    __slots__ = ("_handles", "_key", "path")
 
     def __init__(self, path: Path, *, create: bool = False, handles: FileHandles | None = None) -> None:
         self.path = path
