@@ -24,15 +24,25 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from kio.schema.errors import ErrorCode
-
     from ..group.coordinator import (
-        CommittedOffset,
-        GroupDescription,
-        GroupOverview,
+        DeleteGroupsRequest,
+        DeleteGroupsResult,
+        DescribeGroupsRequest,
+        DescribeGroupsResult,
+        HeartbeatRequest,
+        HeartbeatResult,
         JoinRequest,
         JoinResult,
+        LeaveGroupRequest,
+        LeaveGroupResult,
+        ListGroupsRequest,
+        ListGroupsResult,
         OffsetCommitRequest,
+        OffsetCommitResult,
+        OffsetDeleteRequest,
+        OffsetDeleteResult,
+        OffsetFetchRequest,
+        OffsetFetchResult,
         SyncRequest,
         SyncResult,
     )
@@ -88,26 +98,21 @@ class GroupCoordinatorApi(Protocol):
 
     async def sync(self, request: "SyncRequest") -> "SyncResult": ...
 
-    def heartbeat(self, group_id: str, generation: int, member_id: str,
-                  group_instance_id: str | None) -> "ErrorCode": ...
+    def heartbeat(self, request: "HeartbeatRequest") -> "HeartbeatResult": ...
 
-    def leave(self, group_id: str, members: list[tuple[str, str | None]]) -> "tuple[ErrorCode, list[ErrorCode]]":
-        """members: (member id, group instance id); answers the top-level and per-member codes."""
-        ...
+    def leave(self, request: "LeaveGroupRequest") -> "LeaveGroupResult": ...
 
-    def commit_offsets(self, request: "OffsetCommitRequest") -> "dict[tuple[str, int], ErrorCode]": ...
+    def commit_offsets(self, request: "OffsetCommitRequest") -> "OffsetCommitResult": ...
 
-    def fetch_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]] | None,
-                      ) -> "dict[tuple[str, int], CommittedOffset | None]": ...
+    def fetch_offsets(self, request: "OffsetFetchRequest") -> "OffsetFetchResult": ...
 
-    def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]],
-                       ) -> "tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]": ...
+    def delete_offsets(self, request: "OffsetDeleteRequest") -> "OffsetDeleteResult": ...
 
-    def describe(self, group_id: str) -> "GroupDescription": ...
+    def describe(self, request: "DescribeGroupsRequest") -> "DescribeGroupsResult": ...
 
-    def list_groups(self) -> "list[GroupOverview]": ...
+    def list_groups(self, request: "ListGroupsRequest") -> "ListGroupsResult": ...
 
-    def delete_group(self, group_id: str) -> "ErrorCode": ...
+    def delete_groups(self, request: "DeleteGroupsRequest") -> "DeleteGroupsResult": ...
 
 
 class BrokerApi(Protocol):

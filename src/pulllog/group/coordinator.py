@@ -20,10 +20,13 @@ classic consumer groups run it:
    (``group.instance.id``) that restarts within its session timeout takes its old place and
    assignment without a rebalance (KIP-345); the incarnation it replaced is fenced.
 
-The API that handlers call takes and returns frozen dataclasses (``JoinRequest`` -> ``JoinResult``,
-``SyncRequest`` -> ``SyncResult``, ``OffsetCommitRequest``, ``CommittedOffset``,
-``GroupDescription``, ``GroupOverview``), never the live ``Group`` and ``Member`` records, which
-only the coordinator changes.
+The API that handlers call is one method per Kafka group API, each taking a frozen request
+dataclass and returning a frozen result dataclass named after it (``JoinRequest`` ->
+``JoinResult``, ``SyncRequest`` -> ``SyncResult``, ``HeartbeatRequest`` -> ``HeartbeatResult``,
+``LeaveGroupRequest``, ``OffsetCommitRequest``, ``OffsetFetchRequest``, ``OffsetDeleteRequest``,
+``DescribeGroupsRequest``, ``ListGroupsRequest``, ``DeleteGroupsRequest``, each -> ``...Result``);
+results list partitions, members and groups in the request's order. Never the live ``Group`` and
+``Member`` records, which only the coordinator changes.
 
 Timeouts (the join deadline, each member's session) are delayed operations in the
 purgatory's timing wheel. Offsets are appended to ``__consumer_offsets`` (compacted,
@@ -59,13 +62,34 @@ __all__ = [
     "GroupCoordinator",
     "GroupDescription",
     "GroupError",
+    "CommittedOffset",
+    "DeleteGroupsRequest",
+    "DeleteGroupsResult",
+    "DeletedGroup",
+    "DescribeGroupsRequest",
+    "DescribeGroupsResult",
+    "FetchedOffset",
     "GroupOverview",
+    "HeartbeatRequest",
+    "HeartbeatResult",
     "JoinRequest",
     "JoinResult",
     "JoinedMember",
+    "LeaveGroupRequest",
+    "LeaveGroupResult",
+    "LeftMember",
+    "ListGroupsRequest",
+    "ListGroupsResult",
     "MemberDescription",
+    "MemberIdentity",
     "OffsetCommit",
     "OffsetCommitRequest",
+    "OffsetCommitResult",
+    "OffsetDeleteRequest",
+    "OffsetDeleteResult",
+    "OffsetFetchRequest",
+    "OffsetFetchResult",
+    "PartitionResult",
     "SyncRequest",
     "SyncResult",
 ]
@@ -232,6 +256,140 @@ class OffsetCommitRequest:
     member_id: str
     group_instance_id: str | None
     offsets: tuple[OffsetCommit, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionResult:
+    """One partition's answer in an OffsetCommit or OffsetDelete."""
+
+    topic: str
+    partition: int
+    error: ErrorCode
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitResult:
+    """An OffsetCommit's answer: one code per partition, in the request's order."""
+
+    partitions: tuple[PartitionResult, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatRequest:
+    group_id: str
+    generation: int
+    member_id: str
+    group_instance_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResult:
+    error: ErrorCode
+    """REBALANCE_IN_PROGRESS tells the member to rejoin."""
+
+
+@dataclass(frozen=True, slots=True)
+class MemberIdentity:
+    """A member leaving: by member id, or (an admin, KIP-345) by group instance id alone."""
+
+    member_id: str
+    group_instance_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LeftMember:
+    member_id: str
+    group_instance_id: str | None
+    error: ErrorCode
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveGroupRequest:
+    group_id: str
+    members: tuple[MemberIdentity, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveGroupResult:
+    """The top-level code and one per member, in the request's order (v0-v2 answer the
+    first member's code alone)."""
+
+    error: ErrorCode
+    members: tuple[LeftMember, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetFetchRequest:
+    group_id: str
+    partitions: tuple[tuple[str, int], ...] | None
+    """(topic, partition) pairs; None asks for every partition the group has committed."""
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedOffset:
+    topic: str
+    partition: int
+    committed: "CommittedOffset | None"
+    """None: nothing committed (answered as offset -1)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetFetchResult:
+    error: ErrorCode
+    partitions: tuple[FetchedOffset, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetDeleteRequest:
+    group_id: str
+    partitions: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetDeleteResult:
+    """A group-level error (GROUP_ID_NOT_FOUND) comes alone, without partitions, as Kafka's."""
+
+    error: ErrorCode
+    partitions: tuple[PartitionResult, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeGroupsRequest:
+    group_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeGroupsResult:
+    groups: tuple["GroupDescription", ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ListGroupsRequest:
+    states_filter: frozenset[str] = frozenset()
+    """Group states to list (any case, as v4+ sends them); empty lists every state."""
+    types_filter: frozenset[str] = frozenset()
+    """Group types to list (v5+); every group here is "classic"; empty lists all."""
+
+
+@dataclass(frozen=True, slots=True)
+class ListGroupsResult:
+    groups: tuple["GroupOverview", ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteGroupsRequest:
+    group_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DeletedGroup:
+    group_id: str
+    error: ErrorCode
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteGroupsResult:
+    groups: tuple[DeletedGroup, ...]
 
 
 @dataclass(eq=False)
@@ -722,7 +880,12 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------------ Heartbeat / LeaveGroup
 
-    def heartbeat(self, group_id: str, generation: int, member_id: str, group_instance_id: str | None) -> ErrorCode:
+    def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResult:
+        """Keep the member's session alive; REBALANCE_IN_PROGRESS tells it to rejoin."""
+        return HeartbeatResult(self._heartbeat(request.group_id, request.generation, request.member_id,
+                                               request.group_instance_id))
+
+    def _heartbeat(self, group_id: str, generation: int, member_id: str, group_instance_id: str | None) -> ErrorCode:
         group = self._group(group_id)
         if group is None:
             return ErrorCode.unknown_member_id
@@ -738,13 +901,20 @@ class GroupCoordinator:
             return ErrorCode.rebalance_in_progress
         return ErrorCode.none
 
-    def leave(self, group_id: str, members: list[tuple[str, str | None]]) -> tuple[ErrorCode, list[ErrorCode]]:
+    def leave(self, request: LeaveGroupRequest) -> LeaveGroupResult:
+        """Remove members (a rebalance for the others); one code per member, in order."""
+        codes = self._leave(request.group_id, request.members)
+        return LeaveGroupResult(ErrorCode.none, tuple(
+            LeftMember(m.member_id, m.group_instance_id, code) for m, code in zip(request.members, codes)))
+
+    def _leave(self, group_id: str, members: Iterable[MemberIdentity]) -> list[ErrorCode]:
         group = self._group(group_id)
         if group is None:
             # Kafka: the request succeeds, each member is unknown (v0-v2 answer the member's code).
-            return ErrorCode.none, [ErrorCode.unknown_member_id] * len(members)
+            return [ErrorCode.unknown_member_id for _ in members]
         results = []
-        for member_id, instance_id in members:
+        for identity in members:
+            member_id, instance_id = identity.member_id, identity.group_instance_id
             if not member_id and instance_id is not None:  # removed by instance id (an admin)
                 member_id = group.static_members.get(instance_id, "")
             if instance_id is None and member_id in group.pending_members:
@@ -760,7 +930,7 @@ class GroupCoordinator:
             log.info("group %s: member %s left", group_id, member_id)
             self._remove_member(group, member, rebalance=True)
             results.append(ErrorCode.none)
-        return ErrorCode.none, results
+        return results
 
     def _forget_pending_member(self, group: Group, member_id: str) -> None:
         if member_id not in group.pending_members:
@@ -809,9 +979,14 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------------ offsets
 
-    def commit_offsets(self, request: OffsetCommitRequest) -> dict[tuple[str, int], ErrorCode]:
+    def commit_offsets(self, request: OffsetCommitRequest) -> OffsetCommitResult:
         """Append the offsets to ``__consumer_offsets``: durable when this returns.
-        Answers (topic, partition) -> error code."""
+        Answers one code per partition, in the request's order."""
+        codes = self._commit_offsets(request)
+        return OffsetCommitResult(tuple(PartitionResult(o.topic, o.partition, codes[(o.topic, o.partition)])
+                                        for o in request.offsets))
+
+    def _commit_offsets(self, request: OffsetCommitRequest) -> dict[tuple[str, int], ErrorCode]:
         group_id, generation, member_id = request.group_id, request.generation, request.member_id
         group_instance_id, offsets = request.group_instance_id, request.offsets
         group = self.groups.get(group_id)
@@ -869,14 +1044,25 @@ class GroupCoordinator:
             return ErrorCode.rebalance_in_progress
         return ErrorCode.none
 
-    def fetch_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]] | None) -> dict[tuple[str, int], CommittedOffset | None]:
-        group = self.groups.get(group_id)
+    def fetch_offsets(self, request: OffsetFetchRequest) -> OffsetFetchResult:
+        """The committed offsets asked for (None for a partition without one), in the request's
+        order; with no partitions named, every partition the group has committed."""
+        group = self.groups.get(request.group_id)
         offsets = group.offsets if group is not None else {}
-        if partitions is None:
-            return dict(offsets)
-        return {tp: offsets.get(tp) for tp in partitions}
+        wanted = offsets if request.partitions is None else request.partitions
+        return OffsetFetchResult(ErrorCode.none, tuple(
+            FetchedOffset(topic, partition, offsets.get((topic, partition))) for topic, partition in wanted))
 
-    def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
+    def delete_offsets(self, request: OffsetDeleteRequest) -> OffsetDeleteResult:
+        """Tombstone the group's offsets of partitions it does not consume (those are refused
+        with GROUP_SUBSCRIBED_TO_TOPIC)."""
+        top, codes = self._delete_offsets(request.group_id, request.partitions)
+        if top is not ErrorCode.none:
+            return OffsetDeleteResult(top, ())
+        return OffsetDeleteResult(top, tuple(PartitionResult(t, p, codes[(t, p)]) for t, p in request.partitions))
+
+    def _delete_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]],
+                        ) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
         group = self._group(group_id)
         if group is None:
             return ErrorCode.group_id_not_found, {}
@@ -900,11 +1086,21 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------------ admin
 
-    def list_groups(self) -> list[GroupOverview]:
-        return [GroupOverview(g.group_id, g.protocol_type or "", g.state.value)
-                for g in self.groups.values() if g.state is not GroupState.DEAD]
+    def list_groups(self, request: ListGroupsRequest) -> ListGroupsResult:
+        """Every live group, filtered by state and type (v4+/v5+); every group is classic."""
+        states = {s.lower() for s in request.states_filter}
+        types = {t.lower() for t in request.types_filter}
+        if types and "classic" not in types:
+            return ListGroupsResult(())
+        return ListGroupsResult(tuple(
+            GroupOverview(g.group_id, g.protocol_type or "", g.state.value) for g in self.groups.values()
+            if g.state is not GroupState.DEAD and (not states or g.state.value.lower() in states)))
 
-    def describe(self, group_id: str) -> GroupDescription:
+    def describe(self, request: DescribeGroupsRequest) -> DescribeGroupsResult:
+        """Each group's description, in the request's order (an unknown group is Dead)."""
+        return DescribeGroupsResult(tuple(self._describe(group_id) for group_id in request.group_ids))
+
+    def _describe(self, group_id: str) -> GroupDescription:
         group = self.groups.get(group_id)
         if group is None:
             return GroupDescription(group_id, GroupState.DEAD.value, "", "", ())
@@ -917,7 +1113,11 @@ class GroupCoordinator:
         return GroupDescription(group_id, group.state.value, group.protocol_type or "",
                                 protocol if stable else "", members)
 
-    def delete_group(self, group_id: str) -> ErrorCode:
+    def delete_groups(self, request: DeleteGroupsRequest) -> DeleteGroupsResult:
+        """Delete Empty groups with their offsets (NON_EMPTY_GROUP while members remain)."""
+        return DeleteGroupsResult(tuple(DeletedGroup(g, self._delete_group(g)) for g in request.group_ids))
+
+    def _delete_group(self, group_id: str) -> ErrorCode:
         group = self._group(group_id)
         if group is None:
             return ErrorCode.group_id_not_found

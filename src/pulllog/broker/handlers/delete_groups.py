@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ...group.coordinator import DeleteGroupsRequest
 from ...net.apis import ApiKey
 from ...net.build import build, response_class
 from . import RequestContext, handler
@@ -14,5 +15,6 @@ if TYPE_CHECKING:
 
 @handler(ApiKey.DELETE_GROUPS, 0, 2)
 async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
-    results = [{"group_id": g, "error_code": broker.groups.delete_group(g)} for g in ctx.body.groups_names]
+    result = broker.groups.delete_groups(DeleteGroupsRequest(tuple(ctx.body.groups_names)))
+    results = [{"group_id": g.group_id, "error_code": g.error} for g in result.groups]
     return build(response_class(ApiKey.DELETE_GROUPS, ctx.version), {"throttle_time": 0, "results": results})

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from ...group.coordinator import GroupDescription
+from ...group.coordinator import DescribeGroupsRequest, GroupDescription
 from ...net.apis import ApiKey
 from ...net.build import build, response_class
 from . import RequestContext, handler
@@ -41,5 +41,6 @@ def _described(d: GroupDescription, operations: int) -> dict[str, Any]:
 @handler(ApiKey.DESCRIBE_GROUPS, 0, 5)
 async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     operations = GROUP_OPERATIONS if getattr(ctx.body, "include_authorized_operations", False) else NOT_REQUESTED
-    groups = [_described(broker.groups.describe(group_id), operations) for group_id in ctx.body.groups]
+    result = broker.groups.describe(DescribeGroupsRequest(tuple(ctx.body.groups)))
+    groups = [_described(d, operations) for d in result.groups]
     return build(response_class(ApiKey.DESCRIBE_GROUPS, ctx.version), {"throttle_time": 0, "groups": groups})

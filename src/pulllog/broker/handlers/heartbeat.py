@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ...group.coordinator import HeartbeatRequest
 from ...net.apis import ApiKey
 from ...net.build import build, response_class
 from . import RequestContext, handler
@@ -15,5 +16,6 @@ if TYPE_CHECKING:
 @handler(ApiKey.HEARTBEAT, 0, 4)
 async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     b = ctx.body
-    error = broker.groups.heartbeat(b.group_id, b.generation_id, b.member_id, getattr(b, "group_instance_id", None))
-    return build(response_class(ApiKey.HEARTBEAT, ctx.version), {"throttle_time": 0, "error_code": error})
+    result = broker.groups.heartbeat(HeartbeatRequest(b.group_id, b.generation_id, b.member_id,
+                                                      getattr(b, "group_instance_id", None)))
+    return build(response_class(ApiKey.HEARTBEAT, ctx.version), {"throttle_time": 0, "error_code": result.error})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ...group.coordinator import LeaveGroupRequest, MemberIdentity
 from ...net.apis import ApiKey
 from ...net.build import build, response_class
 from . import RequestContext, handler
@@ -16,13 +17,14 @@ if TYPE_CHECKING:
 async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     b = ctx.body
     if ctx.version >= 3:
-        members = [(m.member_id, m.group_instance_id) for m in b.members]
+        members = tuple(MemberIdentity(m.member_id, m.group_instance_id) for m in b.members)
     else:
-        members = [(b.member_id, None)]
-    top, results = broker.groups.leave(b.group_id, members)
+        members = (MemberIdentity(b.member_id),)
+    result = broker.groups.leave(LeaveGroupRequest(b.group_id, members))
     if ctx.version < 3:
-        return build(response_class(ApiKey.LEAVE_GROUP, ctx.version), {"throttle_time": 0, "error_code": results[0]})
+        return build(response_class(ApiKey.LEAVE_GROUP, ctx.version),
+                     {"throttle_time": 0, "error_code": result.members[0].error})
     return build(response_class(ApiKey.LEAVE_GROUP, ctx.version), {
-        "throttle_time": 0, "error_code": top,
-        "members": [{"member_id": m, "group_instance_id": i, "error_code": e}
-                    for (m, i), e in zip(members, results)]})
+        "throttle_time": 0, "error_code": result.error,
+        "members": [{"member_id": m.member_id, "group_instance_id": m.group_instance_id, "error_code": m.error}
+                    for m in result.members]})

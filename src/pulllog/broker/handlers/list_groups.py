@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ...group.coordinator import ListGroupsRequest
 from ...net.apis import ApiKey
 from ...net.build import build, response_class
 from . import RequestContext, handler
@@ -14,14 +15,8 @@ if TYPE_CHECKING:
 
 @handler(ApiKey.LIST_GROUPS, 0, 5)
 async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
-    states = {s.lower() for s in getattr(ctx.body, "states_filter", ()) or ()}
-    types = {t.lower() for t in getattr(ctx.body, "types_filter", ()) or ()}
-    groups = []
-    for g in broker.groups.list_groups():
-        if states and g.state.lower() not in states:
-            continue
-        if types and "classic" not in types:
-            continue
-        groups.append({"group_id": g.group_id, "protocol_type": g.protocol_type,
-                       "group_state": g.state, "group_type": "classic"})
+    result = broker.groups.list_groups(ListGroupsRequest(
+        frozenset(getattr(ctx.body, "states_filter", ()) or ()), frozenset(getattr(ctx.body, "types_filter", ()) or ())))
+    groups = [{"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state,
+               "group_type": "classic"} for g in result.groups]
     return build(response_class(ApiKey.LIST_GROUPS, ctx.version), {"throttle_time": 0, "error_code": 0, "groups": groups})

@@ -36,8 +36,9 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
             offsets.append(OffsetCommit(t.name, p.partition_index, p.committed_offset,
                                         int(getattr(p, "committed_leader_epoch", -1)), p.committed_metadata))
     if offsets:
-        results.update(broker.groups.commit_offsets(OffsetCommitRequest(
-            b.group_id, generation, b.member_id, getattr(b, "group_instance_id", None), tuple(offsets))))
+        committed = broker.groups.commit_offsets(OffsetCommitRequest(
+            b.group_id, generation, b.member_id, getattr(b, "group_instance_id", None), tuple(offsets)))
+        results.update({(r.topic, r.partition): r.error for r in committed.partitions})
     topics: dict[str, list[dict[str, Any]]] = {}
     for t in b.topics:
         topics[t.name] = [{"partition_index": p.partition_index, "error_code": results[(t.name, p.partition_index)]}

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from ...group.coordinator import OffsetDeleteRequest
 from ...net.apis import ApiKey
 from ...net.build import build, response_class
 from . import RequestContext, handler
@@ -17,12 +18,15 @@ if TYPE_CHECKING:
 @handler(ApiKey.OFFSET_DELETE, 0, 0)
 async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     b = ctx.body
-    wanted = [(t.name, p.partition_index) for t in b.topics for p in t.partitions]
-    top, results = broker.groups.delete_offsets(b.group_id, wanted)
-    if top != ErrorCode.none:
+    wanted = tuple((t.name, p.partition_index) for t in b.topics for p in t.partitions)
+    result = broker.groups.delete_offsets(OffsetDeleteRequest(b.group_id, wanted))
+    if result.error != ErrorCode.none:
         # Kafka answers a group-level error alone, without the topics.
-        return build(response_class(ApiKey.OFFSET_DELETE, ctx.version), {"error_code": top, "throttle_time": 0, "topics": []})
+        return build(response_class(ApiKey.OFFSET_DELETE, ctx.version),
+                     {"error_code": result.error, "throttle_time": 0, "topics": []})
+    codes = {(r.topic, r.partition): r.error for r in result.partitions}
     topics = [{"name": t.name, "partitions": [
-        {"partition_index": p.partition_index, "error_code": results.get((t.name, p.partition_index), top)}
+        {"partition_index": p.partition_index, "error_code": codes[(t.name, p.partition_index)]}
         for p in t.partitions]} for t in b.topics]
-    return build(response_class(ApiKey.OFFSET_DELETE, ctx.version), {"error_code": top, "throttle_time": 0, "topics": topics})
+    return build(response_class(ApiKey.OFFSET_DELETE, ctx.version),
+                 {"error_code": result.error, "throttle_time": 0, "topics": topics})

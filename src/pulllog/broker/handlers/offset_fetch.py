@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ...group.coordinator import OffsetFetchRequest
 from ...net.apis import ApiKey
 from ...net.build import build, response_class
 from . import RequestContext, handler
@@ -14,12 +15,13 @@ if TYPE_CHECKING:
 
 
 def _group_answer(broker: "BrokerApi", group_id: str, topics: Any) -> list[dict[str, Any]]:
-    wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
-    found = broker.groups.fetch_offsets(group_id, wanted)
+    wanted = None if topics is None else tuple((t.name, p) for t in topics for p in t.partition_indexes)
+    result = broker.groups.fetch_offsets(OffsetFetchRequest(group_id, wanted))
     by_topic: dict[str, list[dict[str, Any]]] = {}
-    for (topic, partition), committed in found.items():
-        by_topic.setdefault(topic, []).append({
-            "partition_index": partition,
+    for found in result.partitions:
+        committed = found.committed
+        by_topic.setdefault(found.topic, []).append({
+            "partition_index": found.partition,
             "committed_offset": committed.offset if committed else -1,
             "committed_leader_epoch": committed.leader_epoch if committed else -1,
             "metadata": committed.metadata if committed else "",
