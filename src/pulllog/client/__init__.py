@@ -2,8 +2,9 @@
 
 Concurrency, the rule for this package: every task a client starts is owned by an
 ``asyncio.TaskGroup``, under one supervisor task per client that ``start()`` creates and
-``close()`` stops and joins; no task is left that nothing awaits or cancels. The
-Producer's supervisor runs its sender (``pulllog.client.sender``), whose task group owns
+``close()`` stops and joins (``pulllog.client.task_scope.TaskScope``, the one helper the
+producer, the consumer and the cluster's connections share); no task is left that nothing
+awaits or cancels. The Producer's supervisor runs its sender (``pulllog.client.sender``), whose task group owns
 the Produce requests in flight, the metadata refreshes and the epoch bumps: leaving it
 cancels and joins them all, and the supervisor then closes the connections.
 

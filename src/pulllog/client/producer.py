@@ -22,8 +22,9 @@ a record costs in ``send()`` (scripts/bench_client.py measures both).
 
 How records move (see ``pulllog.client.accumulator`` for the batch states):
 
-* **One supervisor task** per producer, created by ``start()``, stopped and joined by
-  ``close()``. It runs the sender (``pulllog.client.sender``), whose ``asyncio.TaskGroup``
+* **One supervisor task** per producer, the same :class:`~pulllog.client.task_scope.TaskScope`
+  the consumer and the cluster use, opened by ``start()``, stopped and joined by ``close()``.
+  Its one child runs the sender (``pulllog.client.sender``), whose ``asyncio.TaskGroup``
   owns the Produce requests in flight, the metadata refreshes and the epoch bumps, and
   then fails what is left and closes the connections, so nothing the producer starts
   outlives it. The settings are checked in one place, ``ProducerConfig``
@@ -112,6 +113,7 @@ from .partitioner import (
 from .producer_config import MAX_IDEMPOTENT_IN_FLIGHT, ProducerConfig
 from .record_future import BatchMetadata, DeliveryTimeoutError, ProduceResult, ProducerClosedError, RecordFuture
 from .sender import Sender
+from .task_scope import TaskScope, join_despite_cancellation
 from .types import RecordMetadata
 
 __all__ = [
@@ -205,7 +207,8 @@ class Producer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._acc: RecordAccumulator | None = None
         self._sender: Sender | None = None
-        self._supervisor: asyncio.Task[None] | None = None
+        self._tasks: TaskScope | None = None  # the supervisor: owns the sender's task
+        self._sender_task: asyncio.Task[None] | None = None
         self._sender_error: BaseException | None = None
         self._wakeup = asyncio.Event()
         # topic -> (all partitions, partitions with a leader), what send() partitions by
@@ -244,23 +247,27 @@ class Producer:
                               topics=self._partitions, on_metadata=self._update_partitions,
                               on_failure=self._sender_failed)
         self._acc.partition_busy = self._sender.partition_busy
+        self._tasks = TaskScope(f"pulllog-producer[{self.client_id}]")
         try:
             await self._cluster.refresh([])
             self._sender.last_metadata = time.monotonic()
             if self.enable_idempotence:
                 await self._sender.init_producer_id()
+            await self._tasks.open()
         except BaseException:
+            await self._tasks.aclose()
             await self._cluster.close()
             self._state = _CLOSED
             raise
         self._pool = self._acc.pool
         self._state = _RUNNING
         self._accepting = True
-        self._supervisor = self._loop.create_task(self._supervise(), name=f"pulllog-producer[{self.client_id}]")
+        self._sender_task = self._tasks.spawn(self._run_sender(), name=f"pulllog-producer-sender[{self.client_id}]")
 
-    async def _supervise(self) -> None:
-        """The producer's one task: run the sender (its task group owns every request) until
-        close() cancels this, then fail what is left and close the connections."""
+    async def _run_sender(self) -> None:
+        """The supervisor's one child: run the sender (its task group owns every request) until
+        close() stops it, then fail what is left and close the connections. Never raises
+        (``Sender.run`` turns a bug into failed records; closing swallows its errors)."""
         try:
             await self._sender.run()  # type: ignore[union-attr]
         finally:
@@ -316,23 +323,29 @@ class Producer:
                     await self.flush(timeout)
         finally:
             # Cancelling close() (or an anyio scope around it) cuts the flush short, but the
-            # supervisor (the sender, its requests, the connections) is still stopped and
-            # joined before it returns. It is told to stop rather than cancelled, so it
-            # shuts down even if it has not run yet.
-            task, self._supervisor = self._supervisor, None
+            # sender (its requests, the connections) is still stopped and joined before it
+            # returns. It is told to stop rather than cancelled, so it shuts down (fails
+            # what is pending, closes the connections) even if it has not run yet.
+            task, self._sender_task = self._sender_task, None
+            tasks, self._tasks = self._tasks, None
             cancelled = False
             if task is not None:
                 if self._sender is not None:
                     self._sender.stop()
-                cancelled = await _join_despite_cancellation(task)
-            self._state = _CLOSED
+                cancelled = await join_despite_cancellation(task)
+            try:
+                if tasks is not None:
+                    await tasks.aclose()  # nothing is left in it: the supervisor ends at once
+            finally:
+                self._state = _CLOSED
             if cancelled:
                 raise asyncio.CancelledError()
 
     @property
     def sender_task(self) -> asyncio.Task[None] | None:
-        """The producer's supervisor task, which runs the sender (None before start and after close)."""
-        return self._supervisor
+        """The task that runs the sender, a child of the producer's supervisor (None before
+        start and after close)."""
+        return self._sender_task
 
     def _check_running(self) -> None:
         if self._state == _RUNNING:
@@ -570,17 +583,6 @@ class Producer:
         parts = self._partitions.get(topic)
         if parts is not None:
             self._partitioner.batch_closed(topic, partition, parts[0], parts[1])
-
-
-async def _join_despite_cancellation(task: asyncio.Task[Any]) -> bool:
-    """Wait until ``task`` is done even if we are cancelled meanwhile; say whether we were."""
-    cancelled = False
-    while not task.done():
-        try:
-            await asyncio.wait([task])
-        except asyncio.CancelledError:
-            cancelled = True
-    return cancelled
 
 
 def _no_such_partition(topic: str, partition: int, partitions: list[int]) -> KafkaError:

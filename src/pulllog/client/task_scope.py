@@ -1,8 +1,8 @@
 """TaskScope: an asyncio.TaskGroup held open by one supervisor task.
 
-A TaskGroup lives for one ``async with`` block, but a Consumer, or a Cluster with its
-connections, lives from ``start()`` (or its first connection) to ``close()``, across many
-calls from the application's tasks. A TaskScope bridges the two: :meth:`TaskScope.open`
+A TaskGroup lives for one ``async with`` block, but a Producer, a Consumer, or a Cluster with
+its connections, lives from ``start()`` (or its first connection) to ``close()``, across many
+calls from the application's tasks; every client holds its tasks in one TaskScope. A TaskScope bridges the two: :meth:`TaskScope.open`
 creates one supervisor task that enters a TaskGroup and keeps it open; :meth:`TaskScope.spawn`
 adds children to it; :meth:`TaskScope.aclose` cancels the supervisor, which cancels every
 child and waits for them all. Nothing it started outlives ``aclose()``.
@@ -15,6 +15,9 @@ Rules:
   for the application); a child ending by cancellation is fine.
 - ``spawn()`` after ``aclose()`` (or before ``open()``) raises RuntimeError and closes the
   coroutine, so no "never awaited" warning is left behind.
+- A child that must run its own shutdown (the producer's sender fails what is pending and
+  closes the connections) is told to stop and joined with :func:`join_despite_cancellation`
+  before ``aclose()``: cancelling a task that has not started yet would skip its ``finally``.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["TaskScope", "cancel_and_join"]
+__all__ = ["TaskScope", "cancel_and_join", "join_despite_cancellation"]
 
 T = TypeVar("T")
 
@@ -87,3 +90,16 @@ async def cancel_and_join(task: asyncio.Task[Any] | None) -> None:
         current = asyncio.current_task()
         if current is not None and current.cancelling():
             raise
+
+
+async def join_despite_cancellation(task: asyncio.Task[Any]) -> bool:
+    """Wait until ``task`` is done even if the caller is cancelled meanwhile; answer whether it
+    was (the caller re-raises once its cleanup is over). For a child told to stop rather than
+    cancelled, so that its own shutdown runs even if it has not started yet."""
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.wait([task])
+        except asyncio.CancelledError:
+            cancelled = True
+    return cancelled
