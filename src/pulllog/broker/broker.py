@@ -40,8 +40,9 @@ from typing import Any
 
 from ..group.coordinator import GroupCoordinator
 from ..log.cleaner import LogCleaner, run_on_loop
+from ..log import Log
 from ..log.handles import HANDLES
-from ..log.log import wall_clock_ms
+from ..log.log import PendingFlush, wall_clock_ms
 from ..net.protocol import RequestDecoder
 from .config import BrokerConfig
 from .faults import Faults
@@ -305,17 +306,42 @@ class Broker:
 
     # ------------------------------------------------------------------ housekeeping
 
+    async def _flush_due_logs(self, now: int) -> None:
+        """flush.ms: fsync the logs that are due on a worker thread, never on the loop (a slow
+        disk would stall every connection). Each log hands over duplicated descriptors, so a
+        roll, delete or close meanwhile is safe; a log's synchronous flush (close,
+        flush.messages) waits for its handed-off one."""
+        handed: list[tuple[Log, PendingFlush]] = []
+        for partition_log in list(self.topics.all_logs()):
+            if not partition_log.flush_due(now):
+                continue
+            try:
+                pending = partition_log.begin_flush()
+            except OSError as exc:
+                log.error("flush of %s failed: %s", partition_log.directory.name, exc)
+                continue
+            if pending is not None:
+                handed.append((partition_log, pending))
+        if not handed:
+            return
+        try:
+            await asyncio.to_thread(_sync_all, [pending for _, pending in handed])
+        finally:
+            # Cancelled (the broker stops): the thread still finishes each fsync, and closing
+            # a log waits for it; what has finished is completed here already.
+            for partition_log, pending in handed:
+                if pending.done.is_set():
+                    error = partition_log.complete_flush(pending)
+                    if error is not None:
+                        log.error("flush of %s failed: %s", partition_log.directory.name, error)
+
     async def _housekeeping(self) -> None:
         interval_s = max(0.05, min(self.config.flush_scheduler_interval_ms, 1000) / 1000)
         last_retention = last_offsets_expiry = last_producer_expiry = wall_clock_ms()
         while True:
             await asyncio.sleep(interval_s)
             now = wall_clock_ms()
-            for partition_log in list(self.topics.all_logs()):
-                try:
-                    partition_log.maybe_flush(now)
-                except OSError as exc:
-                    log.error("flush of %s failed: %s", partition_log.directory.name, exc)
+            await self._flush_due_logs(now)
             if now - last_retention >= self.config.retention_check_interval_ms:
                 last_retention = now
                 self.run_retention(now)
@@ -389,3 +415,9 @@ def _report_failure(ready: "asyncio.Future[Broker] | None", exc: BaseException) 
         ready.exception()  # serve() raises the same error: the future need not log it as unretrieved
     else:
         ready.cancel()  # a cancellation or an interrupt, not an error of the broker's
+
+
+def _sync_all(pending: list[PendingFlush]) -> None:
+    """On a worker thread: every handed-off fsync (each one records its own error)."""
+    for flush in pending:
+        flush.sync()

@@ -111,6 +111,20 @@ class _Index:
             os.fsync(f.fileno())
             self._dirty = False
 
+    def take_dirty(self) -> int | None:
+        """A duplicate of the descriptor when entries were written since the last fsync, for
+        another thread to fsync and close; the index counts as flushed from now on."""
+        if not self._dirty:
+            return None
+        f = self._file.get_or_create()  # held while duplicating: the cache cannot close it under us
+        fd = os.dup(f.fileno())
+        self._dirty = False
+        return fd
+
+    def mark_dirty(self) -> None:
+        """A handed-off fsync failed: the next flush must fsync again."""
+        self._dirty = True
+
     def close(self) -> None:
         self._file.forget(close=True)
 

@@ -20,7 +20,15 @@ Guarantees (the paper's section 3.1 and Kafka's "Log" design):
 * Flush policy: the active segment is fsynced after ``flush.messages`` records or
   ``flush.ms`` milliseconds, whichever comes first. A machine crash (power loss) can lose at
   most what was appended since the last flush; a process crash loses nothing, because the
-  page cache survives it. The recovery point is advanced after each fsync.
+  page cache survives it. The recovery point is advanced after each fsync. As in Kafka,
+  ``flush.messages`` is checked by ``append`` itself (the append returns, and the record is
+  acknowledged, only after the fsync), ``flush.ms`` by a scheduler (the broker's
+  housekeeping, every ``log.flush.scheduler.interval.ms``), which hands the fsyncs to a worker
+  thread: ``begin_flush`` on the owner's thread takes duplicated descriptors
+  (``PendingFlush``), ``PendingFlush.sync`` fsyncs them on the worker, ``complete_flush`` on
+  the owner's thread advances the recovery point. A synchronous ``flush`` (``close``,
+  ``flush.messages``) first waits for a handed-off one, so nothing counts as on disk before
+  it is.
 * Recovery: on open without the clean-shutdown marker, every batch after the recovery point
   is checked (length bounds, magic, CRC, offsets increasing) and the log is truncated at the
   first bad one; segments after it are deleted and indexes rebuilt. This survives both
@@ -165,6 +173,37 @@ class CleaningGuard:
                 self.aborted.clear()
 
 
+@dataclass(eq=False)
+class PendingFlush:
+    """A flush handed to another thread: fsyncs of duplicated descriptors (see
+    ``LogSegment.take_unflushed``), then ``Log.complete_flush`` on the owner's thread.
+
+    ``sync`` is the only method that may run off the owner's thread; it closes the duplicates
+    whatever happens and sets ``done``.
+    """
+
+    target: int
+    """The log end offset when the flush began: the recovery point once the fsyncs succeed."""
+    records: int
+    fds: tuple[int, ...]
+    segments: tuple[LogSegment, ...]
+    done: threading.Event = field(default_factory=threading.Event)
+    error: OSError | None = None
+    completed: bool = False
+
+    def sync(self) -> None:
+        try:
+            for fd in self.fds:
+                os.fsync(fd)
+        except OSError as exc:
+            self.error = exc
+        finally:
+            for fd in self.fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self.done.set()
+
+
 class Log:
     """Use ``Log.open(directory, config)``; call ``close()`` to shut down cleanly."""
 
@@ -177,6 +216,7 @@ class Log:
         self.recovery_point = 0
         self._unflushed_records = 0
         self._last_flush_ms = clock()
+        self._pending_flush: PendingFlush | None = None  # handed to a worker thread, not completed
         self.recovery = RecoveryReport(clean=True)
         self.producer_state = ProducerStateManager(directory)
         self.cleaning = CleaningGuard()
@@ -440,21 +480,74 @@ class Log:
     # ------------------------------------------------------------------ flushing
 
     def _maybe_flush_after_append(self, now: int) -> None:
+        # Only flush.messages here, as Kafka's append: flush.ms is the scheduler's (maybe_flush,
+        # begin_flush), so a time-based fsync never runs inside a Produce on the event loop.
         if self._unflushed_records >= self.config.flush_messages:
             self.flush()
-        elif now - self._last_flush_ms >= self.config.flush_ms:
-            self.flush()
+
+    def flush_due(self, now: int | None = None) -> bool:
+        """``flush.ms`` has passed with data unflushed (and no handed-off flush is under way)."""
+        now = self.clock() if now is None else now
+        return (bool(self._unflushed_records) and now - self._last_flush_ms >= self.config.flush_ms
+                and self._pending_flush is None)
 
     def maybe_flush(self, now: int | None = None) -> bool:
-        """For a periodic task: flush when ``flush.ms`` has passed with data unflushed."""
-        now = self.clock() if now is None else now
-        if self._unflushed_records and now - self._last_flush_ms >= self.config.flush_ms:
+        """For a periodic task on the owner's thread: flush now when ``flush_due``."""
+        if self.flush_due(now):
             self.flush()
             return True
         return False
 
+    def begin_flush(self) -> PendingFlush | None:
+        """Hand what is unflushed to another thread (module docstring): that thread calls
+        ``sync()``, then the owner ``complete_flush``. None when nothing is unflushed or a
+        handed-off flush is still under way. OSError (out of descriptors) hands off nothing."""
+        if self._pending_flush is not None or self._closed or not self._unflushed_records:
+            return None
+        segments = tuple(s for s in self._segments
+                         if s.next_offset > self.recovery_point or s is self.active_segment)
+        fds: list[int] = []
+        try:
+            for segment in segments:
+                fds += segment.take_unflushed()
+        except OSError:
+            for fd in fds:
+                os.close(fd)
+            for segment in segments:
+                segment.mark_unflushed()
+            raise
+        pending = PendingFlush(self.log_end_offset, self._unflushed_records, tuple(fds), segments)
+        self._unflushed_records = 0
+        self._last_flush_ms = self.clock()
+        self._pending_flush = pending
+        return pending
+
+    def complete_flush(self, pending: PendingFlush) -> OSError | None:
+        """On the owner's thread once ``pending.sync()`` returned: advance the recovery point
+        and checkpoint it, or, when an fsync failed, mark the files and records unflushed
+        again (the next flush retries) and answer the error. Idempotent."""
+        if pending.completed:
+            return pending.error
+        pending.completed = True
+        if self._pending_flush is pending:
+            self._pending_flush = None
+        if pending.error is not None:
+            for segment in pending.segments:
+                segment.mark_unflushed()
+            self._unflushed_records += pending.records
+            return pending.error
+        if pending.target > self.recovery_point and not self._closed:
+            self.recovery_point = pending.target
+            self._checkpoint()
+        return None
+
     def flush(self) -> None:
         """fsync every segment holding data past the recovery point, then checkpoint it."""
+        pending = self._pending_flush
+        if pending is not None:
+            # Its files count as flushed already: wait for its fsyncs before they do.
+            pending.done.wait()
+            self.complete_flush(pending)
         target = self.log_end_offset
         for segment in self._segments:
             if segment.next_offset > self.recovery_point or segment is self.active_segment:

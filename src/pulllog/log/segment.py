@@ -200,6 +200,34 @@ class LogSegment:
         self.offset_index.flush()
         self.time_index.flush()
 
+    def take_unflushed(self) -> list[int]:
+        """Duplicates of the descriptors of the files (log, indexes) written since their last
+        fsync, for another thread to fsync and close (``Log.begin_flush``). A duplicate stays
+        valid when this segment is closed, rolled, swapped or deleted meanwhile, so that thread
+        never fsyncs a closed or reused descriptor. The files count as flushed from now on."""
+        fds: list[int] = []
+        try:
+            if self._unflushed:
+                f = self.file  # held while duplicating: the handle cache cannot close it under us
+                fds.append(os.dup(f.fileno()))
+                self._unflushed = False
+            for index in (self.offset_index, self.time_index):
+                fd = index.take_dirty()
+                if fd is not None:
+                    fds.append(fd)
+        except OSError:  # out of descriptors: nothing handed off, all still unflushed
+            for fd in fds:
+                os.close(fd)
+            self.mark_unflushed()
+            raise
+        return fds
+
+    def mark_unflushed(self) -> None:
+        """A handed-off fsync failed: the next flush must fsync every file again."""
+        self._unflushed = True
+        self.offset_index.mark_dirty()
+        self.time_index.mark_dirty()
+
     # ------------------------------------------------------------------ reading
 
     def headers(self, start: int = 0, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
