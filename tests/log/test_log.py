@@ -179,6 +179,45 @@ def test_flush_ms_flushes_on_time(tmp_path: Path) -> None:
     assert log.recovery_point == 2
 
 
+def test_flush_ms_is_left_to_the_scheduler_not_to_append(tmp_path: Path) -> None:
+    clock = Clock()
+    log = Log.open(tmp_path / "t-0", cfg(flush_ms=1000), clock=clock)
+    clock.now += 1001
+    log.append(batch(2))  # as Kafka's append: only flush.messages is checked here
+    assert log.recovery_point == 0 and log.flush_due()
+
+
+def test_a_handed_off_flush_advances_the_recovery_point_once_synced(tmp_path: Path) -> None:
+    clock = Clock()
+    log = Log.open(tmp_path / "t-0", cfg(flush_ms=1000), clock=clock)
+    log.append(batch(3))
+    clock.now += 1001
+    pending = log.begin_flush()
+    assert pending is not None and pending.target == 3
+    assert log.begin_flush() is None and not log.flush_due()  # one at a time
+    log.append(batch(2))
+    assert log.recovery_point == 0
+    pending.sync()  # what the worker thread runs
+    assert log.complete_flush(pending) is None
+    assert log.recovery_point == 3
+    assert (tmp_path / "t-0" / "recovery-point").read_text().strip() == "3"
+    log.close()
+    assert log.recovery_point == 5
+
+
+def test_a_handed_off_flush_outlives_the_segments_it_was_taken_from(tmp_path: Path) -> None:
+    # The worker may fsync after the owner closed or deleted the segment: it holds duplicates.
+    log = Log.open(tmp_path / "t-0", cfg(flush_ms=1))
+    log.append(batch(3))
+    pending = log.begin_flush()
+    assert pending is not None and pending.fds
+    log.delete()
+    pending.sync()
+    assert pending.error is None
+    assert log.complete_flush(pending) is None  # the log is gone: no checkpoint written
+    assert not (tmp_path / "t-0").exists()
+
+
 def test_offset_for_timestamp_uses_the_time_index(tmp_path: Path) -> None:
     log = Log.open(tmp_path / "t-0", cfg(index_interval_bytes=1))
     for i in range(100):
