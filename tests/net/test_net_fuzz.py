@@ -36,7 +36,7 @@ from pulllog.net import (
     encode_request,
     frame,
 )
-from pulllog.net.protocol import _kio_body_reader, parse_request_header
+from pulllog.net.protocol import _kio_body_reader, parse_request_header, request_header_version
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -193,7 +193,7 @@ def test_valid_header_random_body_raises_only_request_errors(
 ) -> None:
     api_key, version = api
     header = struct.pack(">hhih", api_key, version, correlation_id, 1) + b"c"
-    if DECODER._codecs[api].header_version >= 2:
+    if request_header_version(api_key, version) >= 2:
         header += b"\x00"
     try:
         DECODER.decode(header + body)

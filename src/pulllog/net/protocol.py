@@ -31,8 +31,10 @@ Rules:
 
 Hot path: a batch-1 producer sends one small Produce per record, so everything that
 depends only on (api_key, api_version) -- the kio class, its reader, the structural
-check (:mod:`pulllog.net.guard`) and the header version -- is resolved once when the
-:class:`RequestDecoder` is built; decoding a request is one dict lookup, a hand-written
+check (:mod:`pulllog.net.guard`) and the header version -- is resolved once, when the
+:class:`RequestDecoder` first meets that version (not at start: importing kio's ~270
+schema modules for every version served would take most of a broker's start-up time);
+decoding a request is one dict lookup, a hand-written
 header parse, the structural check, and kio's native reader. Produce, the one request a
 producer sends per batch, skips both: its body is decoded by hand in one bounds-checked
 pass (:func:`pulllog.net.produce.decode_produce_request`), into named tuples with kio's
@@ -50,6 +52,8 @@ from functools import cache
 from typing import Any, Final, NamedTuple, TypeVar, cast
 
 from kio.index import load_request_schema, load_response_schema
+from kio.schema.index import api_key_map, schema_name_map
+from kio.static.constants import EntityType
 from kio.serial import entity_reader, entity_writer
 from kio.static.protocol import RequestPayload, ResponsePayload
 
@@ -230,7 +234,8 @@ class RequestDecoder:
     """Decodes whole request frames for the api versions a broker serves.
 
     ``supported`` maps api key -> (min_version, max_version); every version in every
-    range must exist in kio (checked here, so a typo fails at startup, not per request).
+    range must exist in kio (checked here against kio's index, so a typo fails at startup,
+    not per request). A version's codec is built the first time a request of it arrives.
     """
 
     __slots__ = ("_codecs", "supported")
@@ -244,19 +249,22 @@ class RequestDecoder:
                     f"{api_name(api_key)}: bad version range v{min_version}-v{max_version}"
                 )
             for version in range(min_version, max_version + 1):
-                try:
-                    request_type = load_request_schema(api_key, version)
-                    load_response_schema(api_key, version)
-                except Exception as error:  # kio raises its own index errors
-                    raise ValueError(
-                        f"{api_name(api_key)} v{version} is advertised but kio has no "
-                        f"schema for it: {error}"
-                    ) from None
-                by_hand = api_key == _PRODUCE and PRODUCE_MIN_VERSION <= version <= PRODUCE_MAX_VERSION
-                self._codecs[(api_key, version)] = _RequestCodec(
-                    header_version=int(request_type.__header_schema__.__version__),
-                    read_body=_produce_body_reader(version) if by_hand else _kio_body_reader(request_type),
-                )
+                entities = schema_name_map.get(api_key_map.get(api_key, ""), {}).get(version, {})
+                if EntityType.request not in entities or EntityType.response not in entities:
+                    raise ValueError(f"{api_name(api_key)} v{version} is advertised but kio has no schema for it")
+
+    def _codec(self, api_key: int, api_version: int) -> _RequestCodec | None:
+        """The codec of a served version, built on its first request; None if not served."""
+        versions = self.supported.get(api_key)
+        if versions is None or not versions[0] <= api_version <= versions[1]:
+            return None
+        request_type = load_request_schema(api_key, api_version)
+        by_hand = api_key == _PRODUCE and PRODUCE_MIN_VERSION <= api_version <= PRODUCE_MAX_VERSION
+        codec = self._codecs[(api_key, api_version)] = _RequestCodec(
+            header_version=int(request_type.__header_schema__.__version__),
+            read_body=_produce_body_reader(api_version) if by_hand else _kio_body_reader(request_type),
+        )
+        return codec
 
     def decode(self, frame: bytes | bytearray | memoryview) -> Request:
         """One frame (size prefix already stripped) -> :class:`Request`.
@@ -272,7 +280,7 @@ class RequestDecoder:
                 "closing the connection"
             )
         api_key, api_version, correlation_id = _FIXED_HEADER.unpack_from(frame, 0)
-        codec = self._codecs.get((api_key, api_version))
+        codec = self._codecs.get((api_key, api_version)) or self._codec(api_key, api_version)
         if codec is None:
             raise self._refusal(frame, api_key, api_version, correlation_id)
         client_id, position = _header_tail(frame, codec.header_version, api_key, api_version, correlation_id)
