@@ -20,7 +20,10 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 
 def commands(group: click.Group, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], click.Command]]:
     found: list[tuple[tuple[str, ...], click.Command]] = []
-    for name, command in sorted(group.commands.items()):
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):  # not group.commands: the CLI imports commands lazily
+        command = group.get_command(ctx, name)
+        assert command is not None, name
         found.append(((*path, name), command))
         if isinstance(command, click.Group):
             found += commands(command, (*path, name))

@@ -1,39 +1,59 @@
 """The ``pulllog`` command (pyproject: ``pulllog = "pulllog.cli.main:main"``).
 
-Each command or command group lives in its own module under ``pulllog.cli`` and is registered
-here with one import and one ``add_command`` line; keep this file that small. Commands fail
-through ``pulllog.cli.errors.CliError``: one line on stderr, never a traceback.
+Each command or command group lives in its own module under ``pulllog.cli`` and is named
+here in one line of ``_COMMANDS``; keep this file that small. A command's module is imported
+only when that command runs (or ``--help`` lists them all): ``pulllog serve`` must not pay for
+the client library, rich tables or the export code, which start-up time shows (the README's
+comparison with Kafka). Commands fail through ``pulllog.cli.errors.CliError``: one line on
+stderr, never a traceback.
 """
 
 from __future__ import annotations
 
+import importlib
 import signal
 import sys
+from typing import Any
 
 try:
-    # Importing every command takes a moment (rich, the client library): a Ctrl-C meanwhile
-    # ends the program as Ctrl-C should (exit 130), not with a KeyboardInterrupt traceback.
-    from typing import Any
-
     import click
 
-    from .consume import consume, tail
     from .errors import exit_for_signal
-    from .export import export
-    from .group import group
-    from .inspect import inspect
-    from .perf import perf
-    from .produce import produce
-    from .serve import serve
-    from .topic import topic
-except KeyboardInterrupt:
+except KeyboardInterrupt:  # Ctrl-C while starting: exit as Ctrl-C should (130), no traceback
     sys.exit(130)
 
 __all__ = ["main"]
 
+_COMMANDS: dict[str, tuple[str, str]] = {
+    # command name -> (module under pulllog.cli, attribute)
+    "consume": ("consume", "consume"),
+    "export": ("export", "export"),
+    "group": ("group", "group"),
+    "inspect": ("inspect", "inspect"),
+    "perf": ("perf", "perf"),
+    "produce": ("produce", "produce"),
+    "serve": ("serve", "serve"),
+    "tail": ("consume", "tail"),
+    "topic": ("topic", "topic"),
+}
+
 
 class _Pulllog(click.Group):
-    """Click prints "Aborted!" and exits 1 on a KeyboardInterrupt; shells expect 130."""
+    """Commands imported on first use. Click prints "Aborted!" and exits 1 on a
+    KeyboardInterrupt; shells expect 130, also while a command's module is being imported."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *_COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in _COMMANDS:
+            module, attr = _COMMANDS[cmd_name]
+            try:
+                command = getattr(importlib.import_module(f"{__package__}.{module}"), attr)
+            except KeyboardInterrupt:
+                sys.exit(130)
+            self.add_command(command, cmd_name)
+        return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -46,17 +66,6 @@ class _Pulllog(click.Group):
 @click.version_option(package_name="pulllog", prog_name="pulllog")
 def main() -> None:
     """pulllog: a log broker that speaks the Kafka wire protocol."""
-
-
-main.add_command(consume)
-main.add_command(export)
-main.add_command(group)
-main.add_command(inspect)
-main.add_command(perf)
-main.add_command(produce)
-main.add_command(serve)
-main.add_command(tail)
-main.add_command(topic)
 
 
 if __name__ == "__main__":

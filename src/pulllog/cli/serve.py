@@ -16,20 +16,39 @@ import logging
 import os
 import signal
 import socket
+import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..broker import Broker, BrokerConfig
-from ..broker.config import ConfigError, parse_hostport
-from ..broker.lock import DataDirInUseError
-from ..broker.topics import StorageStartError
+from ..broker.config import BrokerConfig, ConfigError, parse_hostport
 from .errors import EXIT_USAGE, CliError
 from .help import examples
 
+if TYPE_CHECKING:
+    from ..broker.broker import Broker
+
 __all__ = ["serve"]
+
+
+def _without_hypothesis_for_kio() -> None:
+    """kio registers hypothesis strategies for its Kafka types at import whenever hypothesis
+    is installed: a test library, and most of a second of a broker's start. A broker process
+    never generates test data, so unless something in this process already uses hypothesis
+    (or imported kio), kio is shown it as absent (``None`` in ``sys.modules`` makes that
+    import fail, which kio handles)."""
+    if "hypothesis" not in sys.modules and "kio" not in sys.modules:
+        sys.modules["hypothesis"] = None  # type: ignore[assignment]
+
+
+def _load_broker() -> "type[Broker]":
+    """The broker, imported when a broker is about to run (not for ``--help``)."""
+    _without_hypothesis_for_kio()
+    from ..broker.broker import Broker
+
+    return Broker
 
 
 def _setup_logging(level: str) -> None:
@@ -104,13 +123,18 @@ def serve(data_dir: Path | None, listen: str | None, advertised_listener: str | 
             raise CliError("--loop uvloop needs uvloop: pip install 'pulllog[uvloop]'", EXIT_USAGE) from None
         loop_factory = uvloop.new_event_loop
     _setup_logging(log_level)
-    broker = Broker(config=config)
+    broker = _load_broker()(config=config)
     try:
         with asyncio.Runner(loop_factory=loop_factory) as runner:
             runner.run(_run(broker))
     except KeyboardInterrupt:
         pass
     except BaseException as exc:
+        # Imported with the broker (here: already loaded), not at the top: broker.topics pulls
+        # kio in, which must wait until _load_broker kept hypothesis away from it.
+        from ..broker.lock import DataDirInUseError
+        from ..broker.topics import StorageStartError
+
         refused = _first(exc, (StorageStartError, DataDirInUseError))
         if refused is not None:
             raise CliError(str(refused)) from None
