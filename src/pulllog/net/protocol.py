@@ -374,17 +374,22 @@ def _request_encoding(request_type: type) -> tuple[int, Callable[[Any, Any], Non
     return header_version, entity_writer(request_type)
 
 
-def _produce_encoders() -> dict[type, int]:
-    return {load_request_schema(0, v): v for v in range(PRODUCE_MIN_VERSION, PRODUCE_MAX_VERSION + 1)}
-
-
-_BY_HAND: Final = _produce_encoders()
-"""Request classes encoded by hand (-> version): Produce, a producer's most frequent request."""
+@cache
+def _encoded_by_hand(request_type: type) -> int | None:
+    """The version of a request class encoded by hand (Produce, a producer's most frequent
+    request), else None. Resolved per class on first use: loading kio's Produce classes at
+    import would cost every process that imports this module (the broker's start-up)."""
+    version = getattr(request_type, "__version__", None)
+    if getattr(request_type, "__api_key__", None) != _PRODUCE or version is None:
+        return None
+    if not PRODUCE_MIN_VERSION <= version <= PRODUCE_MAX_VERSION:
+        return None
+    return int(version) if load_request_schema(_PRODUCE, version) is request_type else None
 
 
 def encode_request(body: RequestPayload, *, correlation_id: int, client_id: str | None) -> bytes:
     """Client side: size prefix + request header + body."""
-    version = _BY_HAND.get(type(body))
+    version = _encoded_by_hand(type(body))
     if version is not None:
         return encode_produce_request(body, version, correlation_id, client_id)
     header_version, write = _request_encoding(type(body))
