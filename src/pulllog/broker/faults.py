@@ -323,6 +323,17 @@ def error_answer(request: "Request", error_code: int) -> Any:
     return _generic_error_answer(type(body).__module__.split(".")[2], version, error_code)  # kio.schema.<api>.v<N>
 
 
+def encoded_error_answer(request: "Request", error_code: int) -> Any:
+    """:func:`error_answer` as it goes on the wire (a frame, or Fetch's chunks; None where no
+    answer is sent). ValueError if the API's answer has no top-level error code to carry it."""
+    if request.api_key not in (_PRODUCE, _FETCH):
+        module = type(request.body).__module__.split(".")[2]
+        if "error_code" not in {f.name for f in dataclasses.fields(response_class(module, request.api_version))}:
+            raise ValueError(f"{module} v{request.api_version} answers have no top-level error code")
+    answer = error_answer(request, error_code)
+    return None if answer is None else _as_built(request.correlation_id, request.api_version, answer)
+
+
 def _generic_error_answer(module: str, version: int, error_code: int) -> Any:
     data = {"throttle_time": 0, "error_code": error_code, **_REQUIRED_BESIDES_ERROR.get(module, {})}
     return build(response_class(module, version), data)
