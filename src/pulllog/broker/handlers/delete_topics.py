@@ -42,7 +42,9 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
             continue
         if topic.name in INTERNAL_TOPICS:
             responses.append({"name": topic.name, "topic_id": topic.topic_id, "error_code": ErrorCode.invalid_request,
-                              "error_message": f"{topic.name} is an internal topic: it cannot be deleted"})
+                              "error_message": f"{topic.name} is an internal topic (the groups' committed "
+                                               "offsets): it cannot be deleted; delete a group's offsets with "
+                                               "DeleteGroups (pulllog group delete)"})
             continue
         try:
             broker.delete_topic(topic.name)
