@@ -57,6 +57,7 @@ CONFIG_TYPES: dict[str, int] = {
     "log.cleaner.delete.retention.ms": LONG, "log.cleaner.min.compaction.lag.ms": LONG,
     "log.cleaner.min.cleanable.ratio": DOUBLE, "message.max.bytes": INT,
     "log.message.timestamp.type": STRING, "log.segment.delete.delay.ms": LONG,
+    "max.broker.partitions": INT,  # pulllog's (KIP-578's name)
 }
 
 
