@@ -333,7 +333,8 @@ def named_partitions(body: Any) -> Iterator[tuple[str, int]]:
 
 def error_answer(request: "Request", error_code: int) -> Any:
     """The answer to ``request`` that carries ``error_code`` (None where none is sent: acks=0)."""
-    body, version, correlation_id = request.body, request.api_version, request.correlation_id
+    body: Any = request.body  # the API's own request entity (the api_key says which)
+    version, correlation_id = request.api_version, request.correlation_id
     if request.api_key == _PRODUCE:
         if body.acks == 0:
             return None
