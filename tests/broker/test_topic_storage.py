@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import shutil
 import subprocess
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 from kafka_wire import WireClient, produce
 
@@ -206,6 +209,43 @@ def test_a_start_after_a_crash_just_after_the_commit_keeps_the_topic(tmp_path: P
         assert partitions(c, "orders") == 3
         assert partition_dirs(data, "orders") == ["orders-0", "orders-1", "orders-2"]
         assert not list((data / "topics").glob("*.pending"))
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 2 MB tmpfs mounted at a fresh directory (root only), unmounted at the end."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], check=True)
+    try:
+        yield mnt
+    finally:
+        if subprocess.run(["umount", str(mnt)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "--lazy", str(mnt)], check=True)
+
+
+def test_on_a_full_disk_create_answers_kafka_storage_error_and_delete_frees_space(small_disk: Path) -> None:
+    data = small_disk / "data"
+    with BrokerThread(data) as broker, WireClient(broker.port) as c:
+        assert create(c, "filler", 1) == (NONE, None)
+        for i in range(200):  # 20 kB records into 2 MB: full long before the end
+            answer = produce(c, "filler", 0, build_batch([(None, b"%06d" % i + b"x" * 20_000)]))
+            if answer.responses[0].partition_responses[0].error_code == KAFKA_STORAGE_ERROR:
+                break
+        else:
+            raise AssertionError("the 2 MB disk never filled up")
+
+        code, message = create(c, "orders", 3)
+
+        assert code == KAFKA_STORAGE_ERROR, message
+        assert partitions(c, "orders") is None
+        assert partition_dirs(data, "orders") == []
+        assert delete(c, "filler") == (NONE, None)  # even with no room for a pending file
+        assert create(c, "orders", 3) == (NONE, None)
+        assert partitions(c, "orders") == 3
+        still_serves(broker)
 
 
 # ---------------------------------------------------------------------------- OSError in any handler

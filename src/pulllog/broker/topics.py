@@ -391,16 +391,22 @@ class TopicManager:
         point): if it cannot be removed (OSError) the topic stays whole and served; once it
         is gone, directories a failure leaves behind are removed by the next start."""
         topic = self.get(name)
-        pending = self._begin(topic, 0, len(topic.partitions))
+        try:
+            pending: Path | None = self._begin(topic, 0, len(topic.partitions))
+        except OSError as exc:  # a full disk: deleting must still work, it is how space comes back
+            log.warning("deleting topic %s without a pending file (%s): a crash midway may leave its "
+                        "partition directories behind", name, exc)
+            pending = None
         try:
             _remove_durably(self._meta_path(name))
         except OSError:
-            pending.unlink(missing_ok=True)
+            if pending is not None:
+                pending.unlink(missing_ok=True)
             raise
         del self.topics[name]
         for partition in topic.partitions:
             partition.log.delete()  # open read slices keep their FileIO alive
-        if not any(self._partition_dir(name, p.index).exists() for p in topic.partitions):
+        if pending is not None and not any(self._partition_dir(name, p.index).exists() for p in topic.partitions):
             pending.unlink(missing_ok=True)
         log.info("deleted topic %s", name)
         return topic
