@@ -145,9 +145,9 @@ def test_create_partitions_that_fails_on_storage_keeps_the_old_count_across_a_re
         assert partitions(c, "orders") == 2
         assert partition_dirs(data, "orders") == ["orders-0", "orders-1"]
         still_serves(broker)
-    unblock_topic_file(data, "orders")
-    with BrokerThread(data) as broker, WireClient(broker.port) as c:
+    with BrokerThread(data) as broker, WireClient(broker.port) as c:  # the obstacle still there
         assert partitions(c, "orders") == 2
+        unblock_topic_file(data, "orders")
         assert add_partitions(c, "orders", 3) == (NONE, None)
         assert partitions(c, "orders") == 3
 

@@ -61,7 +61,6 @@ from .config import LOG_DEFAULT_NAMES
 
 __all__ = [
     "INTERNAL_TOPICS",
-    "InternalTopicError",
     "InvalidTopicError",
     "OfflineTopic",
     "Partition",
@@ -97,11 +96,6 @@ class TopicExistsError(ValueError):
 class PolicyViolationError(ValueError):
     """POLICY_VIOLATION: more partitions than this broker serves (max.broker.partitions), as
     Kafka answers a request for more partitions than its controller takes at once."""
-
-
-class InternalTopicError(ValueError):
-    """INVALID_REQUEST: a client asked to create, delete or resize an internal topic, which
-    only the broker does (Kafka's code for creating its internal __cluster_metadata)."""
 
 
 class UnknownTopicError(KeyError):
@@ -407,7 +401,7 @@ class TopicManager:
         for partition in topic.partitions:
             partition.log.delete()  # open read slices keep their FileIO alive
         if pending is not None and not any(self._partition_dir(name, p.index).exists() for p in topic.partitions):
-            pending.unlink(missing_ok=True)
+            _unlink_quietly(pending)
         log.info("deleted topic %s", name)
         return topic
 
@@ -446,9 +440,9 @@ class TopicManager:
             for index in range(start, end):  # also a directory a failed Log.open left half made
                 shutil.rmtree(self._partition_dir(topic.name, index), ignore_errors=True)
             if not any(self._partition_dir(topic.name, i).exists() for i in range(start, end)):
-                pending.unlink(missing_ok=True)  # else the next start finishes the undo
+                _unlink_quietly(pending)  # else the next start finishes the undo
             raise
-        pending.unlink(missing_ok=True)
+        _unlink_quietly(pending)  # committed: a pending file left here is dropped by the next start
         return opened
 
     def finish_pending(self) -> list[str]:
@@ -456,7 +450,10 @@ class TopicManager:
         topic file names it, remove its directories otherwise; drop temp files. Report lines."""
         report: list[str] = []
         for tmp in self._meta_dir.glob("*.tmp"):
-            tmp.unlink(missing_ok=True)
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError as exc:  # a directory, say: harmless where it is
+                report.append(f"{tmp.name}: left alone, cannot remove this leftover temp file ({exc.strerror})")
         for pending in sorted(self._meta_dir.glob(f"*{_PENDING}")):
             try:
                 info = json.loads(pending.read_text())
@@ -608,12 +605,24 @@ def _remove_durably(path: Path) -> None:
     _fsync_dir(path.parent)
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
+def _unlink_quietly(path: Path) -> None:
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        path.unlink(missing_ok=True)
+    except OSError as exc:
+        log.error("cannot remove %s (%s); the next start does", path, exc.strerror)
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make a rename or unlink in ``directory`` durable. Best effort: the change is made
+    already, and failing the caller now would undo work the file system has accepted."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        log.error("cannot fsync directory %s (%s); the change is made, not yet durable", directory, exc.strerror)
 
 
 def remove_tree(path: Path) -> None:
