@@ -578,6 +578,15 @@ CASES: dict[str, Callable[[str], list[Callable[[WireClient], Any]]]] = {
     "delete: a topic that does not exist": lambda t: [delete_topics([t])],
     "produce: to a partition that does not exist": lambda t: [created(t), produce(t, 5, THREE)],
     "produce: a bad CRC": lambda t: [created(t), produce(t, 0, BAD_CRC)],
+    # Only the broker writes its internal topics (Kafka's ReplicaManager). __consumer_offsets
+    # exists on both after these steps: Kafka creates it for FindCoordinator, pulllog for the
+    # first commit (whose answer is not compared: a fresh Kafka may still be loading it).
+    "produce: to __consumer_offsets": lambda t: [
+        created(t), coordinator(group_of(t)), ignored(simple_commit(group_of(t), t)),
+        produce("__consumer_offsets", 0, THREE)],
+    "create: __consumer_offsets once it exists": lambda t: [
+        created(t), coordinator(group_of(t)), ignored(simple_commit(group_of(t), t)),
+        create_topics([("__consumer_offsets", 1)])],
     "produce: a batch of no records": lambda t: [created(t), produce(t, 0, EMPTY_BATCH)],
     "idempotent: in sequence, a duplicate, a gap": _idempotent_in_sequence_duplicate_gap,
     "idempotent: a first sequence that is not 0": _idempotent_first_sequence_not_zero,

@@ -81,7 +81,8 @@ class Broker:
         if port is not None:
             changes["port"] = port
         self.config: BrokerConfig = replace(cfg, **changes) if changes else cfg
-        self.topics = TopicManager(self.config.data_dir, self.config.log_defaults, node_id=self.config.node_id)
+        self.topics = TopicManager(self.config.data_dir, self.config.log_defaults, node_id=self.config.node_id,
+                                   max_partitions=self.config.max_broker_partitions)
         self.data_dir_lock = DataDirLock(self.config.data_dir)
         self.fetch_purgatory: DelayedOperationPurgatory[Any, Any] = DelayedOperationPurgatory("Fetch")
         self.group_purgatory: DelayedOperationPurgatory[Any, Any] = DelayedOperationPurgatory("Rebalance")

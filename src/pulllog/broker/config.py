@@ -224,7 +224,7 @@ _OWN = (
     "queued.max.requests", "log.retention.check.interval.ms", "log.flush.scheduler.interval.ms",
     "log.cleaner.backoff.ms", "offsets.topic.num.partitions", "offsets.retention.minutes",
     "offsets.retention.check.interval.ms", "producer.id.expiration.ms", "producer.id.expiration.check.interval.ms",
-    "group.initial.rebalance.delay.ms", "start.with.offline.partitions", "log.max.open.files",
+    "group.initial.rebalance.delay.ms", "start.with.offline.partitions", "log.max.open.files", "max.broker.partitions",
 )
 KNOWN_NAMES: frozenset[str] = frozenset((*_LOG_DEFAULTS, *_HOURS, *_MINUTES, *_OWN, *_IGNORED))
 
@@ -267,6 +267,9 @@ class BrokerConfig:
     advertised_port: int | None = None
     node_id: int = 0
     num_partitions: int = 1
+    # The most partitions this broker serves (internal topics aside): CreateTopics and
+    # CreatePartitions past it answer POLICY_VIOLATION up front (the name is KIP-578's).
+    max_broker_partitions: int = 20_000
     default_replication_factor: int = 1
     auto_create_topics: bool = True
     # pulllog's own: a topic that cannot be opened at start stops the start (Kafka's rule for
@@ -352,6 +355,8 @@ class BrokerConfig:
                 kw["node_id"] = _int(name, raw, 0, 2**31 - 1)
             elif name == "num.partitions":
                 kw["num_partitions"] = _int(name, raw, 1, 100_000)
+            elif name == "max.broker.partitions":
+                kw["max_broker_partitions"] = _int(name, raw, 1, 10_000_000)
             elif name == "default.replication.factor":
                 kw["default_replication_factor"] = _int(name, raw, 1, 32767)
             elif name == "auto.create.topics.enable":
@@ -400,6 +405,7 @@ class BrokerConfig:
             "advertised.listeners": "PLAINTEXT://%s:%d" % self.advertised,
             "log.dirs": str(self.data_dir),
             "num.partitions": str(self.num_partitions),
+            "max.broker.partitions": str(self.max_broker_partitions),
             "default.replication.factor": str(self.default_replication_factor),
             "auto.create.topics.enable": str(self.auto_create_topics).lower(),
             "start.with.offline.partitions": str(self.start_with_offline_partitions).lower(),

@@ -25,7 +25,9 @@ Rules:
   and the client never heard, as when an answer is lost with its connection); or handle
   nothing and answer nothing while the connection stays up (:class:`LoseRequest`: the
   client hears only about later requests, and times this one out); or only count the
-  request and handle it as usual (:class:`Observe`: a test waits until a client retried).
+  request and handle it as usual (:class:`Observe`: a test waits until a client retried);
+  or make the handler meet an OSError, as when the disk is full or no file descriptor is
+  left (:class:`StorageFailure`: the server's answer to that is what the test checks).
 * The server consults :meth:`Faults.intercept` once per request, and only while a rule is
   set (``if broker.faults:``; a Faults with no rule is false), so the produce path pays one
   truth test per read and nothing more. While a rule is set every request goes through the
@@ -33,8 +35,8 @@ Rules:
 * Rules may be added from another thread (the ``pulllog_broker`` fixture's test thread);
   they fire on the broker's event loop. A lock keeps the budget exact across the two.
 
-Error answers are built for Produce and Fetch (every partition of the request carries the
-code) and for the APIs whose answer has one top-level error code (the group APIs,
+Error answers are built for Produce, Fetch and ListOffsets (every partition of the request
+carries the code), DeleteGroups (every group) and for the APIs whose answer has one top-level error code (the group APIs,
 InitProducerId, Heartbeat, ...). Asking to fail another API raises at once, naming it.
 """
 
@@ -42,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import re
 import threading
 from collections.abc import Iterator, Mapping
@@ -59,10 +62,13 @@ if TYPE_CHECKING:
     from .handlers import Handler, RequestContext
 
 __all__ = ["Delay", "DropConnection", "FailWith", "FaultMatch", "FaultRule", "Faults", "InjectedDisconnect",
-           "LoseRequest", "Observe"]
+           "LoseRequest", "Observe", "StorageFailure"]
 
 _PRODUCE = 0
 _FETCH = 1
+_LIST_OFFSETS = 2
+_DELETE_GROUPS = 42
+_PER_ENTRY = (_PRODUCE, _FETCH, _LIST_OFFSETS, _DELETE_GROUPS)  # answered with the code on every entry
 
 # Fields some versions of an API's answer require besides the error code (no schema default).
 _REQUIRED_BESIDES_ERROR: Mapping[str, Mapping[str, Any]] = {
@@ -110,7 +116,14 @@ class Observe:
     the request, e.g. retried it, instead of sleeping for the retry to happen."""
 
 
-Action = FailWith | Delay | DropConnection | LoseRequest | Observe
+@dataclass(frozen=True, slots=True)
+class StorageFailure:
+    """The handler raises OSError(``errno``) instead of handling: the OS refused it storage."""
+
+    errno: int
+
+
+Action = FailWith | Delay | DropConnection | LoseRequest | Observe | StorageFailure
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +205,11 @@ class Faults:
         """Ignore the next ``times`` matching requests: no effect, no answer."""
         return self.add(FaultMatch(api_key, topic, partition, group), LoseRequest(), times, every)
 
+    def fail_storage(self, api_key: int, errno: int, *, topic: str | None = None, partition: int | None = None,
+                     group: str | None = None, times: int | None = 1, every: int = 1) -> FaultRule:
+        """Make the next ``times`` matching requests meet OSError(``errno``), e.g. errno.ENOSPC."""
+        return self.add(FaultMatch(api_key, topic, partition, group), StorageFailure(errno), times, every)
+
     def observe(self, api_key: int, *, topic: str | None = None, partition: int | None = None,
                 group: str | None = None, times: int | None = None) -> FaultRule:
         """Count the matching requests (``rule.fired``) and handle them as usual."""
@@ -235,6 +253,13 @@ class Faults:
             return dataclasses.replace(handler, fn=lambda _broker, _ctx: answer, waits=False, encode=_as_built)
         if isinstance(action, LoseRequest):
             return dataclasses.replace(handler, fn=lambda _broker, _ctx: None, waits=False)
+        if isinstance(action, StorageFailure):
+            code = action.errno
+
+            def refused(_broker: Any, _ctx: "RequestContext") -> None:
+                raise OSError(code, f"{os.strerror(code)} (injected fault)")
+
+            return dataclasses.replace(handler, fn=refused, waits=False)
         if not action.after_handling:
             return dataclasses.replace(handler, fn=_disconnect, waits=False)
         real = handler
@@ -262,7 +287,7 @@ class Faults:
 
     def _check_error_answer(self, api_key: int) -> None:
         handler = self._handlers.get(api_key)
-        if handler is None or api_key in (_PRODUCE, _FETCH):
+        if handler is None or api_key in _PER_ENTRY:
             return
         module = _kio_module(handler.name)
         for version in range(handler.min_version, handler.max_version + 1):
@@ -308,7 +333,8 @@ def named_partitions(body: Any) -> Iterator[tuple[str, int]]:
 
 def error_answer(request: "Request", error_code: int) -> Any:
     """The answer to ``request`` that carries ``error_code`` (None where none is sent: acks=0)."""
-    body, version, correlation_id = request.body, request.api_version, request.correlation_id
+    body: Any = request.body  # the API's own request entity (the api_key says which)
+    version, correlation_id = request.api_version, request.correlation_id
     if request.api_key == _PRODUCE:
         if body.acks == 0:
             return None
@@ -320,7 +346,26 @@ def error_answer(request: "Request", error_code: int) -> Any:
             FetchTopicResponse(name=t.topic, partitions=[
                 FetchPartitionResponse(p.partition, error_code, records=b"") for p in t.partitions])
             for t in body.topics]))
+    if request.api_key == _LIST_OFFSETS:
+        return build(response_class("list_offsets", version), {"throttle_time": 0, "topics": [
+            {"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": error_code,
+                                             "timestamp": -1, "offset": -1} for p in t.partitions]}
+            for t in body.topics]})
+    if request.api_key == _DELETE_GROUPS:
+        return build(response_class("delete_groups", version), {"throttle_time": 0, "results": [
+            {"group_id": g, "error_code": error_code} for g in body.groups_names]})
     return _generic_error_answer(type(body).__module__.split(".")[2], version, error_code)  # kio.schema.<api>.v<N>
+
+
+def encoded_error_answer(request: "Request", error_code: int) -> Any:
+    """:func:`error_answer` as it goes on the wire (a frame, or Fetch's chunks; None where no
+    answer is sent). ValueError if the API's answer has no top-level error code to carry it."""
+    if request.api_key not in _PER_ENTRY:
+        module = type(request.body).__module__.split(".")[2]
+        if "error_code" not in {f.name for f in dataclasses.fields(response_class(module, request.api_version))}:
+            raise ValueError(f"{module} v{request.api_version} answers have no top-level error code")
+    answer = error_answer(request, error_code)
+    return None if answer is None else _as_built(request.correlation_id, request.api_version, answer)
 
 
 def _generic_error_answer(module: str, version: int, error_code: int) -> Any:

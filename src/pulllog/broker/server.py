@@ -21,6 +21,10 @@ Rules kept here:
   version).
 * A handler that fails closes only its connection, with the traceback in the log. The
   broker keeps serving every other client.
+* An OSError out of a handler is the OS refusing (a full disk, no descriptors left), not a
+  bug: one log line, and the answer carries KAFKA_STORAGE_ERROR where the API has a
+  top-level error code (and for Produce and Fetch, per partition). Handlers that change
+  several things (CreateTopics, DeleteTopics, ...) answer their own per-topic codes.
 * A handler returns a typed response; its record's ``encode`` makes the frame. Fetch's
   frames carry ``FileSlice`` chunks, sent with sendfile (zero copy) after the bytes before
   them have been flushed.
@@ -49,12 +53,15 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+from kio.schema.errors import ErrorCode
+
 from ..net.errors import FrameError, RequestError, UnsupportedVersionError
 from ..net.fetch import FileSlice
 from ..net.framing import FrameDecoder
 from ..net.protocol import encode_response
 from ..purgatory.delayed import OperationCancelled
 from .api import BrokerApi
+from .faults import encoded_error_answer
 from .handlers import Handler, RequestContext
 
 if TYPE_CHECKING:
@@ -64,6 +71,7 @@ log = logging.getLogger("pulllog.broker")
 
 _ids = itertools.count(1)
 _HOLD_MAX = 64
+_CLOSE = object()  # Connection._storage_failed: no answer can carry the error; close the connection
 
 
 class ConnectionHost(BrokerApi, Protocol):
@@ -234,6 +242,12 @@ class Connection(asyncio.Protocol):
             encoded = handler.encode(request.correlation_id, request.api_version, response)
         except (OperationCancelled, asyncio.CancelledError):
             raise
+        except OSError as exc:
+            encoded = self._storage_failed(handler.name, request, exc)
+            if encoded is _CLOSE:
+                return False
+            if encoded is None:
+                return True
         except Exception:
             self._handler_failed(handler.name, request)
             return False
@@ -268,6 +282,12 @@ class Connection(asyncio.Protocol):
                     answers.append(handler.encode(request.correlation_id, request.api_version, response))  # type: ignore[arg-type]
             except OperationCancelled:
                 self._closing = True
+            except OSError as exc:
+                encoded = self._storage_failed(handler.name, request, exc)
+                if encoded is _CLOSE or (encoded is not None and type(encoded) is not bytes):
+                    self._closing = True  # (chunks go out from the task only; Fetch always waits)
+                elif encoded is not None:
+                    answers.append(encoded)
             except Exception:
                 self._handler_failed(handler.name, request)
                 self._closing = True
@@ -279,6 +299,19 @@ class Connection(asyncio.Protocol):
         if answers and self.transport is not None:
             self.transport.write(answers[0] if len(answers) == 1 else b"".join(answers))
         return frames[done:]
+
+    def _storage_failed(self, name: str, request: Any, exc: OSError) -> Any:
+        """The answer to a request whose handler met an OSError the handler did not answer
+        itself (a full disk, no file descriptors left): KAFKA_STORAGE_ERROR, where the API's
+        answer has a top-level error code (or is Produce's or Fetch's); otherwise _CLOSE,
+        the connection closes (the handlers that write answer per topic themselves). Either
+        way one log line, no traceback: the OS refused, the broker did nothing wrong."""
+        log.error("%s v%d from %s (%s:%d) failed on storage: %s", name, request.api_version, request.client_id,
+                  *self.peer, exc)
+        try:
+            return encoded_error_answer(request, ErrorCode.kafka_storage_error)
+        except ValueError:
+            return _CLOSE
 
     def _handler_failed(self, name: str, request: Any) -> None:
         self.broker.internal_errors += 1

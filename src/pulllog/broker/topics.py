@@ -6,11 +6,22 @@ On disk, under the data directory::
     dynamic-broker-configs.json     {"<node id>": {...}, "": {...}}: broker-level log defaults set
                                     with (Incremental)AlterConfigs, per broker and cluster-wide
     topics/<topic>.json             {"topic_id": uuid, "partitions": n, "configs": {...}}
+    topics/<topic id>-<n>.pending   a change of partition directories under way (below)
     <topic>-<partition>/            each partition's log (see pulllog.log.log)
 
-The topic file is written (atomically: temp file + rename) before the partition
-directories it describes, so a crash leaves either no topic or a topic whose missing
-partition directories are created on the next start.
+Every file name fits in NAME_MAX (255 bytes) for Kafka's longest topic name (249
+characters): ``<topic>-<partition>`` as in Kafka, ``<topic>.json`` (254), and the temp file
+every write goes through, ``<topic>.tmp`` (253; a temp file is fsynced and renamed over
+its target, so a reader sees the old file or the new one).
+
+Creating a topic, adding partitions and deleting a topic are all or nothing. Each first
+writes a *pending* file naming the topic, its id and the partition range it touches; then
+the partition directories are created (or removed); the topic file is written (fsynced,
+renamed into place) or removed as the commit point; the pending file goes last. A failure
+on the way (ENOSPC, EMFILE, a file in the way) is undone at once; a crash is undone by the
+next start (:meth:`TopicManager.finish_pending`): the range's directories stay only if the
+topic file names that topic id with the range's partitions in it, otherwise they are removed.
+So a topic is listed with all its partitions or not at all, and no directory is orphaned.
 
 At start, a topic whose metadata or any partition cannot be opened (an OS error: EIO,
 EMFILE, ENOSPC, a file replaced by a directory; or a metadata file that does not parse) is
@@ -29,6 +40,7 @@ they never index the topic table or a topic's partition list themselves.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -48,10 +60,12 @@ from ..log.log import wall_clock_ms
 from .config import LOG_DEFAULT_NAMES
 
 __all__ = [
+    "INTERNAL_TOPICS",
     "InvalidTopicError",
     "OfflineTopic",
     "Partition",
     "PartitionError",
+    "PolicyViolationError",
     "StorageStartError",
     "Topic",
     "TopicExistsError",
@@ -64,6 +78,11 @@ log = logging.getLogger(__name__)
 
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME = 249
+DEFAULT_MAX_PARTITIONS = 20_000
+OFFSETS_TOPIC = "__consumer_offsets"
+# Kafka's internal topics (Topic.INTERNAL_TOPICS): written only by the broker itself.
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, "__transaction_state", "__share_group_state"})
+_PENDING = ".pending"
 
 
 class InvalidTopicError(ValueError):
@@ -72,6 +91,11 @@ class InvalidTopicError(ValueError):
 
 class TopicExistsError(ValueError):
     """TOPIC_ALREADY_EXISTS."""
+
+
+class PolicyViolationError(ValueError):
+    """POLICY_VIOLATION: more partitions than this broker serves (max.broker.partitions), as
+    Kafka answers a request for more partitions than its controller takes at once."""
 
 
 class UnknownTopicError(KeyError):
@@ -153,6 +177,7 @@ class TopicManager:
         *,
         node_id: int = 0,
         clock: Callable[[], int] = wall_clock_ms,
+        max_partitions: int = DEFAULT_MAX_PARTITIONS,
     ) -> None:
         self.data_dir = data_dir
         self.static_defaults = defaults
@@ -162,6 +187,8 @@ class TopicManager:
         self.defaults = defaults
         self.clock = clock
         self.node_id = node_id
+        self.max_partitions = max_partitions
+        """max.broker.partitions: the most partitions this broker serves (internal topics aside)."""
         self.topics: dict[str, Topic] = {}
         self.offline: dict[str, OfflineTopic] = {}
         """Topics on disk that could not be opened at start (degraded start only)."""
@@ -178,7 +205,7 @@ class TopicManager:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._meta_dir.mkdir(exist_ok=True)
         self.cluster_id = self._load_cluster_id()
-        report: list[str] = []
+        report: list[str] = self.finish_pending()
         try:
             self._load_dynamic()
         except (OSError, ValueError, ConfigError) as exc:
@@ -313,66 +340,163 @@ class TopicManager:
             raise TopicExistsError(f"topic {name!r} already exists (offline: {self.offline[name].reason})")
         if partitions < 1:
             raise ValueError(f"topic {name!r}: the number of partitions must be at least 1, not {partitions}")
+        if name not in INTERNAL_TOPICS:
+            self._check_room(partitions)
         return LogConfig.from_kafka(dict(configs), self.defaults)
 
+    def partition_count(self) -> int:
+        """Partitions this broker serves, internal topics aside (max.broker.partitions counts these)."""
+        return sum(len(t.partitions) for name, t in self.topics.items() if name not in INTERNAL_TOPICS)
+
+    def _check_room(self, more: int) -> None:
+        have = self.partition_count()
+        if have + more > self.max_partitions:
+            raise PolicyViolationError(
+                f"{more} more partition(s) would make {have + more} on this broker; max.broker.partitions is "
+                f"{self.max_partitions} (raise it in server.properties if the open-file limit allows)")
+
     def create(self, name: str, partitions: int, configs: Mapping[str, str] | None = None) -> Topic:
+        """Create the topic with all its partitions, or nothing (OSError: nothing is left)."""
         configs = {str(k): str(v) for k, v in (configs or {}).items()}
         config = self.check_new_topic(name, partitions, configs)
+        if self._meta_path(name).exists():  # on disk but not served (it failed to load): never re-create it
+            raise TopicExistsError(f"topic {name!r} exists on disk ({self._meta_path(name)}) but is not served; "
+                                   "see the broker's start-up log")
         topic = Topic(name, uuid.uuid4(), configs, config, internal=name.startswith("__"))
-        self._write_meta(topic, partitions)
-        try:
-            for index in range(partitions):
-                topic.partitions.append(
-                    Partition(name, index, Log.open(self.data_dir / f"{name}-{index}", config, clock=self.clock))
-                )
-        except BaseException:
-            # All or nothing (a full disk, no file descriptors left): a half-created topic
-            # would be re-opened, and fail again, at every start.
-            self._remove_created(topic, partitions)
-            raise
+        topic.partitions = self._grow(topic, 0, partitions)
         self.topics[name] = topic
         log.info("created topic %s with %d partition(s)", name, partitions)
         return topic
 
-    def _remove_created(self, topic: Topic, partitions: int) -> None:
-        (self._meta_dir / f"{topic.name}.json").unlink(missing_ok=True)
-        for partition in topic.partitions:
-            partition.log.delete()
-        for index in range(len(topic.partitions), partitions):
-            remove_tree(self.data_dir / f"{topic.name}-{index}")
-
     def add_partitions(self, name: str, total: int, *, validate_only: bool = False) -> None:
+        """Grow the topic to ``total`` partitions, all of them or none (see create)."""
         topic = self.get(name)
         current = len(topic.partitions)
         if total <= current:
             raise ValueError(f"topic {name!r} has {current} partition(s); the new count must be larger, not {total}")
+        if name not in INTERNAL_TOPICS:
+            self._check_room(total - current)
         if validate_only:
             return
-        self._write_meta(topic, total)
-        for index in range(current, total):
-            topic.partitions.append(
-                Partition(name, index, Log.open(self.data_dir / f"{name}-{index}", topic.config, clock=self.clock))
-            )
+        topic.partitions.extend(self._grow(topic, current, total))
 
     def delete(self, name: str) -> Topic:
+        """Delete the topic and its partitions' data. The topic file goes first (the commit
+        point): if it cannot be removed (OSError) the topic stays whole and served; once it
+        is gone, directories a failure leaves behind are removed by the next start."""
         topic = self.get(name)
+        try:
+            pending: Path | None = self._begin(topic, 0, len(topic.partitions))
+        except OSError as exc:  # a full disk: deleting must still work, it is how space comes back
+            log.warning("deleting topic %s without a pending file (%s): a crash midway may leave its "
+                        "partition directories behind", name, exc)
+            pending = None
+        try:
+            _remove_durably(self._meta_path(name))
+        except OSError:
+            if pending is not None:
+                pending.unlink(missing_ok=True)
+            raise
         del self.topics[name]
-        (self._meta_dir / f"{name}.json").unlink(missing_ok=True)
         for partition in topic.partitions:
             partition.log.delete()  # open read slices keep their FileIO alive
+        if pending is not None and not any(self._partition_dir(name, p.index).exists() for p in topic.partitions):
+            _unlink_quietly(pending)
         log.info("deleted topic %s", name)
         return topic
+
+    # ------------------------------------------------------------------ all-or-nothing partition changes
+
+    def _meta_path(self, name: str) -> Path:
+        return self._meta_dir / f"{name}.json"
+
+    def _partition_dir(self, name: str, index: int) -> Path:
+        return self.data_dir / f"{name}-{index}"
+
+    def _begin(self, topic: Topic, start: int, end: int) -> Path:
+        """Write the pending file for partitions [start, end) of ``topic`` (see the module doc)."""
+        pending = self._meta_dir / f"{topic.topic_id.hex}-{start}{_PENDING}"
+        _atomic_write(pending, json.dumps({"topic": topic.name, "topic_id": str(topic.topic_id),
+                                           "from": start, "to": end}))
+        return pending
+
+    def _grow(self, topic: Topic, start: int, end: int) -> list[Partition]:
+        """Open new partitions [start, end) and commit the topic file that lists them, or undo."""
+        in_the_way = [d for d in (self._partition_dir(topic.name, i) for i in range(start, end)) if d.exists()]
+        if in_the_way:  # a directory no topic file claims: never adopt (or later remove) its data
+            raise FileExistsError(errno.EEXIST, f"{in_the_way[0]} is in the way of topic {topic.name!r} "
+                                  f"({len(in_the_way)} such); move it away if it holds nothing to keep")
+        pending = self._begin(topic, start, end)
+        opened: list[Partition] = []
+        try:
+            for index in range(start, end):
+                directory = self._partition_dir(topic.name, index)
+                opened.append(Partition(topic.name, index, Log.open(directory, topic.config, clock=self.clock)))
+            self._write_meta(topic, end)
+        except BaseException as exc:
+            log.error("creating partitions %d-%d of %s failed, undoing: %s", start, end - 1, topic.name, exc)
+            for partition in opened:
+                partition.log.delete()
+            for index in range(start, end):  # also a directory a failed Log.open left half made
+                shutil.rmtree(self._partition_dir(topic.name, index), ignore_errors=True)
+            if not any(self._partition_dir(topic.name, i).exists() for i in range(start, end)):
+                _unlink_quietly(pending)  # else the next start finishes the undo
+            raise
+        _unlink_quietly(pending)  # committed: a pending file left here is dropped by the next start
+        return opened
+
+    def finish_pending(self) -> list[str]:
+        """Finish what a crash interrupted (see the module doc): keep a pending range whose
+        topic file names it, remove its directories otherwise; drop temp files. Report lines."""
+        report: list[str] = []
+        for tmp in self._meta_dir.glob("*.tmp"):
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError as exc:  # a directory, say: harmless where it is
+                report.append(f"{tmp.name}: left alone, cannot remove this leftover temp file ({exc.strerror})")
+        for pending in sorted(self._meta_dir.glob(f"*{_PENDING}")):
+            try:
+                info = json.loads(pending.read_text())
+                name, topic_id, start, end = str(info["topic"]), str(info["topic_id"]), int(info["from"]), int(info["to"])
+                validate_topic_name(name)
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                report.append(f"{pending.name}: left alone, unreadable ({exc})")
+                continue
+            if self._claims(name, topic_id, end):
+                pending.unlink()
+                continue
+            for index in range(start, end):
+                shutil.rmtree(self._partition_dir(name, index), ignore_errors=True)
+            if any(self._partition_dir(name, i).exists() for i in range(start, end)):
+                report.append(f"{pending.name}: cannot remove the directories of {name}-{start}..{end - 1}")
+                continue
+            pending.unlink()
+            report.append(f"{name}: removed partition directories {start}..{end - 1} left by an interrupted "
+                          "create or delete")
+        return report
+
+    def _claims(self, name: str, topic_id: str, end: int) -> bool:
+        """True if topic ``name``'s file names ``topic_id`` with at least ``end`` partitions."""
+        try:
+            info = json.loads(self._meta_path(name).read_text())
+        except FileNotFoundError:
+            return False
+        return str(info.get("topic_id")) == topic_id and int(info.get("partitions", 0)) >= end
 
     def alter_config(self, name: str, overrides: Mapping[str, str], *, validate_only: bool = False) -> LogConfig:
         """Replace the topic's overrides; the new config takes effect at once."""
         topic = self.get(name)
         new_overrides = {str(k): str(v) for k, v in overrides.items()}
         config = LogConfig.from_kafka(new_overrides, self.defaults)
+        if name == OFFSETS_TOPIC and config.cleanup_policy != "compact":
+            # Retention would delete committed offsets: the group coordinator relies on compaction.
+            raise ConfigError(f"cleanup.policy={config.cleanup_policy}: {OFFSETS_TOPIC} keeps cleanup.policy=compact "
+                              "(it holds the committed offsets)")
         if validate_only:
             return config
+        self._write_meta(topic, len(topic.partitions), new_overrides)  # first: a failure changes nothing
         topic.overrides = new_overrides
         topic.config = config
-        self._write_meta(topic, len(topic.partitions))
         for partition in topic.partitions:
             partition.log.update_config(config)
         return config
@@ -421,9 +545,10 @@ class TopicManager:
             for partition in topic.partitions:
                 partition.log.update_config(config)
 
-    def _write_meta(self, topic: Topic, partitions: int) -> None:
-        info = {"topic_id": str(topic.topic_id), "partitions": partitions, "configs": topic.overrides}
-        _atomic_write(self._meta_dir / f"{topic.name}.json", json.dumps(info, indent=1, sort_keys=True))
+    def _write_meta(self, topic: Topic, partitions: int, overrides: Mapping[str, str] | None = None) -> None:
+        info = {"topic_id": str(topic.topic_id), "partitions": partitions,
+                "configs": dict(topic.overrides if overrides is None else overrides)}
+        _atomic_write(self._meta_path(topic.name), json.dumps(info, indent=1, sort_keys=True))
 
     def close(self) -> None:
         for partition_log in self.all_logs():
@@ -456,8 +581,10 @@ def _close_quietly(partition_log: Log) -> None:
 
 
 def _atomic_write(path: Path, text: str) -> None:
+    """Write ``path`` through ``<stem>.tmp`` (not ``<name>.tmp``: for a 249-character topic
+    that would pass NAME_MAX), fsynced, renamed over it, and the rename made durable."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_suffix(".tmp")
     try:
         with open(tmp, "w") as f:
             f.write(text)
@@ -465,8 +592,37 @@ def _atomic_write(path: Path, text: str) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        tmp.unlink(missing_ok=True)  # a full disk leaves no empty temp file behind
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass  # a directory in the way, say: the next start's finish_pending tries again
         raise
+    _fsync_dir(path.parent)
+
+
+def _remove_durably(path: Path) -> None:
+    path.unlink()
+    _fsync_dir(path.parent)
+
+
+def _unlink_quietly(path: Path) -> None:
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as exc:
+        log.error("cannot remove %s (%s); the next start does", path, exc.strerror)
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make a rename or unlink in ``directory`` durable. Best effort: the change is made
+    already, and failing the caller now would undo work the file system has accepted."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        log.error("cannot fsync directory %s (%s); the change is made, not yet durable", directory, exc.strerror)
 
 
 def remove_tree(path: Path) -> None:

@@ -18,6 +18,7 @@ from ...net.build import build, response_class
 from ..config import LOG_DEFAULT_NAMES
 from ..topics import UnknownTopicError
 from . import RequestContext, handler
+from .errors import storage_problem
 
 if TYPE_CHECKING:
     from ..api import BrokerApi
@@ -56,6 +57,7 @@ CONFIG_TYPES: dict[str, int] = {
     "log.cleaner.delete.retention.ms": LONG, "log.cleaner.min.compaction.lag.ms": LONG,
     "log.cleaner.min.cleanable.ratio": DOUBLE, "message.max.bytes": INT,
     "log.message.timestamp.type": STRING, "log.segment.delete.delay.ms": LONG,
+    "max.broker.partitions": INT,  # pulllog's (KIP-578's name)
 }
 
 
@@ -224,6 +226,8 @@ def _alter(broker: "BrokerApi", r: Any, new: dict[str, str], validate_only: bool
         return {**base, "error_code": ErrorCode.unknown_topic_or_partition, "error_message": str(exc)}
     except ConfigError as exc:
         return {**base, "error_code": ErrorCode.invalid_config, "error_message": str(exc)}
+    except OSError as exc:  # the topic file is written before the change takes effect: nothing changed
+        return {**base, "error_code": ErrorCode.kafka_storage_error, "error_message": storage_problem(exc)}
     return {**base, "error_code": 0, "error_message": None}
 
 
@@ -244,6 +248,8 @@ def _alter_broker(broker: "BrokerApi", r: Any, new: dict[str, str], validate_onl
     except ConfigError as exc:
         # Kafka answers a bad broker config value INVALID_REQUEST (a topic's: INVALID_CONFIG).
         return {**base, "error_code": ErrorCode.invalid_request, "error_message": str(exc)}
+    except OSError as exc:
+        return {**base, "error_code": ErrorCode.kafka_storage_error, "error_message": storage_problem(exc)}
     return {**base, "error_code": 0, "error_message": None}
 
 

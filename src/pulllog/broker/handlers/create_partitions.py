@@ -1,5 +1,10 @@
 """CreatePartitions (37): grow a topic's partition count (never shrink). A manual replica
-assignment is accepted when every new partition is on this broker, as Kafka checks it."""
+assignment is accepted when every new partition is on this broker, as Kafka checks it.
+
+Past max.broker.partitions: POLICY_VIOLATION (Kafka 4.1 answers UNKNOWN_SERVER_ERROR for
+100,000 new partitions). An internal topic keeps its count: __consumer_offsets maps a group
+to a partition by the count, so more partitions would hide committed offsets (INVALID_REQUEST).
+All new partitions or none: a storage failure answers KAFKA_STORAGE_ERROR, the count unchanged."""
 
 from __future__ import annotations
 
@@ -9,9 +14,10 @@ from kio.schema.errors import ErrorCode
 
 from ...net.apis import ApiKey
 from ...net.build import build, response_class
-from ..topics import UnknownTopicError
+from ..topics import INTERNAL_TOPICS, PolicyViolationError, UnknownTopicError
 from . import RequestContext, handler
 from .create_topics import assignment_problem
+from .errors import storage_problem
 
 if TYPE_CHECKING:
     from ..api import BrokerApi
@@ -22,6 +28,10 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     body = ctx.body
     results = []
     for t in body.topics:
+        if t.name in INTERNAL_TOPICS and broker.topics.find(t.name) is not None:
+            results.append({"name": t.name, "error_code": ErrorCode.invalid_request,
+                            "error_message": f"{t.name} is an internal topic: its partition count cannot change"})
+            continue
         try:
             topic = broker.topics.find(t.name)
             if t.assignments is not None and topic is not None and t.count > len(topic.partitions):
@@ -38,6 +48,11 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
             results.append({"name": t.name, "error_code": 0, "error_message": None})
         except UnknownTopicError as exc:
             results.append({"name": t.name, "error_code": ErrorCode.unknown_topic_or_partition, "error_message": str(exc)})
+        except PolicyViolationError as exc:
+            results.append({"name": t.name, "error_code": ErrorCode.policy_violation, "error_message": str(exc)})
+        except OSError as exc:  # the topic keeps its partitions (TopicManager.add_partitions undoes the rest)
+            results.append({"name": t.name, "error_code": ErrorCode.kafka_storage_error,
+                            "error_message": f"cannot add partitions to {t.name!r}: {storage_problem(exc)}"})
         except ValueError as exc:
             results.append({"name": t.name, "error_code": ErrorCode.invalid_partitions, "error_message": str(exc)})
     return build(response_class(ApiKey.CREATE_PARTITIONS, ctx.version), {"throttle_time": 0, "results": results})

@@ -1,5 +1,12 @@
 """CreateTopics (19): validated as Kafka does (TOPIC_ALREADY_EXISTS, INVALID_PARTITIONS,
-INVALID_REPLICATION_FACTOR, INVALID_CONFIG, INVALID_TOPIC_EXCEPTION), with validate_only."""
+INVALID_REPLICATION_FACTOR, INVALID_CONFIG, INVALID_TOPIC_EXCEPTION), with validate_only.
+
+More partitions than the broker serves (max.broker.partitions) answer POLICY_VIOLATION, as
+Kafka answers a request for more partitions than its controller takes at once. An internal
+topic (__consumer_offsets) is the broker's to create: INVALID_REQUEST, Kafka's code for its
+own __cluster_metadata (Kafka 4.1 lets a client create __consumer_offsets before the broker
+does, with any config; pulllog does not). A topic is created whole or not at all: a storage
+failure answers KAFKA_STORAGE_ERROR and leaves nothing on disk."""
 
 from __future__ import annotations
 
@@ -10,9 +17,10 @@ from kio.schema.errors import ErrorCode
 from ...log import ConfigError
 from ...net.apis import ApiKey
 from ...net.build import build, response_class
-from ..topics import InvalidTopicError, TopicExistsError
+from ..topics import INTERNAL_TOPICS, InvalidTopicError, PolicyViolationError, TopicExistsError
 from . import RequestContext, handler
 from .configs import topic_config_entries
+from .errors import storage_problem
 
 if TYPE_CHECKING:
     from ..api import BrokerApi
@@ -72,6 +80,9 @@ def create_one(broker: "BrokerApi", t: Any, validate_only: bool, duplicate: bool
     configs = {c.name: c.value for c in t.configs}
     if any(v is None for v in configs.values()):
         return _error(name, ErrorCode.invalid_config, "config values may not be null")
+    if name in INTERNAL_TOPICS and broker.topics.find(name) is None:
+        return _error(name, ErrorCode.invalid_request,
+                      f"{name} is an internal topic: the broker creates it when it first needs it")
     try:
         config = broker.topics.check_new_topic(name, partitions, configs)
         if not validate_only:
@@ -85,6 +96,10 @@ def create_one(broker: "BrokerApi", t: Any, validate_only: bool, duplicate: bool
         return _error(name, ErrorCode.invalid_topic_exception, str(exc))
     except ConfigError as exc:
         return _error(name, ErrorCode.invalid_config, str(exc))
+    except PolicyViolationError as exc:
+        return _error(name, ErrorCode.policy_violation, str(exc))
+    except OSError as exc:  # nothing is left of the topic (TopicManager.create undoes it)
+        return _error(name, ErrorCode.kafka_storage_error, f"cannot create topic {name!r}: {storage_problem(exc)}")
     except ValueError as exc:
         return _error(name, ErrorCode.invalid_partitions, str(exc))
     entries = topic_config_entries(broker, config, set(configs))

@@ -1,4 +1,8 @@
-"""DeleteTopics (20): by name, or by topic id from v6."""
+"""DeleteTopics (20): by name, or by topic id from v6.
+
+An internal topic (__consumer_offsets: every committed offset) is not deleted:
+INVALID_REQUEST. Kafka 4.1's broker deletes it (and its groups then find no coordinator);
+Kafka's kafka-topics tool refuses to ask. A storage failure answers KAFKA_STORAGE_ERROR."""
 
 from __future__ import annotations
 
@@ -9,7 +13,9 @@ from kio.schema.errors import ErrorCode
 
 from ...net.apis import ApiKey
 from ...net.build import build, response_class
+from ..topics import INTERNAL_TOPICS
 from . import RequestContext, handler
+from .errors import storage_problem
 
 if TYPE_CHECKING:
     from ..api import BrokerApi
@@ -34,6 +40,17 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
             responses.append({"name": name, "topic_id": topic_id, "error_code": code,
                               "error_message": f"topic {name or topic_id} does not exist"})
             continue
-        broker.delete_topic(topic.name)
+        if topic.name in INTERNAL_TOPICS:
+            responses.append({"name": topic.name, "topic_id": topic.topic_id, "error_code": ErrorCode.invalid_request,
+                              "error_message": f"{topic.name} is an internal topic (the groups' committed "
+                                               "offsets): it cannot be deleted; delete a group's offsets with "
+                                               "DeleteGroups (pulllog group delete)"})
+            continue
+        try:
+            broker.delete_topic(topic.name)
+        except OSError as exc:
+            responses.append({"name": topic.name, "topic_id": topic.topic_id, "error_code": ErrorCode.kafka_storage_error,
+                              "error_message": f"cannot delete topic {topic.name!r}: {storage_problem(exc)}"})
+            continue
         responses.append({"name": topic.name, "topic_id": topic.topic_id, "error_code": 0, "error_message": None})
     return build(response_class(ApiKey.DELETE_TOPICS, ctx.version), {"throttle_time": 0, "responses": responses})

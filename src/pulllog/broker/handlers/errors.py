@@ -9,7 +9,7 @@ from ...log.producer_state import InvalidProducerEpochError, InvalidProducerFiel
 from ...records import CorruptRecordError, InvalidRecordError, UnsupportedMagicError
 from ..topics import InvalidTopicError, TopicExistsError, UnknownTopicError
 
-__all__ = ["error_code_for"]
+__all__ = ["error_code_for", "storage_problem"]
 
 
 def error_code_for(exc: BaseException) -> ErrorCode:
@@ -42,3 +42,8 @@ def error_code_for(exc: BaseException) -> ErrorCode:
             return ErrorCode.invalid_config
         case _:
             return ErrorCode.unknown_server_error
+
+
+def storage_problem(exc: OSError) -> str:
+    """An OSError in one line for an error message: the cause and the path."""
+    return (exc.strerror or str(exc)) + (f" ({exc.filename})" if exc.filename else "")

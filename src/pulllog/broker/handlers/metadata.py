@@ -1,7 +1,10 @@
 """Metadata (3): brokers (just this one), topics and their partitions (all led here).
 
 Unknown topics are created when auto-creation is on (broker ``auto.create.topics.enable``
-and the request's ``allow_auto_topic_creation``), as Kafka does for Metadata requests.
+and the request's ``allow_auto_topic_creation``), as Kafka does for Metadata requests; not
+Kafka's internal topics, which only the broker creates (the group coordinator creates
+__consumer_offsets when a group first needs it). An auto-create past max.broker.partitions
+answers POLICY_VIOLATION, one that fails on storage KAFKA_STORAGE_ERROR (nothing is created).
 
 A topic that is on disk but offline (a degraded start, see broker/topics.py) is never
 auto-created again: it is listed with its id and every partition without a leader, as Kafka
@@ -11,17 +14,20 @@ the offline replicas. Produce and Fetch to them answer KAFKA_STORAGE_ERROR.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from ...net.apis import ApiKey
 from ...net.build import build, response_class
-from ..topics import InvalidTopicError, OfflineTopic, Topic, validate_topic_name
+from ..topics import INTERNAL_TOPICS, InvalidTopicError, OfflineTopic, PolicyViolationError, Topic, validate_topic_name
 from . import RequestContext, handler
 
 if TYPE_CHECKING:
     from ..api import BrokerApi
+
+log = logging.getLogger(__name__)
 
 
 # Authorized operations (KIP-430) as bit sets, bit n for AclOperation n. Without an authorizer
@@ -99,11 +105,18 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
         if offline is not None:
             topics.append(offline_topic_entry(broker, offline, operations=operations))
             continue
-        if topic is None and allow_create:
+        if topic is None and allow_create and name not in INTERNAL_TOPICS:  # only the broker creates those
             try:
                 topic = broker.auto_create_topic(name)
             except InvalidTopicError:
                 topics.append({"error_code": ErrorCode.invalid_topic_exception, "name": name, "partitions": []})
+                continue
+            except PolicyViolationError:
+                topics.append({"error_code": ErrorCode.policy_violation, "name": name, "partitions": []})
+                continue
+            except OSError as exc:  # nothing was created (TopicManager.create undoes it)
+                log.error("auto-creating topic %s failed: %s", name, exc)
+                topics.append({"error_code": ErrorCode.kafka_storage_error, "name": name, "partitions": []})
                 continue
         if topic is None:
             try:

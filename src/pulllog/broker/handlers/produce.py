@@ -26,7 +26,7 @@ from ...log import RecordErrors
 from ...net.apis import ApiKey
 from ...net.produce import PartitionProduceResponse, TopicProduceResponse, encode_produce_response
 from ...records import InvalidRecordError
-from ..topics import InvalidTopicError, PartitionError, validate_topic_name
+from ..topics import INTERNAL_TOPICS, InvalidTopicError, PartitionError, validate_topic_name
 from . import RequestContext, handler
 from .errors import error_code_for
 
@@ -53,6 +53,13 @@ def handle(broker: "BrokerApi", ctx: RequestContext) -> list[TopicProduceRespons
         return responses
     for topic_data in body.topic_data:
         name = topic_data.name
+        if name in INTERNAL_TOPICS and broker.topics.find(name) is not None:
+            # As Kafka's ReplicaManager: only the broker appends to its internal topics.
+            responses.append(TopicProduceResponse(name, [
+                _partition_error(p.index, ErrorCode.invalid_topic_exception,
+                                 f"{name} is an internal topic: clients cannot produce to it")
+                for p in topic_data.partition_data]))
+            continue
         responses.append(TopicProduceResponse(name, [append_partition(broker, name, p.index, p.records)
                                                      for p in topic_data.partition_data]))
     if acks == 0:
