@@ -229,6 +229,9 @@ def _empty_batch() -> bytes:
 
 
 EMPTY_BATCH = _empty_batch()
+# No records and lastOffsetDelta -1 (what a writer that counts from the records makes): an
+# offset range of no offsets.
+EMPTY_BATCH_NO_OFFSETS = build_batch([])
 
 
 @dataclasses.dataclass
@@ -588,6 +591,8 @@ CASES: dict[str, Callable[[str], list[Callable[[WireClient], Any]]]] = {
         created(t), coordinator(group_of(t)), ignored(simple_commit(group_of(t), t)),
         create_topics([("__consumer_offsets", 1)])],
     "produce: a batch of no records": lambda t: [created(t), produce(t, 0, EMPTY_BATCH)],
+    "produce: a batch of no records, lastOffsetDelta -1": lambda t: [created(t), produce(t, 0, EMPTY_BATCH_NO_OFFSETS)],
+    "produce: a batch of no records after a good one": lambda t: [created(t), produce(t, 0, THREE + EMPTY_BATCH)],
     "idempotent: in sequence, a duplicate, a gap": _idempotent_in_sequence_duplicate_gap,
     "idempotent: a first sequence that is not 0": _idempotent_first_sequence_not_zero,
     "idempotent: an old epoch after a bump": _idempotent_old_epoch,
