@@ -24,11 +24,18 @@ class LossyProxy:
     producer hears nothing until its request_timeout_ms.
 
     ``max_outstanding`` is the most Produce requests forwarded and not yet answered at once
-    on one connection: how many the producer had in flight."""
+    on one connection: how many the producer had in flight.
 
-    def __init__(self, broker_port: int, every: int, drops: int, lose: str = "answer") -> None:
+    ``hold_first=True``: the first connection is accepted and held, neither forwarded nor
+    answered (``held`` is set), until ``release()`` closes it: a connection attempt that
+    fails late, while the client has more to send."""
+
+    def __init__(self, broker_port: int, every: int, drops: int, lose: str = "answer", *,
+                 hold_first: bool = False) -> None:
         assert lose in ("answer", "request")
         self.broker_port, self.every, self.drops_left, self.lose = broker_port, every, drops, lose
+        self._hold_first = hold_first
+        self.held: socket.socket | None = None
         self.produce_requests = 0
         self.dropped = 0
         self.max_outstanding = 0
@@ -54,6 +61,11 @@ class LossyProxy:
                 continue
             except OSError:
                 return
+            if self._hold_first:
+                self._hold_first = False
+                self._sockets.append(client)
+                self.held = client
+                continue
             upstream = socket.create_connection(("127.0.0.1", self.broker_port))
             self._sockets += [client, upstream]
             doomed: set[int] = set()
@@ -115,6 +127,11 @@ class LossyProxy:
             pass
         finally:
             _close(src, dst)
+
+    def release(self) -> None:
+        """Close the held first connection (the client sees it end unanswered)."""
+        if self.held is not None:
+            _close(self.held)
 
     def close(self) -> None:
         self._stop.set()

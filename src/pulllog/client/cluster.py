@@ -145,6 +145,11 @@ class Cluster:
             "no broker reachable: " + "; ".join(f"{h}:{p}" for h, p in candidates)
             + " (start one with `pulllog serve`)")
 
+    def connected(self, node_id: int) -> KafkaConnection | None:
+        """The open connection to ``node_id``, or None (no waiting, no connecting)."""
+        conn = self._connections.get(node_id)
+        return conn if conn is not None and not conn.closed else None
+
     async def connection(self, node_id: int) -> KafkaConnection:
         conn = self._connections.get(node_id)
         if conn is not None and not conn.closed:

@@ -174,11 +174,11 @@ class KafkaConnection:
             await self._writer.drain()
         except ConnectionError as exc:
             self._pending.pop(correlation_id, None)  # we raise instead: nobody would read its future
+            _discard(future)
             self._fail(exc)
             raise ConnectionClosedError(f"connection to {self.address} was lost: {exc}") from None
         except BaseException:
-            if future is not None:
-                future.cancel()  # cancelled while writing: its answer (or the connection's end) is ignored
+            _discard(future)  # cancelled while writing: its answer (or the connection's end) is ignored
             raise
         if future is None:
             return None
@@ -268,3 +268,15 @@ class KafkaConnection:
 
     def __repr__(self) -> str:
         return f"KafkaConnection({self.address}, in_flight={self.in_flight}, closed={self._closed})"
+
+
+def _discard(future: asyncio.Future[Any] | None) -> None:
+    """Nobody will await ``future``: cancel it, or mark the error the read loop's end already
+    set on it as seen (else asyncio reports "Future exception was never retrieved")."""
+    if future is None:
+        return
+    if future.done():
+        if not future.cancelled():
+            future.exception()
+    else:
+        future.cancel()

@@ -23,6 +23,13 @@ ready batches, and the sender moves batches between the two only through its met
 (``next_ready``, ``open_batch``, ``drain``, ``reenqueue``, ``deallocate``). A batch's answer
 then completes it, puts it back in order for a retry, or fails it (the producer module's
 docstring has the retry rules, ``pulllog.client.idempotence`` the sequence rules).
+
+**Connections.** A batch is drained only for a leader with an open connection, and its
+request is written on that connection in drain order; connecting is a task of its own
+(one per broker, ``retry_backoff_ms`` after a failure), and a request never connects for
+itself. Otherwise a batch whose connection attempt failed late could reach the broker after
+a later batch that connected meanwhile, and a broker with no state for this producer takes
+any sequence (KIP-360): it would store the later batch first and refuse the earlier one.
 """
 
 from __future__ import annotations
@@ -40,7 +47,7 @@ from kio.schema.errors import ErrorCode
 from ..net.produce import encode_produce_frame
 from .accumulator import ProducerBatch, RecordAccumulator
 from .cluster import Cluster
-from .connection import BrokerUnreachableError, UnsupportedByBrokerError
+from .connection import BrokerUnreachableError, KafkaConnection, UnsupportedByBrokerError
 from .errors import KafkaError
 from .idempotence import IdempotenceManager
 from .producer_config import ProducerConfig
@@ -101,6 +108,10 @@ class Sender:
         self.last_metadata = time.monotonic()
         self._epoch_bump_task: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None  # sets the wake-up event (_wake_within)
+        # node -> its connect task; a node whose last attempt failed: when to try again, and why
+        self._connecting: dict[int, asyncio.Task[None]] = {}
+        self._connect_retry_at: dict[int, float] = {}
+        self._connect_errors: dict[int, BaseException] = {}
         # what every pass reads, in seconds, computed once
         self._linger_s = config.linger_s
         self._delivery_timeout_s = config.delivery_timeout_s
@@ -189,6 +200,8 @@ class Sender:
         expire = self._expire_now
         requests: dict[int, list[ProducerBatch]] = {}
         request_bytes: dict[int, int] = {}
+        connections: dict[int, KafkaConnection] = {}
+        connected = self._cluster.connected
         for q in acc.partitions():
             flying_batches = in_flight.get(q.key)
             flying = len(flying_batches) if flying_batches else 0
@@ -228,6 +241,20 @@ class Sender:
             node = pinfo.leader
             if self._in_flight_by_node.get(node, 0) >= config.max_in_flight:
                 continue  # a response from that broker wakes us
+            conn = connections.get(node) or connected(node)
+            if conn is None:
+                # Batches go out only on an open connection, written in drain order: a request
+                # that connected for itself could reach the broker after a later batch's, and
+                # a broker with no state for this producer would store that one first (any
+                # sequence is accepted from an unknown producer, KIP-360).
+                retry_in = self._want_connection(tg, node, now)
+                if retry_in is not None:
+                    wake_in = _sooner(wake_in, retry_in)
+                error = self._connect_errors.get(node)
+                if error is not None:
+                    batch.last_error = error  # what the delivery timeout then reports
+                continue
+            connections[node] = conn
             size = batch.size
             if node in request_bytes and request_bytes[node] + size > config.max_request_size:
                 wake_in = 0.0  # the next request can take it right away
@@ -245,7 +272,7 @@ class Sender:
                 wake_in = 0.0  # one batch per partition per request: the next goes in the next one
         for node, batches in requests.items():
             self._in_flight_by_node[node] = self._in_flight_by_node.get(node, 0) + 1
-            tg.create_task(self._produce(node, batches), name=f"pulllog-producer-request[{node}]")
+            tg.create_task(self._produce(node, connections[node], batches), name=f"pulllog-producer-request[{node}]")
         if self._metadata_wanted and self._metadata_task is None:
             if now >= self._metadata_retry_at:
                 self._metadata_task = tg.create_task(self._refresh_metadata(), name="pulllog-producer-metadata")
@@ -331,6 +358,39 @@ class Sender:
             self._epoch_bump_task = None
             self._wakeup.set()
 
+    def _want_connection(self, tg: asyncio.TaskGroup, node: int, now: float) -> float | None:
+        """Start connecting to ``node`` unless that is under way or backing off after a
+        failure; return seconds until the next attempt (None: the running one wakes us)."""
+        if node in self._connecting:
+            return None
+        retry_at = self._connect_retry_at.get(node, 0.0)
+        if retry_at > now:
+            return retry_at - now
+        self._connecting[node] = tg.create_task(self._connect(node), name=f"pulllog-producer-connect[{node}]")
+        return None
+
+    async def _connect(self, node: int) -> None:
+        try:
+            async with asyncio.timeout(self._request_timeout_s):
+                await self._cluster.connection(node)
+            self._connect_errors.pop(node, None)
+            self._connect_retry_at.pop(node, None)
+        except asyncio.CancelledError:
+            raise
+        except (*_FAILURES, UnsupportedByBrokerError) as exc:
+            log.debug("connecting to broker %d failed: %s", node, exc)
+            if isinstance(exc, TimeoutError):
+                exc = TimeoutError(f"no connection to broker {node} within request_timeout_ms={self.config.request_timeout_ms}")
+            self._connect_errors[node] = exc
+            self._connect_retry_at[node] = time.monotonic() + max(self.config.retry_backoff_s, 0.01)
+            # the leader may have moved: look its partitions up again
+            self._metadata_wanted.update(
+                t for t, info in self._cluster.topics.items() if t in self._topics
+                and any(p.leader == node for p in info.partitions.values()))
+        finally:
+            del self._connecting[node]
+            self._wakeup.set()
+
     async def _refresh_metadata(self) -> None:
         topics = sorted(self._metadata_wanted | set(self._topics))
         self._metadata_wanted.clear()
@@ -346,14 +406,13 @@ class Sender:
             self._metadata_task = None
             self._wakeup.set()
 
-    async def _produce(self, node: int, batches: list[ProducerBatch]) -> None:
-        """One Produce request to one broker, and what its answer means for each batch."""
+    async def _produce(self, node: int, conn: KafkaConnection, batches: list[ProducerBatch]) -> None:
+        """One Produce request to one broker on ``conn`` (open when the batches were drained,
+        and never replaced here: see ``_pass``), and what its answer means for each batch."""
         config = self.config
-        conn = None
         try:
             try:
                 async with asyncio.timeout(self._request_timeout_s):
-                    conn = await self._cluster.connection(node)
                     version = conn.version("produce", 3, 9)
                     by_topic: dict[str, list[tuple[int, bytes | None]]] = {}
                     for batch in batches:
@@ -376,11 +435,9 @@ class Sender:
                     self._fail(batch, ProducerClosedError("the producer was closed while the record was in flight"))
                 raise
             except TimeoutError:
-                where = conn.address if conn is not None else f"broker {node}"
                 error: BaseException = TimeoutError(
-                    f"no answer from {where} within request_timeout_ms={config.request_timeout_ms}")
-                if conn is not None:
-                    await conn.close()  # its later answers would be stale; reconnect
+                    f"no answer from {conn.address} within request_timeout_ms={config.request_timeout_ms}")
+                await conn.close()  # its later answers would be stale; reconnect
                 self._retry_or_fail(batches, error, retriable=True, stale=True)
                 return
             except (ConnectionError, OSError) as exc:  # includes BrokerUnreachable, ConnectionClosed
