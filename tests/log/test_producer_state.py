@@ -201,6 +201,31 @@ def test_snapshot_at_roll_plus_the_active_segment_rebuild_the_state(tmp_path: Pa
     assert log.log_end_offset == end + 1
 
 
+def test_the_snapshot_written_at_roll_is_fsynced_with_its_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Not only at clean close: after a crash the newest snapshot must be whole and present.
+    import os
+
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    directory = tmp_path / "t-0"
+    log = open_log(directory, segment_bytes=300, flush_messages=10**9, flush_ms=10**12)
+    for seq in range(10):
+        log.append(batch(seq, pid=1))
+    assert len(log.segments) > 1
+    snapshot = f"{log.active_segment.base_offset:020d}.snapshot"
+    tmp = str(directory / (snapshot + ".tmp"))
+    assert tmp in synced, "the snapshot's bytes"
+    assert str(directory) in synced[synced.index(tmp) + 1:], "its name (the rename)"
+    log.close()
+
+
 def test_a_corrupt_snapshot_falls_back_to_an_older_one_or_a_scan(tmp_path: Path) -> None:
     log = open_log(tmp_path / "t-0")
     log.append(batch(0, 2))

@@ -468,7 +468,7 @@ class Log:
             return active
         new = LogSegment(self.directory, self.log_end_offset, self.config, created_ms=now)
         self._set_segments(self._segments + (new,))
-        self._snapshot_producers(new.base_offset)
+        self._snapshot_producers(new.base_offset, sync=True)  # a crash then replays one segment, not all
         return new
 
     def _snapshot_producers(self, offset: int, *, sync: bool = False) -> None:

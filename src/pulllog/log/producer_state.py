@@ -39,8 +39,11 @@ producer fields are in the v2 header: no record is decoded). A snapshot past the
 (the tail was lost in a crash or truncated) or before the first segment (the batches after
 it are gone, so it would be stale) is deleted; a corrupt one is deleted and the next older
 one tried; with none left the whole log's headers are scanned. A snapshot is written to a
-temporary file and renamed; only the one of a clean close is fsynced, as a lost or torn
-snapshot costs a longer scan, never correctness. Format (big-endian)::
+temporary file, fsynced, renamed, and the directory fsynced (at roll and at clean close, as
+Kafka flushes the snapshot of a roll): so a snapshot that survives a crash is whole and its
+segment's successor is found with it. A lost or torn one would cost a longer scan only,
+never correctness (it is checked by its CRC, and the batches after it are replayed).
+Format (big-endian)::
 
     version         int16   1
     crc             uint32  CRC-32C of everything after this field
@@ -72,6 +75,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from crc32c import crc32c
 
 from ..records.batch import CONTROL_MASK, NO_SEQUENCE, BatchHeader, InvalidRecordError
+from .swap import fsync_dir
 
 if TYPE_CHECKING:
     from .segment import LogSegment
@@ -280,7 +284,8 @@ class ProducerStateManager:
         return sorted(offsets)
 
     def take_snapshot(self, offset: int, *, sync: bool = False) -> None:
-        """Write the state (every batch below ``offset``) to ``<offset>.snapshot``."""
+        """Write the state (every batch below ``offset``) to ``<offset>.snapshot``; with
+        ``sync``, on disk (the file and its name) before this returns."""
         path = self.snapshot_path(offset)
         tmp = path.with_name(path.name + ".tmp")
         data = encode_snapshot(self.producers.values())
@@ -290,6 +295,8 @@ class ProducerStateManager:
                 f.flush()
                 os.fsync(f.fileno())
         os.replace(tmp, path)
+        if sync:
+            fsync_dir(self.directory)
         for old in self.snapshot_offsets()[:-SNAPSHOTS_TO_KEEP]:
             self.snapshot_path(old).unlink(missing_ok=True)
 
