@@ -4,6 +4,7 @@ written together leave together."""
 from __future__ import annotations
 
 import asyncio
+import struct
 
 import pytest
 
@@ -34,9 +35,65 @@ async def test_a_response_over_the_cap_closes_the_connection() -> None:
     server, port = await _serve_once((1_000_000).to_bytes(4, "big") + b"\x00\x00\x00\x01")
     try:
         conn = KafkaConnection("127.0.0.1", port, "test", max_response_size=1000)
-        conn._reader, conn._writer = await asyncio.open_connection("127.0.0.1", port)
-        conn._read_task = asyncio.get_running_loop().create_task(conn._read_loop())
+        await conn.open(timeout=5)
         with pytest.raises(ConnectionClosedError, match="1000000 bytes, outside 4..1000"):
+            await conn.request("api_versions", 0, {})
+        assert conn.closed
+        await conn.close()
+    finally:
+        server.close()
+
+
+def _api_versions_v0(correlation_id: int, keys: int) -> bytes:
+    """An ApiVersions v0 response frame listing ``keys`` APIs (6 bytes each)."""
+    body = correlation_id.to_bytes(4, "big") + b"\x00\x00" + keys.to_bytes(4, "big")
+    body += b"".join(struct.pack(">hhh", i % 30_000, 0, i % 7) for i in range(keys))
+    return len(body).to_bytes(4, "big") + body
+
+
+async def test_frames_larger_than_the_read_buffer_arrive_whole_in_pieces() -> None:
+    # Two pipelined requests answered with frames of ~600 KB (over the 256 KiB read buffer),
+    # written in 1000-byte pieces with the second frame's start in the first's last piece.
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        ids = []
+        for _ in range(2):
+            size = int.from_bytes(await reader.readexactly(4), "big")
+            request = await reader.readexactly(size)
+            ids.append(int.from_bytes(request[4:8], "big"))
+        data = _api_versions_v0(ids[0], 100_000) + _api_versions_v0(ids[1], 99_999)
+        for i in range(0, len(data), 1000):
+            writer.write(data[i:i + 1000])
+            await writer.drain()
+        await reader.read()  # until the client closes
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    try:
+        conn = KafkaConnection("127.0.0.1", server.sockets[0].getsockname()[1], "test")
+        await conn.open(timeout=5)
+        first, second = await asyncio.gather(conn.request("api_versions", 0, {}), conn.request("api_versions", 0, {}))
+        assert len(first.api_keys) == 100_000 and len(second.api_keys) == 99_999
+        assert (int(second.api_keys[-1].api_key), int(second.api_keys[-1].max_version)) == (
+            99_998 % 30_000, 99_998 % 7)
+        await conn.close()
+        assert conn.closed
+    finally:
+        server.close()
+
+
+async def test_a_peer_that_closes_fails_the_requests_in_flight() -> None:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(4)
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    try:
+        conn = KafkaConnection("127.0.0.1", server.sockets[0].getsockname()[1], "test")
+        await conn.open(timeout=5)
+        with pytest.raises(ConnectionClosedError, match="was lost"):
+            await conn.request("api_versions", 0, {})
+        assert conn.closed
+        with pytest.raises(ConnectionClosedError, match="is closed"):
             await conn.request("api_versions", 0, {})
         await conn.close()
     finally:

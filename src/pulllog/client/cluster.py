@@ -2,8 +2,8 @@
 
 Bootstrap servers are tried in order until one answers; after that, Metadata responses
 say which broker leads each partition, and connections to brokers are opened lazily and
-reused; their read loops are tasks of the cluster's :class:`~pulllog.client.task_scope.TaskScope`,
-which ``close()`` cancels and joins. Metadata is refreshed on a timer (``metadata_max_age_ms``) and whenever a caller
+reused (each reads through a protocol of the event loop: no task per connection), and
+``close()`` closes them all. Metadata is refreshed on a timer (``metadata_max_age_ms``) and whenever a caller
 saw a sign that it is stale (NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, a lost
 connection).
 """
@@ -15,13 +15,13 @@ import logging
 import socket
 import time
 import uuid
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
 from .connection import BrokerUnreachableError, ConnectionClosedError, KafkaConnection
-from .task_scope import TaskScope
 from .errors import KafkaError, UnknownTopicError
 
 __all__ = ["Cluster", "KafkaError", "PartitionInfo", "TopicInfo", "UnknownTopicError", "parse_bootstrap"]
@@ -89,12 +89,12 @@ class Cluster:
         self.cluster_id: str | None = None
         self.controller_id: int = -1
         self._connections: dict[int, KafkaConnection] = {}
+        self._opened: weakref.WeakSet[KafkaConnection] = weakref.WeakSet()  # every one, for close()
         self._bootstrap_conn: KafkaConnection | None = None
         self._connect_locks: dict[int, asyncio.Lock] = {}
         self._refresh_lock = asyncio.Lock()
         self._last_refresh = 0.0
         self._closed = False
-        self._tasks = TaskScope(f"pulllog-cluster[{client_id}]")  # owns every connection's read loop
 
     # ------------------------------------------------------------------ connections
 
@@ -118,11 +118,12 @@ class Cluster:
                 "check the port in --bootstrap-server / bootstrap.servers") from None
 
     async def connect(self, host: str, port: int, *, timeout: float) -> KafkaConnection:
-        """A new connection whose read loop the cluster owns (closed by ``close()`` at the latest)."""
+        """A new connection, closed by ``close()`` at the latest."""
         if self._closed:
             raise ConnectionClosedError(f"the client {self.client_id!r} is closed")
-        await self._tasks.open()
-        return await KafkaConnection.connect(host, port, client_id=self.client_id, timeout=timeout, tasks=self._tasks)
+        conn = await KafkaConnection.connect(host, port, client_id=self.client_id, timeout=timeout)
+        self._opened.add(conn)
+        return conn
 
     async def any_connection(self) -> KafkaConnection:
         """A live connection to some broker: an open one, else the bootstrap servers in turn."""
@@ -240,14 +241,13 @@ class Cluster:
 
     async def close(self) -> None:
         self._closed = True
-        conns = list(self._connections.values())
+        conns = list(dict.fromkeys([*self._connections.values(), *self._opened]))
         if self._bootstrap_conn is not None:
             conns.append(self._bootstrap_conn)
         self._connections.clear()
         self._bootstrap_conn = None
         for conn in conns:
             await conn.close()
-        await self._tasks.aclose()
 
 
 async def _resolves(host: str, port: int) -> bool:

@@ -5,10 +5,15 @@ correlation id, which one reader task per connection matches up. Kafka brokers a
 connection's requests in order, so responses arrive in the order they were sent; we still
 match by correlation id, which also catches a confused peer.
 
-The read loop is a task of the caller's :class:`~pulllog.client.task_scope.TaskScope` (a
-Cluster's, for all its connections), or of the connection's own when it is used alone; it
-never raises (a TaskGroup child that raised would cancel its siblings): whatever ends it
-fails the requests in flight with ConnectionClosedError instead.
+Reading is a ``BufferedProtocol`` (``_ResponseReader``), so no task per connection: the event
+loop ``recv_into``s one reused buffer, and each complete frame is copied out once and handed
+to the request waiting for it. The buffer starts at 256 KiB, grows to hold a larger frame
+(never beyond ``max_response_size``, 100 MiB by default: a size prefix outside 4..cap, from a
+peer that is not a Kafka broker or a broken one, closes the connection instead of making the
+client allocate it), and goes back to 256 KiB after a frame over 8 MiB. asyncio's
+``StreamReader`` instead grew and shrank its own buffer per read (an mmap/munmap per large
+read) and copied every frame twice. Whatever ends the connection fails the requests in
+flight with ConnectionClosedError.
 
 On connect the connection asks ApiVersions (v3, falling back to v0 as KIP-511 says) and
 ``version(api, lo, hi)`` then picks the highest version both sides speak.
@@ -29,7 +34,6 @@ from kio.schema.errors import ErrorCode
 from ..net.build import build, request_class, response_class
 from ..net.framing import DEFAULT_MAX_FRAME_SIZE, peer_hint
 from ..net.protocol import decode_response, encode_request
-from .task_scope import TaskScope
 
 __all__ = ["BrokerUnreachableError", "ConnectionClosedError", "KafkaConnection", "UnsupportedByBrokerError"]
 
@@ -43,11 +47,9 @@ _API_KEYS = {
     "describe_log_dirs": 35, "create_partitions": 37, "delete_groups": 42, "incremental_alter_configs": 44, "offset_delete": 47,
 }
 _SIZE = struct.Struct(">i")
-# asyncio's StreamReader pauses the socket once it buffers twice its limit (64 KiB by
-# default): every Fetch response of a few hundred KB then paused and resumed reading (two
-# epoll_ctl calls and their bookkeeping per response). The read loop takes frames off as they
-# arrive, so the limit only bounds a burst, not what a connection holds.
-_READ_LIMIT = 4 << 20
+_INITIAL_BUFFER = 256 << 10  # the read buffer's size, and what a recv_into may fill at once
+_MIN_READ = 64 << 10  # room to leave for the next recv_into, compacting the buffer if needed
+_KEEP_BUFFER = 8 << 20  # a buffer grown past this goes back to _INITIAL_BUFFER once empty
 
 
 class BrokerUnreachableError(ConnectionError):
@@ -62,6 +64,95 @@ class UnsupportedByBrokerError(Exception):
     """The broker does not serve an API (or no version both sides speak)."""
 
 
+class _ResponseReader(asyncio.BufferedProtocol):
+    """Frames off the socket into one reused buffer (module docstring); write flow control."""
+
+    def __init__(self, conn: "KafkaConnection") -> None:
+        self._conn = conn
+        self._buf = bytearray(_INITIAL_BUFFER)
+        self._start = 0  # the first byte not yet handed on
+        self._end = 0  # the end of what was received
+        self._need = 0  # the size (prefix included) of the frame being received, once known
+        self._paused = False
+        self._drain_waiters: list[asyncio.Future[None]] = []
+        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._conn._transport = transport  # type: ignore[assignment]
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        buf, start, end = self._buf, self._start, self._end
+        want = max(self._need, _MIN_READ)
+        if len(buf) - start < want or len(buf) - end < _MIN_READ:
+            pending = end - start
+            if want > len(buf):  # a frame larger than the buffer: a new one (never resized in place)
+                grown = bytearray(want)
+                grown[:pending] = buf[start:end]
+                self._buf = grown
+            elif start:
+                buf[:pending] = buf[start:end]  # move the partial frame to the front
+            self._start, self._end = 0, pending
+        return memoryview(self._buf)[self._end:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._end += nbytes
+        buf, start, end = self._buf, self._start, self._end
+        conn = self._conn
+        cap = conn.max_response_size
+        while end - start >= 4:
+            (size,) = _SIZE.unpack_from(buf, start)
+            if size < 4 or size > cap:
+                conn._fail(conn._bad_frame(size, bytes(buf[start:start + 4])))
+                return
+            if end - start - 4 < size:
+                self._need = 4 + size
+                break
+            frame = bytes(buf[start + 4:start + 4 + size])
+            start += 4 + size
+            self._need = 0
+            conn._frame_received(frame)
+            if conn._closed:
+                return
+        if start == end:
+            start = end = 0
+            if len(buf) > _KEEP_BUFFER:
+                self._buf = bytearray(_INITIAL_BUFFER)
+        self._start, self._end = start, end
+
+    def eof_received(self) -> bool:
+        return False  # close the transport: connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._conn._fail(exc if exc is not None else ConnectionClosedError(f"{self._conn.address} closed the connection"))
+        self._wake_writers(exc)
+        if not self.lost.done():
+            self.lost.set_result(None)
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self._wake_writers(None)
+
+    def _wake_writers(self, exc: Exception | None) -> None:
+        waiters, self._drain_waiters = self._drain_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                if exc is None and not self.lost.done() and not self._conn._closed:
+                    waiter.set_result(None)
+                else:
+                    waiter.set_exception(ConnectionResetError(f"connection to {self._conn.address} lost"))
+
+    async def drain(self) -> None:
+        """Wait while the transport's write buffer is over its high-water mark."""
+        if not self._paused:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._drain_waiters.append(waiter)
+        await waiter
+
+
 class KafkaConnection:
     def __init__(self, host: str, port: int, client_id: str, *,
                  max_response_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
@@ -70,12 +161,10 @@ class KafkaConnection:
         # prefix of garbage: without a cap the client would try to allocate up to 2 GiB for it.
         self.max_response_size = max_response_size
         self.api_versions: dict[int, tuple[int, int]] = {}
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
+        self._transport: asyncio.Transport | None = None
+        self._protocol: _ResponseReader | None = None
         self._pending: dict[int, tuple[asyncio.Future[Any], type]] = {}
         self._ids = itertools.count(1)
-        self._read_task: asyncio.Task[None] | None = None
-        self._own_tasks: TaskScope | None = None  # the read loop's scope when no caller gives one
         self._closed = False
         self._error: BaseException | None = None
         self._outgoing: list[bytes] = []  # frames written in this turn of the event loop (_write)
@@ -94,34 +183,36 @@ class KafkaConnection:
 
     @classmethod
     async def connect(cls, host: str, port: int, *, client_id: str = "pulllog", timeout: float = 10.0,
-                      tasks: TaskScope | None = None) -> "KafkaConnection":
-        """Connect and negotiate versions; the read loop runs in ``tasks`` (else in a scope of
-        the connection's own, closed with it)."""
-        conn = cls(host, port, client_id)
+                      max_response_size: int = DEFAULT_MAX_FRAME_SIZE) -> "KafkaConnection":
+        """Connect and negotiate versions."""
+        conn = cls(host, port, client_id, max_response_size=max_response_size)
+        await conn.open(timeout)
+        try:
+            await conn._negotiate(timeout)
+        except BaseException:
+            await conn.close()
+            raise
+        return conn
+
+    async def open(self, timeout: float = 10.0) -> None:
+        """The TCP connection alone (``connect`` also negotiates versions)."""
+        loop = asyncio.get_running_loop()
         try:
             # asyncio.timeout, not wait_for, here and below: Python 3.11's wait_for swallows a
             # cancellation that arrives as the awaited call completes.
             async with asyncio.timeout(timeout):
-                conn._reader, conn._writer = await asyncio.open_connection(host, port, limit=_READ_LIMIT)
+                transport, protocol = await loop.create_connection(
+                    lambda: _ResponseReader(self), self.host, self.port)
         except (OSError, asyncio.TimeoutError) as exc:
             if isinstance(exc, asyncio.TimeoutError):
                 reason = "timed out"
             else:
                 reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
             raise BrokerUnreachableError(
-                f"cannot connect to a broker at {host}:{port} ({reason}); is one running? "
+                f"cannot connect to a broker at {self.host}:{self.port} ({reason}); is one running? "
                 "start one with `pulllog serve`"
             ) from None
-        try:
-            if tasks is None:
-                tasks = conn._own_tasks = TaskScope(f"pulllog-client-{host}:{port}")
-                await tasks.open()
-            conn._read_task = tasks.spawn(conn._read_loop(), f"pulllog-client-{host}:{port}")
-            await conn._negotiate(timeout)
-        except BaseException:
-            await conn.close()
-            raise
-        return conn
+        self._transport, self._protocol = transport, protocol  # type: ignore[assignment]
 
     async def _negotiate(self, timeout: float) -> None:
         try:
@@ -148,7 +239,7 @@ class KafkaConnection:
         return best
 
     async def request(self, api: str, version: int, data: Any, *, expect_response: bool = True) -> Any:
-        if self._closed or self._writer is None:
+        if self._closed or self._transport is None:
             raise ConnectionClosedError(f"connection to {self.address} is closed") from self._error
         correlation_id = next(self._ids)
         body = build(request_class(api, version), data)
@@ -158,20 +249,20 @@ class KafkaConnection:
     async def request_encoded(self, api: str, version: int, encode: Callable[[int, str | None], bytes]) -> Any:
         """``request`` for a frame encoded by hand: ``encode(correlation_id, client_id)``
         returns the whole frame, size prefix included (e.g. net.fetch.encode_fetch_request)."""
-        if self._closed or self._writer is None:
+        if self._closed or self._transport is None:
             raise ConnectionClosedError(f"connection to {self.address} is closed") from self._error
         correlation_id = next(self._ids)
         return await self._send(api, version, correlation_id, encode(correlation_id, self.client_id), True)
 
     async def _send(self, api: str, version: int, correlation_id: int, frame: bytes, expect_response: bool) -> Any:
-        assert self._writer is not None
+        assert self._transport is not None and self._protocol is not None
         future: asyncio.Future[Any] | None = None
         if expect_response:
             future = asyncio.get_running_loop().create_future()
             self._pending[correlation_id] = (future, response_class(api, version))
         self._write(frame)
         try:
-            await self._writer.drain()
+            await self._protocol.drain()
         except ConnectionError as exc:
             self._pending.pop(correlation_id, None)  # we raise instead: nobody would read its future
             _discard(future)
@@ -197,40 +288,26 @@ class KafkaConnection:
 
     def _flush(self) -> None:
         frames, self._outgoing = self._outgoing, []
-        if not frames or self._writer is None or self._writer.is_closing():
+        if not frames or self._transport is None or self._transport.is_closing():
             return  # closed meanwhile: _fail has failed the requests waiting for an answer
-        self._writer.write(frames[0] if len(frames) == 1 else b"".join(frames))
+        self._transport.write(frames[0] if len(frames) == 1 else b"".join(frames))
 
-    async def _read_loop(self) -> None:
-        assert self._reader is not None
+    def _frame_received(self, frame: bytes) -> None:
+        """A whole response frame (size prefix off): resolve the request it answers."""
+        (correlation_id,) = _SIZE.unpack_from(frame)
+        entry = self._pending.pop(correlation_id, None)
+        if entry is None:
+            self._fail(ConnectionClosedError(f"{self.address} answered unknown correlation id {correlation_id}"))
+            return
+        future, response_type = entry
+        if future.done():
+            return
         try:
-            while True:
-                head = await self._reader.readexactly(4)
-                (size,) = _SIZE.unpack(head)
-                if size < 4 or size > self.max_response_size:
-                    raise self._bad_frame(size, head)
-                frame = await self._reader.readexactly(size)
-                (correlation_id,) = _SIZE.unpack_from(frame)
-                entry = self._pending.pop(correlation_id, None)
-                if entry is None:
-                    raise ConnectionClosedError(f"{self.address} answered unknown correlation id {correlation_id}")
-                future, response_type = entry
-                if future.done():
-                    continue
-                try:
-                    _cid, body = decode_response(frame, response_type)
-                except Exception as exc:
-                    future.set_exception(exc)
-                    continue
-                future.set_result(body)
-        except asyncio.CancelledError:
-            self._fail(ConnectionClosedError(f"connection to {self.address} closed"))
-            raise
-        except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
-            self._fail(exc)
-        except Exception as exc:  # a bug: fail this connection's requests, not the task group's other children
-            log.error("the read loop of the connection to %s failed", self.address, exc_info=exc)
-            self._fail(exc)
+            _cid, body = decode_response(frame, response_type)
+        except Exception as exc:  # a response we cannot read fails its request, not the connection
+            future.set_exception(exc)
+            return
+        future.set_result(body)
 
     def _bad_frame(self, size: int, head: bytes) -> ConnectionClosedError:
         hint = peer_hint(head) or " (is this a Kafka broker's port?)"
@@ -240,38 +317,27 @@ class KafkaConnection:
 
     def _fail(self, exc: BaseException) -> None:
         self._closed = True
-        self._error = exc
+        if self._error is None:
+            self._error = exc
         pending, self._pending = self._pending, {}
         for future, _ in pending.values():
             if not future.done():
                 future.set_exception(ConnectionClosedError(f"connection to {self.address} was lost ({exc})"))
-        if self._writer is not None:
-            self._writer.close()
+        if self._transport is not None:
+            self._transport.close()
 
     async def close(self) -> None:
         self._flush()  # what was written before close() goes out (a Produce with acks=0 has no answer to wait for)
-        self._closed = True
-        if self._read_task is not None and not self._read_task.done():
-            self._read_task.cancel()
-            try:
-                await self._read_task
-            except (asyncio.CancelledError, Exception):
-                pass
-        if self._own_tasks is not None:
-            await self._own_tasks.aclose()
         self._fail(ConnectionClosedError("closed"))
-        if self._writer is not None:
-            try:
-                await self._writer.wait_closed()
-            except (ConnectionError, OSError):
-                pass
+        if self._protocol is not None:
+            await asyncio.shield(self._protocol.lost)
 
     def __repr__(self) -> str:
         return f"KafkaConnection({self.address}, in_flight={self.in_flight}, closed={self._closed})"
 
 
 def _discard(future: asyncio.Future[Any] | None) -> None:
-    """Nobody will await ``future``: cancel it, or mark the error the read loop's end already
+    """Nobody will await ``future``: cancel it, or mark the error the connection's end already
     set on it as seen (else asyncio reports "Future exception was never retrieved")."""
     if future is None:
         return
