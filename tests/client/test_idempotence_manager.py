@@ -60,7 +60,7 @@ def test_without_idempotence_batches_carry_no_producer_id_and_no_bump_is_asked(
     assert on_the_wire(b) == (-1, -1, -1)
     manager.batch_failed(b)
     assert manager.may_send() and not manager.epoch_bump_needed
-    assert manager.may_send_retry(attempts=1, earlier_in_flight=True)
+    assert manager.may_send_retry(attempts=1, earlier_elsewhere=True)
 
 
 def test_sequences_count_records_per_partition(loop: asyncio.AbstractEventLoop) -> None:
@@ -145,8 +145,8 @@ def test_out_of_order_is_retried_only_behind_a_pending_batch_or_a_pending_bump(
     assert manager.out_of_order_retriable(earlier_unacknowledged=False)
 
 
-def test_a_retry_waits_for_earlier_batches_in_flight() -> None:
+def test_a_retry_waits_for_earlier_batches_in_flight_on_another_connection() -> None:
     manager = started()
-    assert not manager.may_send_retry(attempts=1, earlier_in_flight=True)
-    assert manager.may_send_retry(attempts=1, earlier_in_flight=False)
-    assert manager.may_send_retry(attempts=0, earlier_in_flight=True)  # a first send pipelines
+    assert not manager.may_send_retry(attempts=1, earlier_elsewhere=True)
+    assert manager.may_send_retry(attempts=1, earlier_elsewhere=False)  # pipelines behind them
+    assert manager.may_send_retry(attempts=0, earlier_elsewhere=True)  # a first send pipelines

@@ -169,6 +169,40 @@ async def test_batches_waiting_for_a_connection_that_fails_late_keep_their_order
     assert [r.base_offset for r in results] == [s * PER_SET for s in range(len(sets))]
 
 
+async def test_after_a_lost_request_the_retries_go_with_the_whole_in_flight_window(tmp_path: Path) -> None:
+    # One Produce request is lost: the batches behind it get OUT_OF_ORDER_SEQUENCE_NUMBER and,
+    # once it times out, all are resent. The retries pipeline (several of the partition's
+    # retried batches in flight at once, on one connection), not one at a time; order holds.
+    sets = _sets()[:100]
+    with BrokerThread(tmp_path / "data") as broker:
+        proxy = LossyProxy(broker.port, every=20, drops=1, lose="request")
+        try:
+            broker.call(lambda: setattr(broker.broker, "config", dataclasses.replace(
+                broker.broker.config, advertised_port=proxy.port)))
+            broker.call(lambda: broker.broker.topics.create("recover", 1))
+            async with Producer(f"127.0.0.1:{proxy.port}", batch_size=1, retry_backoff_ms=10, max_in_flight=5,
+                                request_timeout_ms=1_500) as producer:
+                sender = producer._sender
+                produce = sender._produce
+                retries_in_flight = [0]
+
+                async def counting(node, conn, batches):  # type: ignore[no-untyped-def]
+                    flying = sender.in_flight("recover", 0)
+                    retries_in_flight[0] = max(retries_in_flight[0], sum(1 for b in flying if b.attempts))
+                    await produce(node, conn, batches)
+
+                sender._produce = counting
+                futures = [await producer.send_batch("recover", values, partition=0) for values in sets]
+                results = await asyncio.gather(*futures)
+            stored = _stored(broker, "recover")
+        finally:
+            proxy.close()
+    assert proxy.dropped == 1
+    assert stored == [v for values in sets for v in values]
+    assert [r.base_offset for r in results] == [s * PER_SET for s in range(len(sets))]
+    assert retries_in_flight[0] > 1, "the retries went one at a time"
+
+
 async def test_a_batch_the_broker_refuses_does_not_stop_the_idempotent_producer(pulllog_broker) -> None:
     # MESSAGE_TOO_LARGE stores nothing of the batch, so its sequence numbers are a gap the
     # broker would refuse every later batch of the partition for (OUT_OF_ORDER_SEQUENCE_NUMBER).

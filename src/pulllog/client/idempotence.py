@@ -25,8 +25,13 @@ What it keeps, and the rules:
 * **OUT_OF_ORDER_SEQUENCE_NUMBER** is retriable while an earlier batch of the partition
   is unacknowledged (that batch is the gap the broker saw) or an epoch bump is pending;
   otherwise the broker's sequence no longer matches ours and the batch fails.
-* **A retry** of a partition is sent only once no earlier batch of the partition is in
-  flight (an earlier one may fail too and must be resent first), as Kafka's producer does.
+* **A retry** keeps its sequences and goes with the partition's whole in-flight window,
+  as first sends do, once every earlier batch of the partition in flight is on the
+  connection the retry will take: a broker handles a connection's requests in order and a
+  connection that fails fails them all, so order holds (an earlier batch that fails makes
+  the later ones OUT_OF_ORDER_SEQUENCE_NUMBER, retriable, and all go again in order). An
+  earlier batch still on a connection that failed must come back first. (Kafka's producer
+  sends a partition's retries one at a time until caught up; this recovers at full speed.)
 """
 
 from __future__ import annotations
@@ -128,9 +133,10 @@ class IdempotenceManager:
         sequences after the gap, under the epoch about to end."""
         return not self._epoch_bump_needed
 
-    def may_send_retry(self, attempts: int, earlier_in_flight: bool) -> bool:
-        """A retried batch goes only once no earlier batch of its partition is in flight."""
-        return not (self.enabled and attempts and earlier_in_flight)
+    def may_send_retry(self, attempts: int, earlier_elsewhere: bool) -> bool:
+        """A retried batch waits while an earlier batch of its partition is in flight on
+        another connection than the one it would take (``earlier_elsewhere``)."""
+        return not (self.enabled and attempts and earlier_elsewhere)
 
     def stamp(self, batch: SequencedBatch) -> tuple[int, int, int]:
         """(producer id, epoch, base sequence) to seal ``batch`` with on its first send; with

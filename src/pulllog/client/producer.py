@@ -54,8 +54,10 @@ How records move (see ``pulllog.client.accumulator`` for the batch states):
   the last one stored, answers a resent batch it already has with its original offset, and
   refuses a gap with OUT_OF_ORDER_SEQUENCE_NUMBER. That answer is retried while an earlier
   batch of the partition is unacknowledged (the gap is that batch); otherwise it fails the
-  batch. A retried batch is sent only once no earlier batch of its partition is in flight,
-  and nothing newer of the partition is sent while a retry waits. Without idempotence a
+  batch. Batches are written only on an open connection, in order; a partition's retries
+  pipeline like first sends (up to ``max_in_flight``) once no earlier batch of the partition
+  is still in flight on a connection that failed, and nothing newer of the partition is
+  sent while a retry waits. Without idempotence a
   retried batch can land after batches that were in flight behind it (as in Kafka); with
   ``max_in_flight=1`` a partition has one batch in flight and order is strict. Errors
   that say metadata is stale also refresh it. A batch fails for good after ``retries``

@@ -112,6 +112,7 @@ class Sender:
         self._connecting: dict[int, asyncio.Task[None]] = {}
         self._connect_retry_at: dict[int, float] = {}
         self._connect_errors: dict[int, BaseException] = {}
+        self._sent_on: dict[ProducerBatch, KafkaConnection] = {}  # each batch in flight: its connection
         # what every pass reads, in seconds, computed once
         self._linger_s = config.linger_s
         self._delivery_timeout_s = config.delivery_timeout_s
@@ -212,9 +213,6 @@ class Sender:
                 if batch.retry_at > now:
                     wake_in = _sooner(wake_in, batch.retry_at - now)
                     continue
-                if batch.attempts and flying and not idempotence.may_send_retry(
-                        batch.attempts, flying_batches[0].order < batch.order):  # type: ignore[index]
-                    continue
             else:
                 batch = acc.open_batch(q)
                 if batch is None:
@@ -255,12 +253,16 @@ class Sender:
                     batch.last_error = error  # what the delivery timeout then reports
                 continue
             connections[node] = conn
+            if batch.attempts and flying and not idempotence.may_send_retry(
+                    batch.attempts, self._earlier_elsewhere(flying_batches, batch, conn)):  # type: ignore[arg-type]
+                continue  # the earlier batch's answer (or failure) wakes us
             size = batch.size
             if node in request_bytes and request_bytes[node] + size > config.max_request_size:
                 wake_in = 0.0  # the next request can take it right away
                 continue
             acc.drain(q, batch)
             self._mark_in_flight(q.key, flying_batches, batch)
+            self._sent_on[batch] = conn
             if batch.wire is None:
                 if idempotence.enabled:
                     batch.seal(config.compression, *idempotence.stamp(batch))  # type: ignore[arg-type]
@@ -293,6 +295,7 @@ class Sender:
 
     def _landed(self, batch: ProducerBatch) -> None:
         """``batch`` is no longer in flight (answered, failed or back for a retry)."""
+        self._sent_on.pop(batch, None)
         flying = self._in_flight.get((batch.topic, batch.partition))
         if not flying:
             return
@@ -310,6 +313,13 @@ class Sender:
     def in_flight(self, topic: str, partition: int) -> list[ProducerBatch]:
         """The partition's batches in flight, oldest first (a copy)."""
         return list(self._in_flight.get((topic, partition), ()))
+
+    def _earlier_elsewhere(self, flying: list[ProducerBatch], batch: ProducerBatch, conn: KafkaConnection) -> bool:
+        """Is an earlier batch of ``batch``'s partition in flight on a connection other than
+        ``conn`` (one that failed, its batches not back yet)? Then a retry of ``batch`` on
+        ``conn`` could overtake it."""
+        sent_on = self._sent_on
+        return any(b.order < batch.order and sent_on.get(b) is not conn for b in flying)
 
     def _earlier_in_flight(self, batch: ProducerBatch) -> bool:
         flying = self._in_flight.get((batch.topic, batch.partition))
