@@ -118,10 +118,12 @@ async def test_requests_written_in_one_turn_of_the_loop_leave_in_one_write() -> 
     port = server.sockets[0].getsockname()[1]
     conn = KafkaConnection("127.0.0.1", port, "test")
     try:
-        conn._reader, conn._writer = await asyncio.open_connection("127.0.0.1", port)
+        await conn.open(timeout=5)
         writes: list[bytes] = []
-        write = conn._writer.write
-        conn._writer.write = lambda data: (writes.append(bytes(data)), write(data))[1]  # type: ignore[method-assign]
+        transport = conn._transport
+        assert transport is not None
+        write = transport.write
+        transport.write = lambda data: (writes.append(bytes(data)), write(data))[1]  # type: ignore[method-assign]
 
         frames = 5
         await asyncio.gather(*(conn.request("api_versions", 0, {}, expect_response=False) for _ in range(frames)))
