@@ -136,6 +136,7 @@ from ..records.batch import (
 )
 from ..records.compression import Compression, decompress
 from ..records.decoding import decode_records
+from .checkpoint import CLEANER_CHECKPOINT_FILE, CheckpointError, read_offsets, write_offsets
 from .index import OffsetIndex, TimeIndex
 from .segment import LogSegment
 from .swap import CLEANED_SUFFIX, commit_cleaned, fsync_dir, remove_segment_files, swap_files
@@ -674,45 +675,23 @@ def unlink_all(paths: Iterable[Path]) -> None:
 
 # ---------------------------------------------------------------------------- checkpoint
 
-CHECKPOINT_FILE = "cleaner-offset-checkpoint"
-_CHECKPOINT_VERSION = 0
+CHECKPOINT_FILE = CLEANER_CHECKPOINT_FILE
 
 
 def read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
-    """Kafka's ``cleaner-offset-checkpoint``: a version line (0), a count line, then one
-    ``topic partition offset`` line per log: the first dirty offset, below which the log
-    was cleaned. A missing or damaged file counts as empty (everything is dirty again)."""
+    """Kafka's ``cleaner-offset-checkpoint`` (format in checkpoint.py): each log's first
+    dirty offset, below which the log was cleaned. A missing or damaged file counts as
+    empty (everything is dirty again)."""
     try:
-        lines = path.read_text().splitlines()
-    except FileNotFoundError:
-        return {}
-    try:
-        if int(lines[0]) != _CHECKPOINT_VERSION:
-            raise ValueError(f"unknown version {lines[0]}")
-        count = int(lines[1])
-        out: dict[tuple[str, int], int] = {}
-        for line in lines[2 : 2 + count]:
-            topic, partition, offset = line.split(" ")
-            out[(topic, int(partition))] = int(offset)
-        if len(out) != count:
-            raise ValueError(f"{len(out)} entries, {count} announced")
-        return out
-    except (ValueError, IndexError) as exc:
-        logger.warning("%s is damaged (%s); every compacted log counts as dirty", path.name, exc)
+        return read_offsets(path)
+    except CheckpointError as exc:
+        logger.warning("%s; every compacted log counts as dirty", exc)
         return {}
 
 
 def write_checkpoint(path: Path, offsets: dict[tuple[str, int], int]) -> None:
-    """Replace the checkpoint atomically: temporary file, fsync, rename, fsync the directory."""
-    lines = [str(_CHECKPOINT_VERSION), str(len(offsets))]
-    lines += [f"{topic} {partition} {offset}" for (topic, partition), offset in sorted(offsets.items())]
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write("\n".join(lines) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+    """Replace the checkpoint atomically (checkpoint.write_offsets)."""
+    write_offsets(path, offsets)
 
 
 # ---------------------------------------------------------------------------- the cleaner thread

@@ -5,7 +5,7 @@ Directory layout (one directory per partition, ``<topic>-<partition>/``)::
     00000000000000000000.log / .index / .timeindex     segments, by base offset
     00000000000000368769.log / .index / .timeindex
     00000000000000368769.snapshot   idempotent producers' state below that offset (producer_state.py)
-    recovery-point        offset below which every byte is known to be on disk (fsynced)
+    recovery-point        (older pulllog only: read once, then the data dir's checkpoint)
     log-start-offset      first offset still visible (moved by retention / DeleteRecords)
     .clean-shutdown       present only while the log is closed cleanly
 
@@ -29,10 +29,23 @@ Guarantees (the paper's section 3.1 and Kafka's "Log" design):
   the owner's thread advances the recovery point. A synchronous ``flush`` (``close``,
   ``flush.messages``) first waits for a handed-off one, so nothing counts as on disk before
   it is.
-* Recovery: on open without the clean-shutdown marker, every batch after the recovery point
-  is checked (length bounds, magic, CRC, offsets increasing) and the log is truncated at the
-  first bad one; segments after it are deleted and indexes rebuilt. This survives both
-  damage kinds of the design doc: a torn tail and corrupted or junk bytes.
+* The recovery point is persisted by the log's owner, as Kafka's LogManager does: the
+  broker writes every log's ``recovery_point`` to the data directory's
+  ``recovery-point-offset-checkpoint`` (checkpoint.py) every
+  ``log.flush.offset.checkpoint.interval.ms`` and at clean shutdown, and hands it back to
+  ``Log.open``. A checkpointed value is therefore never ahead of what was fsynced.
+* Recovery: on open without the clean-shutdown marker, every batch from the recovery point
+  on is checked (length bounds, magic, CRC, offsets increasing) and the log is truncated at
+  the first bad one; segments after it are deleted and indexes rebuilt. This survives both
+  damage kinds of the design doc: a torn tail and corrupted or junk bytes. Batches below
+  the recovery point are trusted, as in Kafka: segments wholly below it are opened as after
+  a clean shutdown (indexes sanity-checked, the tail after the last index entry checked),
+  and in the segment that holds it only the headers before it are read (from the last
+  index entry below it), so a flushed log restarts without reading its data. Corruption
+  below the recovery point (bit rot on a disk that acknowledged the fsync) is not looked
+  for: that is Kafka's trade too. A recovery point past the log end (a file truncated
+  behind the broker's back, a lost segment) is clamped: the check starts at the last whole
+  batch, so a torn tail is still cut.
 * Idempotent producers (producerId >= 0) are checked on append by ``producer_state``: a
   retry of one of a producer's last 5 batches is answered with its original offsets and not
   written again; an out-of-order sequence or an old epoch is refused. Batches without a
@@ -235,18 +248,27 @@ class Log:
         config: LogConfig | None = None,
         *,
         clock: Callable[[], int] = wall_clock_ms,
+        recovery_point: int | None = None,
     ) -> "Log":
+        """Open (and after an unclean stop, recover) the log in ``directory``.
+
+        ``recovery_point`` is this log's entry in the data directory's
+        ``recovery-point-offset-checkpoint``; None means there is none (a new log, or one
+        the checkpoint does not know): then everything is checked after a crash."""
         path = Path(directory)
         path.mkdir(parents=True, exist_ok=True)
         self = cls(path, config or LogConfig(), clock)
-        self._load()
+        self._load(recovery_point)
         return self
 
-    def _load(self) -> None:
+    def _load(self, recovery_point: int | None) -> None:
         marker = self.directory / CLEAN_SHUTDOWN_FILE
         clean = marker.exists()
         swapped = self._cleanup_stray_files()
-        self.recovery_point = _read_offset(self.directory / RECOVERY_POINT_FILE, 0)
+        legacy = self.directory / RECOVERY_POINT_FILE  # older pulllog kept it per partition
+        if recovery_point is None:
+            recovery_point = _read_offset(legacy, 0)
+        self.recovery_point = max(0, recovery_point)
         self.log_start_offset = _read_offset(self.directory / LOG_START_OFFSET_FILE, 0)
         report = RecoveryReport(clean=clean)
         bases = sorted(
@@ -269,7 +291,10 @@ class Log:
             if not needs_check and segment.load():
                 segments.append(segment)
                 continue
-            result: RecoveryResult = segment.recover(segments[-1].next_offset if segments else 0)
+            # Only a crash's check may trust what was flushed; a segment that failed its
+            # clean-open checks, or that a swap put in place, is walked whole.
+            trusted = self.recovery_point if needs_check and base not in swapped else 0
+            result: RecoveryResult = segment.recover(segments[-1].next_offset if segments else 0, trusted)
             report.segments_checked += 1
             report.batches_checked += result.batches
             if result.truncated_bytes:
@@ -292,10 +317,13 @@ class Log:
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         if not clean:
-            self.recovery_point = self.log_end_offset  # everything left was just validated
+            # Everything left was just validated; the flush fsyncs what recovery walked
+            # (it may never have left the page cache) before the point moves past it.
             for segment in segments:
                 segment.flush()
+            self.recovery_point = self.log_end_offset
             self._checkpoint()
+        legacy.unlink(missing_ok=True)  # from now on the owner's checkpoint holds it
         report.problems += self.producer_state.load(segments, self.log_end_offset)
         marker.unlink(missing_ok=True)
         self.recovery = report
@@ -558,7 +586,8 @@ class Log:
         self._checkpoint()
 
     def _checkpoint(self) -> None:
-        _write_offset(self.directory / RECOVERY_POINT_FILE, self.recovery_point)
+        # The recovery point is not written here: the owner checkpoints every log's at once
+        # (recovery-point-offset-checkpoint), off the event loop.
         _write_offset(self.directory / LOG_START_OFFSET_FILE, self.log_start_offset)
 
     # ------------------------------------------------------------------ reading

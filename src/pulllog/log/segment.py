@@ -358,42 +358,105 @@ class LogSegment:
         self._first_batch_seen = False
         self._bytes_since_index_entry = 0
 
-    def recover(self, min_offset: int) -> RecoveryResult:
-        """Walk every batch with ``verify.walk_log`` (length bounds, magic, CRC, header
-        fields, offsets increasing from ``min_offset``), truncate the file at the first
-        problem, and rebuild the indexes from the batches before it."""
-        self.offset_index.reset()
-        self.time_index.reset()
-        self._reset_state()
-        f = self.file
+    def recover(self, min_offset: int, recovery_point: int = 0) -> RecoveryResult:
+        """Walk every batch from ``recovery_point`` on with ``verify.walk_log`` (length
+        bounds, magic, CRC, header fields, offsets increasing from ``min_offset``),
+        truncate the file at the first problem, and rebuild the indexes from there.
+
+        Batches below ``recovery_point`` were fsynced before it was checkpointed, so they
+        are trusted as Kafka trusts them: their headers are read to restore the segment's
+        state (next offset, max timestamp, index entries), but their CRCs are not checked.
+        With ``recovery_point`` at or below the base offset, or when the indexes fail their
+        sanity checks, the whole segment is walked."""
+        start = self._restore_flushed_prefix(recovery_point) if recovery_point > self.base_offset else None
+        if start is None:
+            self.offset_index.reset()
+            self.time_index.reset()
+            self._reset_state()
+            start = 0
+        f = self.file  # held for the whole scan (the handle cache may drop its own reference)
         fd = f.fileno()
-        pos = 0
+        pos = start
         batches = 0
         error: str | None = None
         # A batch larger than this is damage even with a matching CRC (a damaged batchLength
         # that happens to fit the file): no producer can have written it.
         largest = max(self.config.max_message_bytes, 1) * 2 + (64 << 20)
         with _mapped(fd, self.size) as data:
-            previous = max(min_offset, self.base_offset) - 1
-            for item in walk_log(data, segment_base_offset=self.base_offset, previous_last_offset=previous):
-                if isinstance(item, Damage):
-                    error = f"position {item.position}: {item.problem}"
-                    break
-                if item.problem is not None:
-                    error = f"position {item.position}: {item.problem}"
-                    break
-                if item.size > largest:
-                    error = f"position {item.position}: implausible batch size {item.size}"
-                    break
-                self._track_batch(item.position, item.header)
-                batches += 1
-                pos = item.position + item.size
+            previous = max(min_offset, self.next_offset) - 1
+            view = memoryview(data)[start:] if start else data
+            try:
+                for item in walk_log(view, segment_base_offset=self.base_offset, previous_last_offset=previous):
+                    if isinstance(item, Damage):
+                        error = f"position {start + item.position}: {item.problem}"
+                        break
+                    if item.problem is not None:
+                        error = f"position {start + item.position}: {item.problem}"
+                        break
+                    if item.size > largest:
+                        error = f"position {start + item.position}: implausible batch size {item.size}"
+                        break
+                    self._track_batch(start + item.position, item.header)
+                    batches += 1
+                    pos = start + item.position + item.size
+            finally:
+                if isinstance(view, memoryview):
+                    view.release()  # the mmap cannot close while a view of it lives
         truncated = self.size - pos
         if truncated:
             os.ftruncate(fd, pos)
             os.fsync(fd)
             self.size = pos
+        if batches:
+            # They survived in the page cache but may never have reached the disk: the
+            # caller's flush must fsync them before it moves the recovery point past them.
+            self._unflushed = True
         return RecoveryResult(pos, truncated, batches, self.next_offset, error)
+
+    def _restore_flushed_prefix(self, recovery_point: int) -> int | None:
+        """Restore the state after the batches below ``recovery_point`` from the indexes
+        and the batch headers since the last index entry below it; return the position of
+        the first batch to check. None when the indexes cannot be trusted.
+
+        Index entries at or past the recovery point were not covered by the flush and are
+        dropped. The time index keeps exactly the entries written up to the kept offset
+        index entry: both are appended together (``_track_batch``), and a later time entry
+        always names an offset after it."""
+        try:
+            self.offset_index.load(self.size)
+            self.time_index.load(2**62)
+        except IndexCorruptError:
+            return None
+        entry_offset, position = self.offset_index.lookup(recovery_point - 1)
+        kept_entry = position > 0  # no entry is ever made for the batch at position 0
+        self.offset_index.truncate_to_position(position + 1 if kept_entry else 0)
+        self.time_index.truncate_to_offset(entry_offset + 1 if kept_entry else self.base_offset)
+        self._reset_state()
+        first = next(self.headers(0), None)
+        if first is not None:
+            self._first_batch_seen = True
+            if first[1].max_timestamp >= 0:
+                self.rolling_based_ms = first[1].max_timestamp
+        last_ts = self.time_index.last_entry
+        if last_ts is not None:
+            self.max_timestamp, self.offset_of_max_timestamp = last_ts
+        start = position
+        for pos, header in self.headers(position):
+            if kept_entry and pos == position and header.last_offset != entry_offset:
+                return None  # the index does not describe this file
+            if header.next_offset > recovery_point:
+                break  # this batch was not (wholly) flushed: it is checked
+            if kept_entry and pos == position:
+                # The batch of the kept index entry: already in the indexes.
+                if header.max_timestamp > self.max_timestamp:
+                    self.max_timestamp = header.max_timestamp
+                    self.offset_of_max_timestamp = header.last_offset
+                self.next_offset = header.next_offset
+                self._bytes_since_index_entry = header.size
+            else:
+                self._track_batch(pos, header)
+            start = pos + header.size
+        return start
 
     def truncate_to(self, offset: int) -> int:
         """Remove every batch whose base offset is >= ``offset``; return bytes removed."""
