@@ -338,11 +338,14 @@ class Broker:
 
     async def _housekeeping(self) -> None:
         interval_s = max(0.05, min(self.config.flush_scheduler_interval_ms, 1000) / 1000)
-        last_retention = last_offsets_expiry = last_producer_expiry = wall_clock_ms()
+        last_retention = last_offsets_expiry = last_producer_expiry = last_checkpoint = wall_clock_ms()
         while True:
             await asyncio.sleep(interval_s)
             now = wall_clock_ms()
             await self._flush_due_logs(now)
+            if now - last_checkpoint >= self.config.flush_offset_checkpoint_interval_ms:
+                last_checkpoint = now
+                await self.checkpoint_recovery_points()
             if now - last_retention >= self.config.retention_check_interval_ms:
                 last_retention = now
                 self.run_retention(now)
@@ -357,6 +360,15 @@ class Broker:
             if now - last_producer_expiry >= self.config.producer_id_expiration_check_interval_ms:
                 last_producer_expiry = now
                 self.expire_producer_ids(now)
+
+    async def checkpoint_recovery_points(self) -> None:
+        """Write recovery-point-offset-checkpoint on a worker thread (two fsyncs and a
+        rename); the points are read here, on the loop that owns the logs."""
+        points = self.topics.recovery_points()
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, self.topics.write_recovery_checkpoint, points)
+        except OSError as exc:  # costs only a longer check after a crash; retried next interval
+            log.error("cannot write the recovery checkpoint: %s", exc)
 
     def run_retention(self, now: int | None = None) -> int:
         deleted = 0

@@ -117,7 +117,7 @@ _IGNORED_BY_REASON = {
     "pulllog's storage is tuned by other settings (or not yet tunable)": """
         log.cleaner.enable log.cleaner.dedupe.buffer.size log.cleaner.io.buffer.load.factor
         log.cleaner.io.buffer.size log.cleaner.io.max.bytes.per.second log.cleaner.max.compaction.lag.ms
-        log.dir.failure.timeout.ms log.flush.offset.checkpoint.interval.ms
+        log.dir.failure.timeout.ms
         log.flush.start.offset.checkpoint.interval.ms log.initial.task.delay.ms log.preallocate
         log.roll.jitter.ms log.roll.jitter.hours log.message.format.version
         log.message.downconversion.enable log.message.timestamp.difference.max.ms
@@ -222,7 +222,8 @@ _OWN = (
     "log.dirs", "log.dir", "listeners", "advertised.listeners", "node.id", "broker.id", "num.partitions",
     "default.replication.factor", "auto.create.topics.enable", "socket.request.max.bytes", "max.connections",
     "queued.max.requests", "log.retention.check.interval.ms", "log.flush.scheduler.interval.ms",
-    "log.cleaner.backoff.ms", "offsets.topic.num.partitions", "offsets.retention.minutes",
+    "log.flush.offset.checkpoint.interval.ms", "log.cleaner.backoff.ms", "offsets.topic.num.partitions",
+    "offsets.retention.minutes",
     "offsets.retention.check.interval.ms", "producer.id.expiration.ms", "producer.id.expiration.check.interval.ms",
     "group.initial.rebalance.delay.ms", "start.with.offline.partitions", "log.max.open.files", "max.broker.partitions",
 )
@@ -280,6 +281,8 @@ class BrokerConfig:
     queued_max_requests: int = 500  # per connection: frames read ahead before reading pauses
     retention_check_interval_ms: int = 300_000
     flush_scheduler_interval_ms: int = 1_000
+    # How often every log's recovery point goes to recovery-point-offset-checkpoint (Kafka's default).
+    flush_offset_checkpoint_interval_ms: int = 60_000
     cleaner_backoff_ms: int = 15_000
     offsets_topic_num_partitions: int = 50
     # 0 for a broker built in code (tests, BrokerThread, embedding): a group forms at once.
@@ -373,6 +376,8 @@ class BrokerConfig:
                 kw["retention_check_interval_ms"] = _int(name, raw, 1)
             elif name == "log.flush.scheduler.interval.ms":
                 kw["flush_scheduler_interval_ms"] = _int(name, raw, 1)
+            elif name == "log.flush.offset.checkpoint.interval.ms":
+                kw["flush_offset_checkpoint_interval_ms"] = _int(name, raw, 1)
             elif name == "log.cleaner.backoff.ms":
                 kw["cleaner_backoff_ms"] = _int(name, raw, 1)
             elif name == "offsets.topic.num.partitions":
@@ -414,6 +419,7 @@ class BrokerConfig:
             "queued.max.requests": str(self.queued_max_requests),
             "log.retention.check.interval.ms": str(self.retention_check_interval_ms),
             "log.flush.scheduler.interval.ms": str(self.flush_scheduler_interval_ms),
+            "log.flush.offset.checkpoint.interval.ms": str(self.flush_offset_checkpoint_interval_ms),
             "offsets.topic.num.partitions": str(self.offsets_topic_num_partitions),
             "offsets.retention.minutes": str(self.offsets_retention_ms // 60_000),
             "group.initial.rebalance.delay.ms": str(self.group_initial_rebalance_delay_ms),

@@ -55,6 +55,7 @@ from pathlib import Path
 from kio.schema.errors import ErrorCode
 
 from ..log import Log, LogConfig
+from ..log.checkpoint import RECOVERY_POINT_CHECKPOINT_FILE, CheckpointError, read_offsets, write_offsets
 from ..log.config import ConfigError
 from ..log.log import wall_clock_ms
 from .config import LOG_DEFAULT_NAMES
@@ -194,6 +195,7 @@ class TopicManager:
         """Topics on disk that could not be opened at start (degraded start only)."""
         self.cluster_id = ""
         self._meta_dir = data_dir / "topics"
+        self._carried_points: dict[tuple[str, int], int] = {}
 
     # ------------------------------------------------------------------ startup
 
@@ -210,8 +212,12 @@ class TopicManager:
             self._load_dynamic()
         except (OSError, ValueError, ConfigError) as exc:
             report.append(f"{self._dynamic_path.name}: ignored, cannot load dynamic broker configs ({exc})")
+        recovery_points = self._read_recovery_points(report)
+        # Kept for topics not open (offline, or not reached when a failed start closes the
+        # others): their next start must still find their recovery points.
+        self._carried_points = recovery_points
         for meta in sorted(self._meta_dir.glob("*.json")):
-            loaded = self._load_topic(meta, report)
+            loaded = self._load_topic(meta, report, recovery_points)
             if isinstance(loaded, Topic):
                 self.topics[loaded.name] = loaded
                 continue
@@ -225,7 +231,8 @@ class TopicManager:
                       "opens it (%s)", loaded.name, loaded.partitions, loaded.reason)
         return report
 
-    def _load_topic(self, meta: Path, report: list[str]) -> Topic | OfflineTopic:
+    def _load_topic(self, meta: Path, report: list[str],
+                    recovery_points: dict[tuple[str, int], int]) -> Topic | OfflineTopic:
         """The topic described by ``meta`` with every partition open, or why it cannot be."""
         name = meta.stem
         try:
@@ -241,7 +248,8 @@ class TopicManager:
         for index in range(count):
             directory = self.data_dir / f"{name}-{index}"
             try:
-                partition_log = Log.open(directory, config, clock=self.clock)
+                partition_log = Log.open(directory, config, clock=self.clock,
+                                         recovery_point=recovery_points.get((name, index)))
             except Exception as exc:  # any failure stops the start, naming the partition
                 for opened in topic.partitions:  # recovered already: close them cleanly
                     _close_quietly(opened.log)
@@ -257,6 +265,32 @@ class TopicManager:
         indexes = [int(d.name[len(name) + 1:]) for d in self.data_dir.glob(f"{glob_escape(name)}-*")
                    if d.is_dir() and d.name[len(name) + 1:].isdigit()]
         return max(indexes, default=-1) + 1
+
+    def _read_recovery_points(self, report: list[str]) -> dict[tuple[str, int], int]:
+        try:
+            return read_offsets(self.recovery_checkpoint_path)
+        except (OSError, CheckpointError) as exc:
+            report.append(f"{exc}: ignored, every log is checked in full after a crash")
+            return {}
+
+    @property
+    def recovery_checkpoint_path(self) -> Path:
+        return self.data_dir / RECOVERY_POINT_CHECKPOINT_FILE
+
+    def recovery_points(self) -> dict[tuple[str, int], int]:
+        """Every open log's recovery point (all below it is fsynced), for the checkpoint,
+        and the loaded checkpoint's entries of topics that are on disk but not open."""
+        points = {tp: offset for tp, offset in self._carried_points.items() if tp[0] not in self.topics}
+        points.update({
+            (name, partition.index): partition.log.recovery_point
+            for name, topic in list(self.topics.items())
+            for partition in topic.partitions
+        })
+        return points
+
+    def write_recovery_checkpoint(self, points: dict[tuple[str, int], int] | None = None) -> None:
+        """Write recovery-point-offset-checkpoint (blocking: fsyncs; call it off the event loop)."""
+        write_offsets(self.recovery_checkpoint_path, self.recovery_points() if points is None else points)
 
     def _load_cluster_id(self) -> str:
         path = self.data_dir / "meta.properties"
@@ -556,6 +590,10 @@ class TopicManager:
                 partition_log.close()
             except OSError as exc:  # keep closing the others: each gets its clean marker
                 log.error("closing %s failed: %s", partition_log.directory.name, exc)
+        try:
+            self.write_recovery_checkpoint()
+        except OSError as exc:  # costs only a longer check after a later crash
+            log.error("cannot write %s: %s", RECOVERY_POINT_CHECKPOINT_FILE, exc)
 
 
 def _cause(exc: BaseException) -> str:
