@@ -315,7 +315,9 @@ class Log:
         if self.log_start_offset < segments[0].base_offset:
             self.log_start_offset = segments[0].base_offset
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
-        self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        # After a clean shutdown everything was flushed (Kafka: the recovery point becomes the
+        # log end offset); otherwise a point past the end (a lost tail) is clamped to it.
+        self.recovery_point = self.log_end_offset if clean else min(self.recovery_point, self.log_end_offset)
         if not clean:
             # Everything left was just validated; the flush fsyncs what recovery walked
             # (it may never have left the page cache) before the point moves past it.

@@ -1,0 +1,61 @@
+"""recovery-point-offset-checkpoint: a `pulllog serve` killed with SIGKILL after a flush
+restarts without checking a flushed batch, and the checkpoint survives restarts."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import confluent_kafka
+from waits import block_until
+
+from pulllog.log.checkpoint import RECOVERY_POINT_CHECKPOINT_FILE, read_offsets
+from test_serve_process import ServeProcess, consume_all, free_port
+
+# fsync every append, and checkpoint the recovery points often (Kafka's default is 60 s).
+OVERRIDES = ("log.flush.interval.messages=1", "log.flush.offset.checkpoint.interval.ms=50")
+
+
+def produce(bootstrap: str, first: int, count: int) -> None:
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
+    for i in range(first, first + count):
+        producer.produce("t", b"value-%d" % i, partition=0)
+    assert producer.flush(30) == 0
+
+
+def checkpointed(data_dir: Path) -> int | None:
+    return read_offsets(data_dir / RECOVERY_POINT_CHECKPOINT_FILE).get(("t", 0))
+
+
+def recovery_line(broker: ServeProcess) -> str:
+    """What this broker's start logged about t-0 (the console log wraps long lines)."""
+    text = " ".join(broker.log.read_text().split())
+    at = text.rfind("recovery: t-0:")
+    return text[at : at + 90] if at >= 0 else ""
+
+
+def test_the_recovery_checkpoint_survives_a_sigkill_and_a_clean_restart(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    broker = ServeProcess(data, free_port(), OVERRIDES).start()
+    try:
+        bootstrap = f"127.0.0.1:{broker.port}"
+        produce(bootstrap, 0, 20)
+        block_until(lambda: checkpointed(data) == 20, "the checkpoint holds t-0's flushed log end 20")
+        broker.signal(signal.SIGKILL)
+
+        broker = ServeProcess(data, free_port(), OVERRIDES).start()
+        assert "checked 0 batch(es)" in recovery_line(broker)  # nothing past the recovery point
+        bootstrap = f"127.0.0.1:{broker.port}"
+        produce(bootstrap, 20, 5)
+        assert broker.signal(signal.SIGTERM) == 0
+        assert checkpointed(data) == 25  # written at clean shutdown
+
+        broker = ServeProcess(data, free_port(), OVERRIDES).start()
+        assert checkpointed(data) == 25
+        broker.signal(signal.SIGKILL)  # before anything new: the loaded points carry over
+        broker = ServeProcess(data, free_port(), OVERRIDES).start()
+        assert "checked 0 batch(es)" in recovery_line(broker)
+        got = consume_all(f"127.0.0.1:{broker.port}", "t", 3)
+        assert [v for _, v in got[0]] == [b"value-%d" % i for i in range(25)]
+    finally:
+        broker.stop()
