@@ -1,0 +1,212 @@
+#!/usr/bin/env python3
+"""Restart time of ``pulllog serve`` against the data it holds: clean, and after SIGKILL.
+
+For each size (default 0.5, 1, 2 and 5 GB) the script:
+
+1. starts ``pulllog serve`` on a new data dir, creates topic ``bench`` with ``--partitions``
+   partitions (default 10) and stops it (SIGTERM);
+2. fills the partitions directly through ``pulllog.log.Log`` (faster than the wire, same
+   files): batches of ``--batch-records`` records of ``--value-bytes`` bytes (default 16 x
+   1 KiB, about 16 KiB a batch), the size split evenly, then closes the logs cleanly;
+3. **clean restart**: starts ``pulllog serve`` and times it from spawn to the first
+   accepted TCP connection (the broker listens only after every log is loaded);
+4. waits until the recovery point of every partition on disk is its log end offset
+   (``recovery-point-offset-checkpoint``, or an older pulllog's per-partition
+   ``recovery-point`` file): everything was flushed before the kill;
+5. **restart after SIGKILL**: kills the broker with SIGKILL and times the next start the
+   same way, then stops it.
+
+The data stays in the page cache between steps (it was just written): a machine that
+restarts after a power loss reads it from the disk, which only makes a rescan slower.
+Times include starting the Python interpreter (the ``python -c pass`` column).
+
+Run it under two PYTHONPATHs to compare code (the broker inherits it)::
+
+    PYTHONPATH=src python scripts/bench_recovery.py
+    PYTHONPATH=src python scripts/bench_recovery.py --sizes 0.5G,1G     # a quicker run
+
+It prints the machine, the date, and a table: size, batches, clean restart, restart after
+SIGKILL, and the batches the restart checked (from the broker's recovery log lines).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import confluent_kafka.admin
+
+import pulllog
+from pulllog.log import Log, LogConfig
+from pulllog.records import build_batch
+
+TOPIC = "bench"
+
+
+def parse_size(text: str) -> int:
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    suffix = text[-1].upper()
+    return int(float(text[:-1]) * units[suffix]) if suffix in units else int(text)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Serve:
+    """One ``pulllog serve`` process; ``started_s`` is spawn to first accepted connection."""
+
+    def __init__(self, data_dir: Path, overrides: list[str]) -> None:
+        self.port = free_port()
+        self.log = data_dir.parent / f"serve-{self.port}.log"
+        args = [sys.executable, "-m", "pulllog.cli.main", "serve", "--data-dir", str(data_dir),
+                "--listen", f"127.0.0.1:{self.port}"]
+        for override in overrides:
+            args += ["--override", override]
+        began = time.monotonic()
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+        while True:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"pulllog serve exited with {self.proc.returncode}; see {self.log}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    break
+            except OSError:
+                time.sleep(0.005)
+        self.started_s = time.monotonic() - began
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def batches_checked(self) -> int:
+        text = " ".join(self.log.read_text().split())  # the console log wraps long lines
+        return sum(int(n) for n in re.findall(r"recovery: \S+: recovered after unclean shutdown: checked (\d+)", text))
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        self.proc.send_signal(sig)
+        self.proc.wait(300)
+
+
+def create_topic(data_dir: Path, partitions: int, overrides: list[str]) -> None:
+    broker = Serve(data_dir, overrides)
+    try:
+        admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": broker.bootstrap})
+        future = admin.create_topics([confluent_kafka.admin.NewTopic(TOPIC, partitions, 1)])[TOPIC]
+        future.result(60)
+    finally:
+        broker.stop()
+
+
+def fill(data_dir: Path, partitions: int, size: int, records: int, value_bytes: int) -> int:
+    """Append about ``size`` bytes over the partitions; returns the number of batches."""
+    value = os.urandom(value_bytes)
+    batch = build_batch([(b"key-%d" % i, value, 1_700_000_000_000 + i) for i in range(records)])
+    per_partition = size // partitions // len(batch)
+    for p in range(partitions):
+        log = Log.open(data_dir / f"{TOPIC}-{p}", LogConfig())
+        for _ in range(per_partition):
+            log.append(batch)
+        log.close()
+    return per_partition * partitions
+
+
+def recovery_points(data_dir: Path, partitions: int) -> list[int]:
+    """Each partition's recovery point on disk: the data dir's checkpoint, else the
+    per-partition file older pulllog versions write."""
+    points: dict[int, int] = {}
+    path = data_dir / "recovery-point-offset-checkpoint"
+    if path.exists():
+        lines = path.read_text().splitlines()
+        for line in lines[2:]:
+            topic, partition, offset = line.split(" ")
+            if topic == TOPIC:
+                points[int(partition)] = int(offset)
+    for p in range(partitions):
+        legacy = data_dir / f"{TOPIC}-{p}" / "recovery-point"
+        if p not in points and legacy.exists():
+            points[p] = int(legacy.read_text() or 0)
+    return [points.get(p, -1) for p in range(partitions)]
+
+
+def log_end_offsets(bootstrap: str, partitions: int) -> list[int]:
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-recovery"})
+    try:
+        return [consumer.get_watermark_offsets(confluent_kafka.TopicPartition(TOPIC, p), timeout=30)[1]
+                for p in range(partitions)]
+    finally:
+        consumer.close()
+
+
+def interpreter_start_s() -> float:
+    began = time.monotonic()
+    subprocess.run([sys.executable, "-c", "import pulllog.cli.main"], check=True)
+    return time.monotonic() - began
+
+
+def measure(size: int, args: argparse.Namespace, workdir: Path) -> tuple[int, float, float, int]:
+    data_dir = workdir / f"data-{size}"
+    overrides = ["log.flush.offset.checkpoint.interval.ms=100"]
+    create_topic(data_dir, args.partitions, overrides)
+    batches = fill(data_dir, args.partitions, size, args.batch_records, args.value_bytes)
+    broker = Serve(data_dir, overrides)
+    clean_s = broker.started_s
+    ends = log_end_offsets(broker.bootstrap, args.partitions)
+    deadline = time.monotonic() + 60
+    while recovery_points(data_dir, args.partitions) != ends:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"recovery points {recovery_points(data_dir, args.partitions)} never reached {ends}")
+        time.sleep(0.05)
+    broker.stop(signal.SIGKILL)
+    again = Serve(data_dir, overrides)
+    killed_s = again.started_s
+    checked = again.batches_checked()
+    again.stop()
+    shutil.rmtree(data_dir)
+    return batches, clean_s, killed_s, checked
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="0.5G,1G,2G,5G", help="comma-separated data sizes")
+    parser.add_argument("--partitions", type=int, default=10)
+    parser.add_argument("--batch-records", type=int, default=16)
+    parser.add_argument("--value-bytes", type=int, default=1000)
+    parser.add_argument("--dir", default=None, help="where to put the data dirs (default: a temporary dir)")
+    args = parser.parse_args()
+    sizes = [parse_size(s) for s in args.sizes.split(",")]
+    baseline = interpreter_start_s()
+    rows = []
+    with tempfile.TemporaryDirectory(dir=args.dir, prefix="bench-recovery-") as tmp:
+        for size in sizes:
+            rows.append((size, *measure(size, args, Path(tmp))))
+            print(f"  {size / 2**30:.1f} GiB done", file=sys.stderr)
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    print(f"\npulllog from {Path(pulllog.__file__).parent}")
+    print(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.system()} "
+          f"{platform.release()}, {os.cpu_count()} CPU(s) {cpu}, Python {platform.python_version()}")
+    print(f"{args.partitions} partitions, batches of {args.batch_records} x {args.value_bytes} B; "
+          f"interpreter + import: {baseline:.2f} s")
+    print("| data     | batches   | clean restart s | restart after SIGKILL s | batches checked |")
+    print("|----------|----------:|----------------:|------------------------:|----------------:|")
+    for size, batches, clean_s, killed_s, checked in rows:
+        print(f"| {size / 2**30:4.1f} GiB | {batches:9d} | {clean_s:15.2f} | {killed_s:23.2f} | {checked:15d} |")
+
+
+if __name__ == "__main__":
+    main()
