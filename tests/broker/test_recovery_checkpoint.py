@@ -59,3 +59,29 @@ def test_the_recovery_checkpoint_survives_a_sigkill_and_a_clean_restart(tmp_path
         assert [v for _, v in got[0]] == [b"value-%d" % i for i in range(25)]
     finally:
         broker.stop()
+
+
+async def test_a_rolled_segment_is_flushed_and_the_recovery_point_moves_past_it(tmp_path: Path) -> None:
+    async with Broker(tmp_path, host="127.0.0.1", port=0, flush_scheduler_interval_ms=50) as broker:
+        topic = broker.topics.create("r", 1, {"segment.bytes": "16384"})
+        log = topic.partitions[0].log
+        for i in range(40):
+            log.append(build_batch([(b"k%d" % i, b"v" * 1000)]))
+        rolled_to = log.active_segment.base_offset
+        assert rolled_to > 0 and log.recovery_point == 0  # flush.messages / flush.ms: unbounded
+        await wait_until(lambda: log.recovery_point == rolled_to, "the rolled segments are flushed")
+
+
+async def test_deleting_a_topic_drops_its_recovery_points_from_the_checkpoint(tmp_path: Path) -> None:
+    async with Broker(tmp_path, host="127.0.0.1", port=0) as broker:
+        topic = broker.topics.create("gone", 2, {"flush.messages": "1"})
+        topic.partitions[0].log.append(build_batch([(b"k", b"v")]))
+        await broker.checkpoint_recovery_points()
+        assert checkpointed_points(tmp_path)[("gone", 0)] == 1
+        broker.topics.delete("gone")
+        # a topic created again under the name must not inherit offset 1 as flushed
+        assert ("gone", 0) not in checkpointed_points(tmp_path)
+
+
+def checkpointed_points(data_dir: Path) -> dict[tuple[str, int], int]:
+    return read_offsets(data_dir / RECOVERY_POINT_CHECKPOINT_FILE)

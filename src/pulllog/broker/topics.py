@@ -436,6 +436,12 @@ class TopicManager:
             partition.log.delete()  # open read slices keep their FileIO alive
         if pending is not None and not any(self._partition_dir(name, p.index).exists() for p in topic.partitions):
             _unlink_quietly(pending)
+        try:
+            # As Kafka's asyncDelete: the topic's recovery points must not outlive it, or a topic
+            # created again under the name could have unflushed data trusted after a crash.
+            self.write_recovery_checkpoint()
+        except OSError as exc:
+            log.error("cannot write %s: %s", RECOVERY_POINT_CHECKPOINT_FILE, exc)
         log.info("deleted topic %s", name)
         return topic
 
