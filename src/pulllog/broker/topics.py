@@ -46,6 +46,7 @@ import logging
 import os
 import re
 import shutil
+import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -149,6 +150,14 @@ class PartitionError:
     message: str
 
 
+@dataclass(frozen=True, slots=True)
+class RecoveryPoints:
+    """Every log's recovery point at one moment, and how many topics had been deleted then."""
+
+    offsets: dict[tuple[str, int], int]
+    deletions: int
+
+
 @dataclass
 class Partition:
     topic: str
@@ -196,6 +205,10 @@ class TopicManager:
         self.cluster_id = ""
         self._meta_dir = data_dir / "topics"
         self._carried_points: dict[tuple[str, int], int] = {}
+        # Writers of recovery-point-offset-checkpoint (a worker thread, a topic deletion on the
+        # loop) take turns; a write of points read before a deletion is dropped.
+        self._checkpoint_lock = threading.Lock()
+        self._deletions = 0
 
     # ------------------------------------------------------------------ startup
 
@@ -277,20 +290,25 @@ class TopicManager:
     def recovery_checkpoint_path(self) -> Path:
         return self.data_dir / RECOVERY_POINT_CHECKPOINT_FILE
 
-    def recovery_points(self) -> dict[tuple[str, int], int]:
+    def recovery_points(self) -> RecoveryPoints:
         """Every open log's recovery point (all below it is fsynced), for the checkpoint,
-        and the loaded checkpoint's entries of topics that are on disk but not open."""
+        and the loaded checkpoint's entries of topics that are on disk but not open. Read
+        them on the loop that owns the logs."""
         points = {tp: offset for tp, offset in self._carried_points.items() if tp[0] not in self.topics}
         points.update({
             (name, partition.index): partition.log.recovery_point
             for name, topic in list(self.topics.items())
             for partition in topic.partitions
         })
-        return points
+        return RecoveryPoints(points, self._deletions)
 
-    def write_recovery_checkpoint(self, points: dict[tuple[str, int], int] | None = None) -> None:
-        """Write recovery-point-offset-checkpoint (blocking: fsyncs; call it off the event loop)."""
-        write_offsets(self.recovery_checkpoint_path, self.recovery_points() if points is None else points)
+    def write_recovery_checkpoint(self, points: RecoveryPoints | None = None) -> None:
+        """Write recovery-point-offset-checkpoint (blocking: two fsyncs; off the loop when
+        periodic). Points read before a topic deletion are stale and not written."""
+        points = self.recovery_points() if points is None else points
+        with self._checkpoint_lock:
+            if points.deletions == self._deletions:
+                write_offsets(self.recovery_checkpoint_path, points.offsets)
 
     def _load_cluster_id(self) -> str:
         path = self.data_dir / "meta.properties"
@@ -436,6 +454,8 @@ class TopicManager:
             partition.log.delete()  # open read slices keep their FileIO alive
         if pending is not None and not any(self._partition_dir(name, p.index).exists() for p in topic.partitions):
             _unlink_quietly(pending)
+        self._deletions += 1
+        self._carried_points = {tp: o for tp, o in self._carried_points.items() if tp[0] != name}
         try:
             # As Kafka's asyncDelete: the topic's recovery points must not outlive it, or a topic
             # created again under the name could have unflushed data trusted after a crash.
