@@ -12,7 +12,9 @@ Rules kept here:
 * Only the active (last) segment of a log is appended to; all others are immutable.
 * A batch is written whole or not at all from this process's point of view; a crash can
   still leave a torn tail, which ``recover()`` finds with ``verify.walk_log`` (length
-  bounds, magic, CRC, header fields, increasing offsets) and cuts off.
+  bounds, magic, CRC, header fields, increasing offsets) and cuts off. Batches below the
+  log's recovery point (fsynced before it was checkpointed) are not re-verified: their
+  state comes from the indexes and their headers.
 * An index entry (batch last offset, batch position) is added once more than
   ``index.interval.bytes`` have been appended since the previous entry.
 * Reads never decode records: they locate the batch that holds an offset (index lookup,
