@@ -7,10 +7,15 @@ import signal
 from pathlib import Path
 
 import confluent_kafka
+import pytest
+from test_serve_process import ServeProcess, consume_all, free_port
 from waits import block_until
 
+from pulllog.broker import Broker
+from pulllog.broker.topics import StorageStartError, TopicManager
+from pulllog.log import LogConfig
 from pulllog.log.checkpoint import RECOVERY_POINT_CHECKPOINT_FILE, read_offsets
-from test_serve_process import ServeProcess, consume_all, free_port
+from pulllog.records import build_batch
 
 # fsync every append, and checkpoint the recovery points often (Kafka's default is 60 s).
 OVERRIDES = ("log.flush.interval.messages=1", "log.flush.offset.checkpoint.interval.ms=50")
@@ -61,17 +66,6 @@ def test_the_recovery_checkpoint_survives_a_sigkill_and_a_clean_restart(tmp_path
         broker.stop()
 
 
-async def test_a_rolled_segment_is_flushed_and_the_recovery_point_moves_past_it(tmp_path: Path) -> None:
-    async with Broker(tmp_path, host="127.0.0.1", port=0, flush_scheduler_interval_ms=50) as broker:
-        topic = broker.topics.create("r", 1, {"segment.bytes": "16384"})
-        log = topic.partitions[0].log
-        for i in range(40):
-            log.append(build_batch([(b"k%d" % i, b"v" * 1000)]))
-        rolled_to = log.active_segment.base_offset
-        assert rolled_to > 0 and log.recovery_point == 0  # flush.messages / flush.ms: unbounded
-        await wait_until(lambda: log.recovery_point == rolled_to, "the rolled segments are flushed")
-
-
 async def test_deleting_a_topic_drops_its_recovery_points_from_the_checkpoint(tmp_path: Path) -> None:
     async with Broker(tmp_path, host="127.0.0.1", port=0) as broker:
         topic = broker.topics.create("gone", 2, {"flush.messages": "1"})
@@ -85,3 +79,27 @@ async def test_deleting_a_topic_drops_its_recovery_points_from_the_checkpoint(tm
 
 def checkpointed_points(data_dir: Path) -> dict[tuple[str, int], int]:
     return read_offsets(data_dir / RECOVERY_POINT_CHECKPOINT_FILE)
+
+
+def test_an_offline_topic_keeps_its_recovery_points_in_the_checkpoint(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    topics = TopicManager(data, LogConfig())
+    topics.load()
+    for name in ("a", "b"):
+        log = topics.create(name, 1).partitions[0].log
+        log.append(build_batch([(b"k", b"v")]))
+    topics.close()  # clean: both at 1
+    assert checkpointed_points(data) == {("a", 0): 1, ("b", 0): 1}
+    (timeindex,) = (data / "b-0").glob("*.timeindex")
+    timeindex.unlink()
+    timeindex.mkdir()  # b cannot be opened
+
+    with pytest.raises(StorageStartError):
+        TopicManager(data, LogConfig()).load()
+    assert checkpointed_points(data) == {("a", 0): 1, ("b", 0): 1}  # the failed start lost no entry
+
+    degraded = TopicManager(data, LogConfig())
+    degraded.load(offline_ok=True)
+    degraded.write_recovery_checkpoint()
+    degraded.close()
+    assert checkpointed_points(data) == {("a", 0): 1, ("b", 0): 1}  # b is offline, not forgotten

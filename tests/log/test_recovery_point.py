@@ -9,10 +9,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from log_contents import all_values
+
 from pulllog.log import Log, LogConfig
 from pulllog.records import build_batch
-
-from log_contents import all_values
 
 CONFIG = LogConfig.from_kafka({"index.interval.bytes": "200"})
 
