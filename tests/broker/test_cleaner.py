@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import confluent_kafka
+import confluent_kafka.admin
 import pytest
 from waits import block_until
 
@@ -179,6 +180,7 @@ def test_producers_and_consumers_run_while_the_cleaner_swaps(tmp_path: Path) -> 
     with BrokerThread(tmp_path / "data", cleaner_backoff_ms=1) as broker:
         # Larger segments and a bounded stream keep each clean short on a loaded machine.
         create(broker, "t", **{"min.cleanable.dirty.ratio": "0.01", "segment.bytes": "10000"})
+        full_pass(broker)  # the worker process is up before the stream starts
         acked: dict[int, bytes] = {}
         stop = threading.Event()
 
@@ -276,6 +278,62 @@ def test_sigkill_in_the_middle_of_cleaning_loses_nothing(serve, tmp_path: Path) 
     for key, offset in acked.items():
         assert latest.get(key, -1) >= offset, f"the latest acknowledged record of {key!r} is gone"
     assert not [p for p in directory.iterdir() if p.suffix in (".cleaned", ".swap")]
+
+
+def running(pid: int) -> bool:
+    """The process exists and has not exited (a zombie nobody reaped yet counts as exited)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def children(pid: int) -> set[int]:
+    return {int(c) for task in Path(f"/proc/{pid}/task").iterdir()
+            for c in (task / "children").read_text().split()}
+
+
+def test_the_cleaner_works_in_a_worker_process_the_broker_stops(tmp_path: Path) -> None:
+    with BrokerThread(tmp_path / "data", cleaner_backoff_ms=HOUR_MS) as broker:
+        create(broker, "t")
+        produce(broker, "t", numbered(0, 300, keys=50))
+        full_pass(broker)
+        assert cleaner_of(broker).cleaned("t", 0) == 1
+        worker = cleaner_of(broker).worker.pid
+        assert worker is not None and worker != os.getpid() and running(worker)
+        assert worker in children(os.getpid())
+    assert not running(worker)  # stopped and joined with the broker
+
+
+def test_a_killed_worker_is_replaced(broker: BrokerThread) -> None:
+    create(broker, "t")
+    produce(broker, "t", numbered(0, 300, keys=50))
+    full_pass(broker)
+    first = cleaner_of(broker).worker.pid
+    assert first is not None
+    os.kill(first, signal.SIGKILL)
+    block_until(lambda: not cleaner_of(broker).worker.alive, "the broker saw its worker die")
+
+    produce(broker, "t", numbered(300, 300, keys=50))
+    full_pass(broker)
+
+    assert cleaner_of(broker).cleaned("t", 0) == 2
+    assert cleaner_of(broker).errors == 0
+    assert cleaner_of(broker).worker.pid not in (None, first)
+
+
+def test_the_worker_exits_when_the_broker_is_killed(serve) -> None:  # noqa: F811
+    process = serve(overrides=("log.cleaner.backoff.ms=10",))
+    admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": f"127.0.0.1:{process.port}"})
+    topic = confluent_kafka.admin.NewTopic("c", 1, 1, config={"cleanup.policy": "compact"})
+    admin.create_topics([topic])["c"].result(30)
+    assert process.proc is not None
+    (worker,) = block_until(lambda: children(process.proc.pid), "the broker started its cleaner worker")
+
+    assert process.signal(signal.SIGKILL) == -signal.SIGKILL
+
+    block_until(lambda: not running(worker), "the orphaned worker exited")
 
 
 def test_retention_deletes_are_unlinked_by_the_cleaner_thread(broker: BrokerThread) -> None:

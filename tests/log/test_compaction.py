@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from pulllog.records import Compression, Record, build_batch
 from pulllog.log import ConfigError, Log, LogConfig, LogSegment
-from pulllog.log.cleaner import CleanerStats, clean, group_segments_by_size
+from pulllog.log.cleaner import CleanerStats, clean, group_segments_by_size, segment_ref
 from pulllog.records.batch import ControlType, RecordBatch, TimestampType, build_control_batch, iter_batches
 
 T0 = 1_700_000_000_000
@@ -371,7 +371,8 @@ def test_small_segments_are_grouped_keeping_the_first_base_offset(tmp_path: Path
     for i in range(60):
         put(log, b"k%d" % (i % 4), b"v%d" % i)
     old = log.segments[:-1]
-    groups = group_segments_by_size(old, log.config.segment_bytes, log.config.segment_index_bytes)
+    groups = group_segments_by_size([segment_ref(s) for s in old], log.config.segment_bytes,
+                                    log.config.segment_index_bytes)
     assert all(sum(s.size for s in g) <= 400 for g in groups if len(g) > 1)
 
     clean(log)
@@ -466,7 +467,8 @@ def _build_crash_log(path: Path, clock: Clock) -> tuple[Log, list[Record]]:
     for i in range(60):
         put(log, b"k%d" % (1 + i % 3), b"w%d" % i)  # k0 and k4 keep their old values
     config = log.config
-    first_group = group_segments_by_size(log.segments[:-1], config.segment_bytes, config.segment_index_bytes)[0]
+    refs = [segment_ref(s) for s in log.segments[:-1]]
+    first_group = group_segments_by_size(refs, config.segment_bytes, config.segment_index_bytes)[0]
     assert len(first_group) > 2
     log.flush()  # everything below the recovery point: only the swap forces a recheck
     return log, all_records(log)

@@ -71,56 +71,76 @@ Swap protocol (crash safety): see :mod:`pulllog.log.swap`. The cleaner writes an
 fsyncs ``*.cleaned`` files (step 1), commits them (step 2), has the owner swap them in
 (steps 3-5) and fsyncs the directory and unlinks the old files (step 6).
 
-Threads (``LogCleaner``; Kafka's ``log.cleaner.threads=1``). The event loop owns every
-Log: appends, rolls, fetches, retention, DeleteRecords, config changes, close. One cleaner
-thread does the slow part off the loop: planning, the producer scan, the offset map and
-steps 1, 2 and 6 of the swap (writing, committing and fsyncing files no one else
-touches, unlinking the ``*.deleted`` ones no segment points to any more). The rule that
-keeps this safe:
+Threads and the worker process (``LogCleaner``, ``CleanerWorker``; Kafka's
+``log.cleaner.threads=1``). The event loop owns every Log: appends, rolls, fetches,
+retention, DeleteRecords, config changes, close. The CPU-heavy part of a clean (the
+producer scan, planning, the offset map, decoding and filtering batches, steps 1 and 2
+of the swap: writing, fsyncing and committing ``*.cleaned`` files no one else touches)
+runs in one worker process, so it never holds the broker's GIL. One cleaner thread drives
+it: it waits on the worker's pipe (holding no GIL), runs steps 3-5 on the loop and does
+step 6 (fsync the directory, unlink the ``*.deleted`` files) itself. The rules that keep
+this safe:
 
-* The thread only reads non-active segments, which are immutable, plus the active one
-  up to the size it saw (appends only add after it), and it reads through the
-  segments' open file descriptors. Retention and DeleteRecords may unlink those files
-  meanwhile; an unlinked file stays readable through its descriptor.
-* What closes descriptors (``Log.close``, ``delete``, ``truncate_to``) first pauses
-  cleaning (``Log.cleaning``): it sets the abort flag the thread checks between batches
-  and takes the lock the thread holds while reading. So a descriptor number is never
-  closed (and reused) under the thread.
-* Steps 3-5 of each group's swap (renames only) run on the loop (``on_owner``), between two requests, so
-  no append, fetch, retention or DeleteRecords runs in the middle of one. There the
+* The worker gets a ``LogSnapshot`` taken on the loop: each segment's path, base and next
+  offset, and the bytes to read: all of a non-active segment (immutable), the active
+  one up to the size it had then (appends only add after it). It opens every file of
+  the snapshot by path first thing. Retention and DeleteRecords may have renamed one to
+  ``*.deleted`` (``Log.defer_unlinks``; only the cleaner thread unlinks those, never
+  while it cleans), so the worker tries that name too, and an open file stays readable
+  whatever happens to its name.
+* What closes, truncates or deletes segments (``Log.close``, ``delete``,
+  ``truncate_to``) first pauses cleaning (``Log.cleaning``): it sets the abort flag and
+  takes the lock the thread holds while the worker reads this log. The thread passes the
+  abort on to the worker (its abort pipe), which checks it between batches (at most
+  every 10 ms), deletes its ``*.cleaned`` files and answers; so the owner waits about
+  one batch.
+* Steps 3-5 of each group's swap (renames only) run on the loop, between two requests,
+  so no append, fetch, retention or DeleteRecords runs in the middle of one. There the
   swap first checks that the group's segments are all still in the log (retention or
   DeleteRecords may have removed some while they were rewritten) and that the log is
-  open; if not, the thread deletes the cleaned (committed) files and this clean stops,
-  with no change to the log: dropping a committed swap whose old segments are untouched
-  is safe, and so is finishing it at the next open after a crash (anything retention or
-  DeleteRecords removed lies below the log start offset). The old segments are renamed
-  to ``*.deleted`` there (unlinking a 64 MiB file takes ~75 ms here) and the thread
-  unlinks them after the swap.
-* While the thread waits for a swap, the loop may be waiting for the thread (pausing
-  cleaning, or shutting the cleaner down). The thread then cancels the swap, which the
-  loop cannot have started, deletes its cleaned files and gives up: neither waits for
-  the other.
+  open; if not, the committed files are deleted and this clean stops, with no change to
+  the log: dropping a committed swap whose old segments are untouched is safe, and so
+  is finishing it at the next open after a crash (anything retention or DeleteRecords
+  removed lies below the log start offset). The old segments are renamed to
+  ``*.deleted`` there (unlinking a 64 MiB file takes ~75 ms here) and the thread unlinks
+  them after the swap. The worker waits for the answer before it writes the next group.
+* While the thread waits for the loop, the loop may be waiting for the thread (pausing
+  cleaning, or shutting the cleaner down). The thread then cancels the call, which the
+  loop cannot have started, deletes the committed files and gives up: neither waits
+  for the other.
+* The worker dies with the broker: it exits when its pipe closes or its parent changes,
+  and on Linux the kernel kills it when the thread that started it ends. It never
+  swaps, so a worker that outlived its broker could at most leave ``*.cleaned`` or
+  ``*.swap`` files, which the next ``Log.open`` deletes or finishes. The broker stops
+  it (and joins it) at shutdown.
 * Readers: the log's segment tuple is replaced in one assignment, and a ``FileSlice``
   keeps its old segment file open, so a fetch that took a slice before the swap sends
   the old bytes with sendfile (the same records, plus those the clean removed: a consumer
   sees nothing it could not have seen a moment earlier). Index lookups use in-memory
   lists, which closing an index file does not invalidate.
 
-``clean(log)`` does a whole clean on the calling thread, whatever the dirty ratio
-(tests and tools). A cleaned log must not be cleaned by two threads at once.
+``clean(log)`` does a whole clean in this process, on the calling thread, whatever the
+dirty ratio (tests and tools); it runs the same code as the worker. A log must not be
+cleaned by two cleaners at once.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import functools
 import logging
+import multiprocessing
+import multiprocessing.process
 import os
+import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+import traceback
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -137,23 +157,39 @@ from ..records.batch import (
 from ..records.compression import Compression, decompress
 from ..records.decoding import decode_records
 from .checkpoint import CLEANER_CHECKPOINT_FILE, CheckpointError, read_offsets, write_offsets
+from .config import LogConfig
 from .index import OffsetIndex, TimeIndex
 from .segment import LogSegment
-from .swap import CLEANED_SUFFIX, commit_cleaned, fsync_dir, remove_segment_files, swap_files
+from .swap import (
+    CLEANED_SUFFIX,
+    SWAP_SUFFIX,
+    commit_cleaned,
+    fsync_dir,
+    remove_segment_files,
+    swap_files,
+)
 
 if TYPE_CHECKING:
     from .log import Log
 
 __all__ = [
     "CHECKPOINT_FILE",
+    "CleanResult",
     "CleanerStats",
+    "CleanerWorker",
     "LogCleaner",
+    "LogSnapshot",
     "LogToClean",
+    "SegmentRef",
     "clean",
+    "clean_snapshot",
     "cleanable_segments",
     "group_segments_by_size",
     "log_to_clean",
+    "plan_clean",
     "read_checkpoint",
+    "segment_ref",
+    "snapshot",
     "write_checkpoint",
 ]
 
@@ -161,6 +197,8 @@ logger = logging.getLogger(__name__)
 
 _MAX_RELATIVE_OFFSET = 2**31 - 1
 _WRITE_CHUNK = 1 << 20
+_READ_CHUNK = 64 * 1024
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,19 +234,130 @@ class _Producers:
     first_unstable_offset: int  # first batch of a transaction still open, else the log end
 
 
-# ---------------------------------------------------------------------------- cleaning
+# ---------------------------------------------------------------------------- snapshots
 
 
-def clean(log: Log, now_ms: int | None = None, first_dirty_offset: int | None = None) -> CleanerStats:
-    """Compact the cleanable prefix of ``log`` now, on this thread, whatever its dirty ratio.
+@dataclass(frozen=True, slots=True)
+class SegmentRef:
+    """One segment as the owner saw it, in a form the worker process can take (picklable).
 
-    A no-op unless ``cleanup.policy`` has compact. ``first_dirty_offset`` (the cleaner
-    checkpoint) limits the offset map to what came after it; None means the whole log."""
-    if not log.config.compact:
-        return CleanerStats()
-    now = log.clock() if now_ms is None else now_ms
-    plan = log_to_clean(log, now, first_dirty_offset)
-    return clean_log(log, plan, now).stats
+    ``size`` is how far to read: all of an immutable segment, the committed part of the
+    active one (appends only add after it)."""
+
+    path: str
+    base_offset: int
+    next_offset: int
+    size: int
+    largest_timestamp: int  # its max timestamp, or the file's mtime when it has none
+    offset_index_entries: int
+    time_index_entries: int
+
+    @property
+    def is_empty(self) -> bool:
+        return self.size == 0
+
+
+@dataclass(frozen=True, slots=True)
+class LogSnapshot:
+    """What the worker needs to plan and clean one log: paths, byte ranges, config."""
+
+    directory: str
+    config: LogConfig
+    segments: tuple[SegmentRef, ...]
+
+
+def segment_ref(segment: LogSegment) -> SegmentRef:
+    return SegmentRef(
+        path=str(segment.log_path),
+        base_offset=segment.base_offset,
+        next_offset=segment.next_offset,
+        size=segment.size,
+        largest_timestamp=_largest_timestamp(segment),
+        offset_index_entries=segment.offset_index.entries,
+        time_index_entries=segment.time_index.entries,
+    )
+
+
+def snapshot(log: Log) -> tuple[LogSnapshot, tuple[LogSegment, ...]]:
+    """Run on the log's owner: the log's segments now, and the snapshot the worker reads."""
+    segments = log.segments
+    refs = tuple(segment_ref(s) for s in segments)
+    return LogSnapshot(str(log.directory), log.config, refs), segments
+
+
+def _largest_timestamp(segment: LogSegment) -> int:
+    if segment.max_timestamp >= 0:
+        return segment.max_timestamp
+    return int(os.fstat(segment.file.fileno()).st_mtime * 1000)  # the path may be renamed meanwhile
+
+
+class _SegmentFile:
+    """A read-only descriptor on a segment file, for the worker.
+
+    Opened by path. Retention and DeleteRecords may have renamed the file to
+    ``*.deleted`` since the snapshot (only the cleaner's thread unlinks those, and not
+    while it cleans); the owner pauses cleaning before anything else changes the files."""
+
+    __slots__ = ("fd", "ref")
+
+    def __init__(self, ref: SegmentRef) -> None:
+        self.ref = ref
+        try:
+            self.fd = os.open(ref.path, os.O_RDONLY)
+        except FileNotFoundError:
+            self.fd = os.open(ref.path + ".deleted", os.O_RDONLY)
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.ref.path)
+
+    def headers(self) -> Iterator[tuple[int, BatchHeader]]:
+        """(position, header) of each whole batch below ``ref.size``."""
+        end = self.ref.size
+        buf, buf_start, pos = b"", 0, 0
+        while pos + BATCH_HEADER_SIZE <= end:
+            rel = pos - buf_start
+            if rel + BATCH_HEADER_SIZE > len(buf):
+                buf = os.pread(self.fd, min(_READ_CHUNK, end - pos), pos)
+                buf_start, rel = pos, 0
+                if len(buf) < BATCH_HEADER_SIZE:
+                    return
+            header = read_header(buf, rel)
+            if header.size < BATCH_HEADER_SIZE or pos + header.size > end:
+                return
+            yield pos, header
+            pos += header.size
+
+    def read_batch(self, position: int, header: BatchHeader) -> RecordBatch:
+        data = os.pread(self.fd, header.size, position)
+        try:
+            return RecordBatch.from_bytes(data)
+        except InvalidRecordError as exc:
+            raise InvalidRecordError(
+                f"{self.name}: batch at position {position} (offset {header.base_offset}): {exc}; "
+                "compaction stopped, nothing was changed"
+            ) from None
+
+    def mtime_ns(self) -> int:
+        return os.fstat(self.fd).st_mtime_ns
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+@contextlib.contextmanager
+def _opened(snap: LogSnapshot) -> Iterator[list[_SegmentFile]]:
+    files: list[_SegmentFile] = []
+    try:
+        for ref in snap.segments:  # all at once: a later rename cannot hide one from us
+            files.append(_SegmentFile(ref))
+        yield files
+    finally:
+        for f in files:
+            f.close()
+
+
+# ---------------------------------------------------------------------------- planning
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,8 +368,7 @@ class LogToClean:
     ``first_dirty_offset`` in it are clean, the rest dirty. ``compaction_delay_ms`` > 0
     means the oldest dirty record has waited longer than ``max.compaction.lag.ms``."""
 
-    segments: tuple[LogSegment, ...]
-    all_segments: tuple[LogSegment, ...]  # the snapshot the plan was made from
+    segments: tuple[SegmentRef, ...]
     producers: _Producers
     first_dirty_offset: int
     clean_bytes: int
@@ -244,13 +392,23 @@ class LogToClean:
 
 
 def log_to_clean(log: Log, now_ms: int, first_dirty_offset: int | None = None) -> LogToClean:
+    """Plan a clean of ``log`` on this thread (see ``plan_clean``)."""
+    return plan_clean(snapshot(log)[0], now_ms, first_dirty_offset)
+
+
+def plan_clean(snap: LogSnapshot, now_ms: int, first_dirty_offset: int | None = None) -> LogToClean:
     """Plan a clean: the cleanable prefix, its clean and dirty bytes, the compaction delay.
 
     A checkpoint outside the log (older than the log start, past the log end after a
     truncation, or a recreated topic) counts as none: everything is dirty."""
-    segments = log.segments
-    producers = _scan_producers(segments)
-    cleanable = tuple(cleanable_segments(log, now_ms, producers.first_unstable_offset, segments))
+    with _opened(snap) as files:
+        return _plan(snap, files, now_ms, first_dirty_offset)
+
+
+def _plan(snap: LogSnapshot, files: Sequence[_SegmentFile], now_ms: int, first_dirty_offset: int | None) -> LogToClean:
+    segments = snap.segments
+    producers = _scan_producers(files)
+    cleanable = tuple(cleanable_segments(segments, snap.config, now_ms, producers.first_unstable_offset))
     start = segments[0].base_offset
     first_dirty = start if first_dirty_offset is None else first_dirty_offset
     if not start <= first_dirty <= segments[-1].next_offset:
@@ -259,24 +417,23 @@ def log_to_clean(log: Log, now_ms: int, first_dirty_offset: int | None = None) -
     dirty_bytes = sum(s.size for s in cleanable if s.next_offset > first_dirty)
     return LogToClean(
         segments=cleanable,
-        all_segments=segments,
         producers=producers,
         first_dirty_offset=first_dirty,
         clean_bytes=clean_bytes,
         dirty_bytes=dirty_bytes,
-        compaction_delay_ms=_compaction_delay(segments, first_dirty, now_ms, log.config.max_compaction_lag_ms),
+        compaction_delay_ms=_compaction_delay(files, first_dirty, now_ms, snap.config.max_compaction_lag_ms),
     )
 
 
-def _compaction_delay(segments: Sequence[LogSegment], first_dirty: int, now_ms: int, max_lag_ms: int) -> int:
+def _compaction_delay(files: Sequence[_SegmentFile], first_dirty: int, now_ms: int, max_lag_ms: int) -> int:
     """How long past ``max.compaction.lag.ms`` the oldest dirty record is (0: not yet).
 
     As Kafka: judged by the first batch's timestamp of each dirty non-active segment."""
     oldest = None
-    for segment in segments[:-1]:
-        if segment.next_offset <= first_dirty:
+    for f in files[:-1]:
+        if f.ref.next_offset <= first_dirty:
             continue
-        first = next(segment.headers(), None)
+        first = next(f.headers(), None)
         if first is not None and first[1].max_timestamp > 0:
             ts = first[1].max_timestamp
             oldest = ts if oldest is None else min(oldest, ts)
@@ -285,158 +442,63 @@ def _compaction_delay(segments: Sequence[LogSegment], first_dirty: int, now_ms: 
     return max(0, now_ms - max_lag_ms - oldest)
 
 
-@dataclass(frozen=True, slots=True)
-class CleanResult:
-    stats: CleanerStats
-    cleaned_up_to: int  # the new first dirty offset (checkpoint); the old one if nothing was swapped
-    aborted: bool = False
-
-
-class CleaningAborted(Exception):
-    """The log is being closed, truncated or deleted, or the cleaner is stopping."""
-
-
-# Runs a function on the thread that owns the log and returns its result (the swap).
-SwapResult = list[Path] | None
-OnOwner = Callable[[Callable[[], SwapResult]], SwapResult]
-
-
-def clean_log(
-    log: Log,
-    plan: LogToClean,
-    now: int,
-    *,
-    on_owner: OnOwner | None = None,
-    should_abort: Callable[[], bool] = lambda: False,
-) -> CleanResult:
-    """Rewrite ``plan.segments`` group by group, swapping each in as soon as it is written.
-
-    The rewrite runs on the calling thread; each swap runs through ``on_owner`` (inline
-    when None). A group whose segments the owner removed meanwhile (retention,
-    DeleteRecords) is discarded, and cleaning stops there."""
-    if not plan.segments:
-        return CleanResult(CleanerStats(), plan.first_dirty_offset)
-    offset_map = _build_offset_map(plan.all_segments, plan.producers, plan.first_dirty_offset, should_abort)
-    stats = CleanerStats()
-    config = log.config
-    cleaned_up_to = plan.first_dirty_offset
-    for group in group_segments_by_size(plan.segments, config.segment_bytes, config.segment_index_bytes):
-        if should_abort():
-            return CleanResult(stats, cleaned_up_to, aborted=True)
-        group_end = group[-1].next_offset
-        cleaned, group_stats = _rewrite_group(log, group, offset_map, plan.producers, now, should_abort)
-        # Step 2, the commit point, here: its directory fsync can take long after a big write.
-        commit_cleaned(log.directory, cleaned)
-
-        def swap(group: list[LogSegment] = group, cleaned: LogSegment = cleaned) -> list[Path] | None:
-            return _commit(log, group, cleaned)
-
-        try:
-            committed = swap() if on_owner is None else on_owner(swap)
-        except CleaningAborted:  # the swap never ran; after any other error it may have
-            _discard(cleaned)
-            raise
-        if committed is None:
-            # Not applied: the old segments are untouched, so dropping the committed swap is
-            # safe, and so is a crash before this (Log.open would finish the swap instead).
-            _discard(cleaned)
-            return CleanResult(stats, cleaned_up_to, aborted=True)
-        fsync_dir(log.directory)  # step 4's renames; a crash before this redoes them at open
-        unlink_all(committed)  # freeing a large file's blocks takes a while
-        stats += group_stats
-        cleaned_up_to = max(cleaned_up_to, group_end)
-    if stats.segments_cleaned:
-        logger.info("%s: %s", log.directory.name, stats.summary())
-    return CleanResult(stats, cleaned_up_to)
-
-
 def cleanable_segments(
-    log: Log,
-    now_ms: int,
-    first_unstable_offset: int | None = None,
-    segments: Sequence[LogSegment] | None = None,
-) -> list[LogSegment]:
-    """The prefix of non-active segments that is old enough and before any open transaction.
-
-    ``first_unstable_offset`` saves a scan of the log when the caller already knows it."""
-    segments = log.segments if segments is None else segments
-    if first_unstable_offset is None:
-        first_unstable_offset = _scan_producers(segments).first_unstable_offset
-    limit = first_unstable_offset
-    lag = log.config.min_compaction_lag_ms
-    out: list[LogSegment] = []
+    segments: Sequence[SegmentRef], config: LogConfig, now_ms: int, first_unstable_offset: int
+) -> list[SegmentRef]:
+    """The prefix of non-active segments that is old enough and before any open transaction."""
+    lag = config.min_compaction_lag_ms
+    out: list[SegmentRef] = []
     for segment in segments[:-1]:
-        if segment.next_offset > limit:
+        if segment.next_offset > first_unstable_offset:
             break
         # An empty segment (all of it cleaned away before) holds nothing the lag protects.
-        if lag > 0 and not segment.is_empty and _largest_timestamp(segment) > now_ms - lag:
+        if lag > 0 and not segment.is_empty and segment.largest_timestamp > now_ms - lag:
             break
         out.append(segment)
     return out
 
 
 def group_segments_by_size(
-    segments: Sequence[LogSegment], max_bytes: int, max_index_bytes: int
-) -> list[list[LogSegment]]:
+    segments: Sequence[SegmentRef], max_bytes: int, max_index_bytes: int
+) -> list[list[SegmentRef]]:
     """Split consecutive segments into runs that can be cleaned into one segment each."""
-    groups: list[list[LogSegment]] = []
+    groups: list[list[SegmentRef]] = []
     rest = list(segments)
     while rest:
         group = [rest.pop(0)]
         size = group[0].size
-        index_bytes = _index_bytes(group[0].offset_index)
-        time_index_bytes = _index_bytes(group[0].time_index)
+        index_bytes = group[0].offset_index_entries * OffsetIndex.entry_size
+        time_index_bytes = group[0].time_index_entries * TimeIndex.entry_size
         while rest:
             nxt = rest[0]
             if size + nxt.size > max_bytes:
                 break
-            if index_bytes + _index_bytes(nxt.offset_index) > max_index_bytes:
+            if index_bytes + nxt.offset_index_entries * OffsetIndex.entry_size > max_index_bytes:
                 break
-            if time_index_bytes + _index_bytes(nxt.time_index) > max_index_bytes:
+            if time_index_bytes + nxt.time_index_entries * TimeIndex.entry_size > max_index_bytes:
                 break
             # An empty segment adds no offsets; skipping the check avoids stranding it.
             if nxt.size and nxt.next_offset - 1 - group[0].base_offset > _MAX_RELATIVE_OFFSET:
                 break
             group.append(rest.pop(0))
             size += nxt.size
-            index_bytes += _index_bytes(nxt.offset_index)
-            time_index_bytes += _index_bytes(nxt.time_index)
+            index_bytes += nxt.offset_index_entries * OffsetIndex.entry_size
+            time_index_bytes += nxt.time_index_entries * TimeIndex.entry_size
         groups.append(group)
     return groups
 
 
-def _index_bytes(index: OffsetIndex | TimeIndex) -> int:
-    return index.entries * index.entry_size
-
-
-def _largest_timestamp(segment: LogSegment) -> int:
-    if segment.max_timestamp >= 0:
-        return segment.max_timestamp
-    return int(os.fstat(segment.file.fileno()).st_mtime * 1000)  # the path may be renamed meanwhile
-
-
-def _read_batch(segment: LogSegment, position: int, header: BatchHeader) -> RecordBatch:
-    data = segment.read_bytes(position, header.size)
-    try:
-        return RecordBatch.from_bytes(data)
-    except InvalidRecordError as exc:
-        raise InvalidRecordError(
-            f"{segment.log_path.name}: batch at position {position} (offset {header.base_offset}): {exc}; "
-            "compaction stopped, nothing was changed"
-        ) from None
-
-
-def _scan_producers(segments: Sequence[LogSegment]) -> _Producers:
+def _scan_producers(files: Sequence[_SegmentFile]) -> _Producers:
     """Walk every batch header once: producers' last data batches and transaction outcomes."""
     last_data: dict[int, int] = {}
     open_txns: dict[int, list[int]] = {}  # producer id -> base offsets since its last marker
     aborted: set[int] = set()
-    end = segments[-1].next_offset
-    for segment in segments:
-        for position, header in segment.headers():
+    end = files[-1].ref.next_offset
+    for f in files:
+        for position, header in f.headers():
             pid = header.producer_id
             if header.is_control:
-                marker = _read_batch(segment, position, header).control_record()
+                marker = f.read_batch(position, header).control_record()
                 batches = open_txns.pop(pid, [])
                 if marker is not None and marker.type == ControlType.ABORT:
                     aborted.update(batches)
@@ -445,9 +507,70 @@ def _scan_producers(segments: Sequence[LogSegment]) -> _Producers:
                 last_data[pid] = header.last_offset
             if header.is_transactional:
                 open_txns.setdefault(pid, []).append(header.base_offset)
-        _yield_gil()
     first_unstable = min((batches[0] for batches in open_txns.values() if batches), default=end)
     return _Producers(last_data, frozenset(aborted), first_unstable)
+
+
+# ---------------------------------------------------------------------------- cleaning (the worker's side)
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedGroup:
+    """One group's cleaned segment, committed as ``B.*.swap`` (step 2): the owner swaps it
+    in for the segments at ``base_offsets`` or drops it."""
+
+    base_offsets: tuple[int, ...]
+    end_offset: int
+    stats: CleanerStats
+
+
+@dataclass(frozen=True, slots=True)
+class CleanResult:
+    stats: CleanerStats
+    first_dirty_offset: int  # the plan's, i.e. the checkpoint the clean started from
+    cleaned_up_to: int  # the new first dirty offset (checkpoint); the old one if nothing was swapped
+    aborted: bool = False
+
+
+class CleaningAborted(Exception):
+    """The log is being closed, truncated or deleted, or the cleaner is stopping."""
+
+
+def clean_snapshot(
+    snap: LogSnapshot,
+    now: int,
+    first_dirty_offset: int | None,
+    on_committed: Callable[[CommittedGroup], bool],
+    should_abort: Callable[[], bool] = lambda: False,
+) -> CleanResult:
+    """Plan, then rewrite the cleanable prefix group by group (steps 1 and 2 of the swap).
+
+    ``on_committed`` gets each committed group and returns whether the owner swapped it
+    in; the first group it refuses ends the clean. Touches no file the owner writes."""
+    with _opened(snap) as files:
+        plan = _plan(snap, files, now, first_dirty_offset)
+        if not plan.segments:
+            return CleanResult(CleanerStats(), plan.first_dirty_offset, plan.first_dirty_offset)
+        offset_map = _build_offset_map(files, plan.producers, plan.first_dirty_offset, should_abort)
+        by_base = {f.ref.base_offset: f for f in files}
+        config = snap.config
+        stats = CleanerStats()
+        cleaned_up_to = plan.first_dirty_offset
+        for group in group_segments_by_size(plan.segments, config.segment_bytes, config.segment_index_bytes):
+            if should_abort():
+                raise CleaningAborted(snap.directory)
+            group_files = [by_base[s.base_offset] for s in group]
+            cleaned, group_stats = _rewrite_group(Path(snap.directory), config, group_files, offset_map,
+                                                  plan.producers, now, should_abort)
+            # Step 2, the commit point, here: its directory fsync can take long after a big write.
+            commit_cleaned(Path(snap.directory), cleaned)
+            cleaned.close()  # the owner opens the committed files itself
+            committed = CommittedGroup(tuple(s.base_offset for s in group), group[-1].next_offset, group_stats)
+            if not on_committed(committed):
+                return CleanResult(stats, plan.first_dirty_offset, cleaned_up_to, aborted=True)
+            stats += group_stats
+            cleaned_up_to = max(cleaned_up_to, committed.end_offset)
+    return CleanResult(stats, plan.first_dirty_offset, cleaned_up_to)
 
 
 @dataclass(slots=True)
@@ -478,7 +601,7 @@ def _decode(batch: RecordBatch) -> list[_DecodedRecord]:
 
 
 def _build_offset_map(
-    segments: Sequence[LogSegment],
+    files: Sequence[_SegmentFile],
     producers: _Producers,
     first_dirty_offset: int,
     should_abort: Callable[[], bool] = lambda: False,
@@ -489,56 +612,49 @@ def _build_offset_map(
     with its key is in the map."""
     offset_map: dict[bytes, int] = {}
     limit = producers.first_unstable_offset
-    for segment in segments:
-        if segment.base_offset >= limit:
+    for f in files:
+        if f.ref.base_offset >= limit:
             break
-        if segment.next_offset <= first_dirty_offset:
+        if f.ref.next_offset <= first_dirty_offset:
             continue
-        for position, header in segment.headers():
+        for position, header in f.headers():
             if should_abort():  # per batch: the owner may be waiting to close the log
-                raise CleaningAborted(segment.log_path.name)
+                raise CleaningAborted(f.name)
             if header.base_offset >= limit:
                 break
             if header.last_offset < first_dirty_offset:
                 continue
             if header.is_control or header.base_offset in producers.aborted:
                 continue
-            for record in _decode(_read_batch(segment, position, header)):
+            for record in _decode(f.read_batch(position, header)):
                 if record.key is not None:
                     offset_map[record.key] = record.offset
-        _yield_gil()
     return offset_map
 
 
-def _yield_gil() -> None:
-    """Let the event loop's thread run: a CPU-bound thread keeps the GIL up to the switch
-    interval (5 ms) each time the loop thread makes a syscall, which would add that much to
-    every request the loop serves while cleaning goes on."""
-    time.sleep(0)
-
-
 def _rewrite_group(
-    log: Log,
-    group: list[LogSegment],
+    directory: Path,
+    config: LogConfig,
+    group: list[_SegmentFile],
     offset_map: dict[bytes, int],
     producers: _Producers,
     now: int,
     should_abort: Callable[[], bool] = lambda: False,
 ) -> tuple[LogSegment, CleanerStats]:
     """Step 1 of the swap protocol: write and fsync ``B.*.cleaned``. Touches no live file."""
-    base = group[0].base_offset
-    remove_segment_files(log.directory, base, CLEANED_SUFFIX)  # a leftover would be appended to
-    cleaned = LogSegment(log.directory, base, log.config, created_ms=now, suffix=CLEANED_SUFFIX)
-    horizon = now + log.config.delete_retention_ms
+    base = group[0].ref.base_offset
+    remove_segment_files(directory, base, CLEANED_SUFFIX)  # a leftover would be appended to
+    cleaned = LogSegment(directory, base, config, created_ms=now, suffix=CLEANED_SUFFIX)
+    horizon = now + config.delete_retention_ms
     kept = removed = tombstones = empties = 0
     try:
         pending = bytearray()
         positions: list[tuple[int, BatchHeader]] = []
-        for segment in group:
-            for position, header in segment.headers():
+        for f in group:
+            for position, header in f.headers():
                 if should_abort():  # per batch: the owner may be waiting to close the log
-                    raise CleaningAborted(segment.log_path.name)
-                batch = _read_batch(segment, position, header)
+                    raise CleaningAborted(f.name)
+                batch = f.read_batch(position, header)
                 result = _filter_batch(batch, offset_map, producers, now, horizon)
                 kept += result.kept
                 removed += result.removed
@@ -551,12 +667,10 @@ def _rewrite_group(
                 if len(pending) >= _WRITE_CHUNK:
                     cleaned.append(pending, positions)
                     pending, positions = bytearray(), []
-                    _yield_gil()
         if pending:
             cleaned.append(pending, positions)
         # Kafka keeps the last segment's mtime: time-based retention falls back on it.
-        # fstat: retention may rename a file of the group meanwhile (the swap then gives up).
-        mtime_ns = max(os.fstat(s.file.fileno()).st_mtime_ns for s in group)
+        mtime_ns = max(f.mtime_ns() for f in group)
         os.utime(cleaned.log_path, ns=(mtime_ns, mtime_ns))
         cleaned.flush()
         if cleaned.is_empty:
@@ -567,7 +681,7 @@ def _rewrite_group(
     return cleaned, CleanerStats(
         segments_cleaned=len(group),
         segments_written=1,
-        bytes_before=sum(s.size for s in group),
+        bytes_before=sum(f.ref.size for f in group),
         bytes_after=cleaned.size,
         records_kept=kept,
         records_removed=removed,
@@ -640,7 +754,69 @@ def _filter_batch(
     return _Filtered(data, kept=len(retained), removed=removed, tombstones_removed=tombstones_removed)
 
 
-# ---------------------------------------------------------------------------- swapping
+# ---------------------------------------------------------------------------- swapping (the owner's side)
+
+
+def clean(log: Log, now_ms: int | None = None, first_dirty_offset: int | None = None) -> CleanerStats:
+    """Compact the cleanable prefix of ``log`` now, in this process and on this thread,
+    whatever its dirty ratio (tests and tools; the broker's cleaner uses its worker).
+
+    A no-op unless ``cleanup.policy`` has compact. ``first_dirty_offset`` (the cleaner
+    checkpoint) limits the offset map to what came after it; None means the whole log."""
+    if not log.config.compact:
+        return CleanerStats()
+    now = log.clock() if now_ms is None else now_ms
+    snap, live = snapshot(log)
+    result = clean_snapshot(snap, now, first_dirty_offset, lambda group: swap_in_group(log, live, group, now))
+    _log_result(log, result)
+    return result.stats
+
+
+def _log_result(log: Log, result: CleanResult) -> None:
+    if result.stats.segments_cleaned:
+        logger.info("%s: %s", log.directory.name, result.stats.summary())
+
+
+# Runs a function on the thread that owns the log and returns its result.
+OnOwner = Callable[[Callable[[], _T]], _T]
+
+
+def swap_in_group(
+    log: Log, live: Sequence[LogSegment], group: CommittedGroup, now: int, on_owner: OnOwner[Any] | None = None
+) -> bool:
+    """Steps 3-6 for one committed group: open the ``*.swap`` files, swap them in on the
+    owner (``on_owner``; inline when None) if the group's segments are all still there,
+    then fsync the directory and unlink the old files here. Returns False if nothing was
+    swapped (the committed files are deleted then)."""
+    by_base = {s.base_offset: s for s in live}
+    old = [by_base[b] for b in group.base_offsets]
+    cleaned = _open_committed(log, group.base_offsets[0], now)
+
+    def swap() -> list[Path] | None:
+        return _commit(log, old, cleaned)
+
+    try:
+        doomed = swap() if on_owner is None else on_owner(swap)
+    except CleaningAborted:  # the swap never ran; after any other error it may have
+        _discard(cleaned)
+        raise
+    if doomed is None:
+        # Not applied: the old segments are untouched, so dropping the committed swap is
+        # safe, and so is a crash before this (Log.open would finish the swap instead).
+        _discard(cleaned)
+        return False
+    fsync_dir(log.directory)  # step 4's renames; a crash before this redoes them at open
+    unlink_all(doomed)  # freeing a large file's blocks takes a while
+    return True
+
+
+def _open_committed(log: Log, base: int, now: int) -> LogSegment:
+    cleaned = LogSegment(log.directory, base, log.config, created_ms=now, suffix=SWAP_SUFFIX)
+    if not cleaned.load():
+        _discard(cleaned)
+        raise InvalidRecordError(f"{cleaned.log_path.name}: a cleaned segment does not load back; "
+                                 "compaction stopped, nothing was changed")
+    return cleaned
 
 
 def _commit(log: Log, group: list[LogSegment], cleaned: LogSegment) -> list[Path] | None:
@@ -694,15 +870,224 @@ def write_checkpoint(path: Path, offsets: dict[tuple[str, int], int]) -> None:
     write_offsets(path, offsets)
 
 
+# ---------------------------------------------------------------------------- the worker process
+
+
+class WorkerDied(Exception):
+    """The cleaner's worker process is gone (killed, or out of memory); a new one starts."""
+
+
+class _AbortCheck:
+    """``should_abort`` in the worker: the owner asked to stop this request, or the broker
+    is gone (then no one would ever swap, and a restarted broker owns the directory).
+    Looks at most every 10 ms, so the check costs nothing per batch."""
+
+    def __init__(self, aborts: Connection, request_id: int, parent_pid: int) -> None:
+        self._aborts = aborts
+        self._request_id = request_id
+        self._parent_pid = parent_pid
+        self._next_look = 0.0
+        self._aborted = False
+
+    def __call__(self) -> bool:
+        now = time.monotonic()
+        if self._aborted or now < self._next_look:
+            return self._aborted
+        self._next_look = now + 0.01
+        if os.getppid() != self._parent_pid:
+            raise SystemExit(0)
+        while self._aborts.poll():
+            if self._aborts.recv() == self._request_id:
+                self._aborted = True
+        return self._aborted
+
+
+def _worker_main(requests: Connection, aborts: Connection, parent_pid: int) -> None:
+    """The worker process: answers ``(id, "plan" | "clean", snapshot, now, first dirty)``
+    requests one at a time until it reads None or its parent is gone."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the broker stops us
+    _die_with_parent()
+    if os.getppid() != parent_pid:
+        return
+    try:
+        while True:
+            if not requests.poll(1.0):
+                if os.getppid() != parent_pid:
+                    return
+                continue
+            request = requests.recv()
+            if request is None:
+                return
+            request_id, kind, snap, now, first_dirty = request
+            should_abort = _AbortCheck(aborts, request_id, parent_pid)
+
+            def on_committed(group: CommittedGroup) -> bool:
+                requests.send(("committed", group))
+                return bool(requests.recv())
+
+            try:
+                if kind == "plan":
+                    answer: tuple[Any, ...] = ("done", plan_clean(snap, now, first_dirty))
+                else:
+                    answer = ("done", clean_snapshot(snap, now, first_dirty, on_committed, should_abort))
+            except CleaningAborted as exc:
+                answer = ("failed", "aborted", str(exc))
+            except InvalidRecordError as exc:
+                answer = ("failed", "invalid", str(exc))
+            except OSError as exc:
+                answer = ("failed", "os", str(exc))
+            except Exception:  # noqa: BLE001  (a bug: the broker logs it, the worker goes on)
+                answer = ("failed", "bug", traceback.format_exc())
+            requests.send(answer)
+    except (EOFError, OSError):
+        return  # the broker closed its end: it is gone
+
+
+def _die_with_parent() -> None:
+    """Linux: have the kernel kill this process when the thread that started it ends."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+class CleanerWorker:
+    """The process that does the CPU-heavy part of cleaning, off the broker's GIL.
+
+    Started on first use ("spawn": a fresh interpreter, nothing inherited from the
+    broker's threads) and reused. Its inputs are plain picklable values (a
+    ``LogSnapshot``, now, the checkpoint); it reads the segment files by path, writes and
+    commits the ``*.cleaned`` files and answers with a ``LogToClean`` or a
+    ``CleanResult``. For each committed group it asks the caller (``on_committed``) and
+    waits for the answer: the swap itself stays with the log's owner. One request at a
+    time, from one thread."""
+
+    def __init__(self) -> None:
+        self._process: multiprocessing.process.BaseProcess | None = None
+        self._requests: Connection | None = None
+        self._aborts: Connection | None = None
+        self._request_id = 0
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    @property
+    def alive(self) -> bool:
+        process = self._process
+        return process is not None and process.is_alive()
+
+    def plan(self, snap: LogSnapshot, now: int, first_dirty: int | None,
+             should_abort: Callable[[], bool]) -> LogToClean:
+        result = self._call("plan", snap, now, first_dirty, lambda _group: False, should_abort)
+        assert isinstance(result, LogToClean)
+        return result
+
+    def clean(self, snap: LogSnapshot, now: int, first_dirty: int | None,
+              on_committed: Callable[[CommittedGroup], bool], should_abort: Callable[[], bool]) -> CleanResult:
+        result = self._call("clean", snap, now, first_dirty, on_committed, should_abort)
+        assert isinstance(result, CleanResult)
+        return result
+
+    def _start(self) -> tuple[Connection, Connection]:
+        if self._process is not None and self._requests is not None and self._aborts is not None:
+            if self._process.is_alive():
+                return self._requests, self._aborts
+            logger.warning("the log cleaner's worker (pid %s) exited (%s); starting another",
+                           self._process.pid, self._exitcode())
+            self.stop()
+        ctx = multiprocessing.get_context("spawn")
+        mine, theirs = ctx.Pipe()
+        abort_reader, abort_writer = ctx.Pipe(duplex=False)
+        process = ctx.Process(target=_worker_main, args=(theirs, abort_reader, os.getpid()),
+                              name="pulllog-log-cleaner-worker", daemon=True)
+        process.start()
+        theirs.close()
+        abort_reader.close()
+        self._process, self._requests, self._aborts = process, mine, abort_writer
+        logger.info("log cleaner worker started (pid %d)", process.pid)
+        return mine, abort_writer
+
+    def _call(self, kind: str, snap: LogSnapshot, now: int, first_dirty: int | None,
+              on_committed: Callable[[CommittedGroup], bool], should_abort: Callable[[], bool]) -> object:
+        requests, aborts = self._start()
+        self._request_id += 1
+        request_id = self._request_id
+        error: BaseException | None = None
+        try:
+            requests.send((request_id, kind, snap, now, first_dirty))
+            abort_sent = False
+            while True:
+                while not requests.poll(0.05):
+                    if not abort_sent and should_abort():
+                        aborts.send(request_id)
+                        abort_sent = True
+                    if self._process is None or not self._process.is_alive():
+                        raise WorkerDied(f"the log cleaner's worker process exited ({self._exitcode()})")
+                answer = requests.recv()
+                if answer[0] != "committed":
+                    break
+                try:
+                    swapped = on_committed(answer[1])
+                except CleaningAborted:
+                    swapped = False
+                except BaseException as exc:  # noqa: BLE001  (told to the worker first: it waits for an answer)
+                    error, swapped = exc, False
+                requests.send(swapped)
+        except (EOFError, OSError) as exc:
+            self.stop()
+            raise WorkerDied(f"lost the log cleaner's worker process: {exc}") from None
+        except WorkerDied:
+            self.stop()
+            raise
+        if error is not None:
+            raise error
+        if answer[0] == "done":
+            return answer[1]
+        _, failure, text = answer
+        if failure == "aborted":
+            raise CleaningAborted(text)
+        if failure == "invalid":
+            raise InvalidRecordError(text)
+        if failure == "os":
+            raise OSError(text)
+        raise RuntimeError(f"the log cleaner's worker failed:\n{text}")
+
+    def _exitcode(self) -> str:
+        code = self._process.exitcode if self._process is not None else None
+        return f"exit code {code}" if code is None or code >= 0 else f"signal {-code}"
+
+    def stop(self) -> None:
+        """Stop the process and join it (it finishes the request it is on, if any, first)."""
+        process, self._process = self._process, None
+        for conn in (self._requests, self._aborts):
+            if conn is not None:
+                with contextlib.suppress(OSError):
+                    if conn is self._requests and process is not None and process.is_alive():
+                        conn.send(None)
+                    conn.close()
+        self._requests = self._aborts = None
+        if process is None:
+            return
+        process.join(10)
+        if process.is_alive():
+            logger.warning("the log cleaner's worker (pid %s) did not stop; killing it", process.pid)
+            process.kill()
+            process.join()
+        process.close()
+
+
 # ---------------------------------------------------------------------------- the cleaner thread
 
-_T = TypeVar("_T")
 TopicPartition = tuple[str, int]
 
 
 @dataclass(frozen=True, slots=True)
 class CleanedLog:
-    """One clean the cleaner thread did (``LogCleaner.history``)."""
+    """One clean the cleaner did (``LogCleaner.history``)."""
 
     topic_partition: TopicPartition
     dirty_ratio: float
@@ -713,18 +1098,19 @@ class CleanedLog:
 
 
 class LogCleaner:
-    """Kafka's log cleaner with ``log.cleaner.threads=1``: one thread compacts, the filthiest
-    log first. ``logs`` returns (topic, partition, log) for every log; ``on_owner`` runs
-    a function on the thread that owns the logs (the event loop) and returns its result.
+    """Kafka's log cleaner with ``log.cleaner.threads=1``: one thread drives one worker
+    process (``CleanerWorker``) that compacts, the filthiest log first. ``logs`` returns
+    (topic, partition, log) for every log; ``on_owner`` runs a function on the thread
+    that owns the logs (the event loop) and returns its result.
 
-    Each pass plans every compacted log (``log_to_clean`` from the checkpoint), keeps
-    those whose dirty ratio reaches ``min.cleanable.dirty.ratio`` or whose oldest dirty
-    record is past ``max.compaction.lag.ms``, and cleans the one with the longest overdue
-    compaction delay, else the highest ratio. After a clean the next pass starts at once;
-    after a pass with nothing to do the thread waits ``backoff_ms`` or a ``wake()``.
-    ``passes`` counts finished passes; ``request_pass`` returns the number ``passes``
-    reaches once a pass that began after the request has finished, for tests and tools
-    to wait on."""
+    Each pass plans every compacted log (``plan_clean`` from the checkpoint, in the
+    worker), keeps those whose dirty ratio reaches ``min.cleanable.dirty.ratio`` or whose
+    oldest dirty record is past ``max.compaction.lag.ms``, and cleans the one with the
+    longest overdue compaction delay, else the highest ratio. After a clean the next pass
+    starts at once; after a pass with nothing to do the thread waits ``backoff_ms`` or a
+    ``wake()``. ``passes`` counts finished passes; ``request_pass`` returns the number
+    ``passes`` reaches once a pass that began after the request has finished, for tests
+    and tools to wait on."""
 
     def __init__(
         self,
@@ -746,6 +1132,7 @@ class LogCleaner:
         self._counter_lock = threading.Lock()
         self.history: list[CleanedLog] = []
         self.errors = 0
+        self.worker = CleanerWorker()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -753,9 +1140,6 @@ class LogCleaner:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
-        # A thread that computes keeps the GIL up to the switch interval each time the loop's
-        # thread blocks in a syscall (5 ms by default): with 1 ms, a request waits less.
-        sys.setswitchinterval(min(sys.getswitchinterval(), 0.001))
         self._thread = threading.Thread(target=self._run, name="pulllog-log-cleaner", daemon=True)
         self._thread.start()
 
@@ -772,40 +1156,45 @@ class LogCleaner:
         return target
 
     def shutdown(self) -> None:
-        """Stop the thread and wait for it. Safe on the owner's thread: a pending swap is
-        cancelled (its cleaned files are deleted), a running rewrite stops at its next batch
-        check, so this waits for at most one batch or one in-flight swap."""
+        """Stop the thread and its worker process and wait for both. Safe on the owner's
+        thread: a pending swap is cancelled (its cleaned files are deleted), a running
+        rewrite stops at its next batch check, so this waits for at most one batch or one
+        in-flight swap, plus the worker's exit."""
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+        self.worker.stop()
 
     def cleaned(self, topic: str, partition: int) -> int:
-        """How many times the thread cleaned this partition."""
+        """How many times the cleaner cleaned this partition."""
         return sum(1 for c in self.history if c.topic_partition == (topic, partition))
 
     # ------------------------------------------------------------------ the thread
 
     def _run(self) -> None:
-        while not self._stop.is_set():
-            with self._counter_lock:
-                self._passes_started += 1
-            try:
-                did_work = self.run_pass()
-            except Exception:  # a bug must not end compaction for good; the log says why
-                logger.exception("log cleaner pass failed")
-                self.errors += 1
-                did_work = False
-            self.passes += 1
-            if not did_work:
-                self._wake.wait(self._backoff_s)
-                self._wake.clear()
+        try:
+            while not self._stop.is_set():
+                with self._counter_lock:
+                    self._passes_started += 1
+                try:
+                    did_work = self.run_pass()
+                except Exception:  # a bug must not end compaction for good; the log says why
+                    logger.exception("log cleaner pass failed")
+                    self.errors += 1
+                    did_work = False
+                self.passes += 1
+                if not did_work:
+                    self._wake.wait(self._backoff_s)
+                    self._wake.clear()
+        finally:
+            self.worker.stop()  # started on this thread: stopped by it too
 
     def run_pass(self) -> bool:
         """Clean the filthiest log that needs it; True if one was cleaned."""
         now = self._clock()
-        candidates: list[tuple[int, float, TopicPartition, Log, LogToClean]] = []
+        candidates: list[tuple[int, float, TopicPartition, Log]] = []
         for topic, partition, log in list(self._logs()):
             if self._stop.is_set():
                 return False
@@ -814,39 +1203,57 @@ class LogCleaner:
             if not log.config.compact or log.closed:
                 continue
             tp = (topic, partition)
+            should_abort = self._abort_check(log)
             with log.cleaning.lock:
                 if log.closed:
                     continue
-                plan = log_to_clean(log, now, self.checkpoints.get(tp))
+                try:
+                    snap, _live = self._on_owner(should_abort)(functools.partial(snapshot, log))
+                    plan = self.worker.plan(snap, now, self.checkpoints.get(tp), should_abort)
+                except CleaningAborted:
+                    continue
+                except (OSError, InvalidRecordError, WorkerDied) as exc:
+                    logger.error("planning compaction of %s-%d failed: %s", topic, partition, exc)
+                    self.errors += 1
+                    continue
             if plan.needs_cleaning(log.config.min_cleanable_dirty_ratio):
-                candidates.append((plan.compaction_delay_ms, plan.dirty_ratio, tp, log, plan))
+                candidates.append((plan.compaction_delay_ms, plan.dirty_ratio, tp, log))
         self._forget_missing()
         if not candidates:
             return False
-        delay, ratio, tp, log, _plan = max(candidates, key=lambda c: (c[0], c[1]))
+        delay, ratio, tp, log = max(candidates, key=lambda c: (c[0], c[1]))
+        should_abort = self._abort_check(log)
+        on_owner = self._on_owner(should_abort)
         with log.cleaning.lock:
             if log.closed or log.cleaning.aborted.is_set():
                 return False
-            plan = log_to_clean(log, now, self.checkpoints.get(tp))  # the log moved on meanwhile
-            if not plan.segments:
-                return False
-            should_abort = lambda: self._stop.is_set() or log.cleaning.aborted.is_set()  # noqa: E731
             try:
-                result = clean_log(log, plan, now, on_owner=partial_owner(self._submit, should_abort),
-                                   should_abort=should_abort)
+                snap, live = on_owner(functools.partial(snapshot, log))  # the log moved on meanwhile
+                result = self.worker.clean(
+                    snap, now, self.checkpoints.get(tp),
+                    lambda group: swap_in_group(log, live, group, now, on_owner), should_abort)
             except CleaningAborted:
                 return False
-            except (OSError, InvalidRecordError) as exc:
+            except (OSError, InvalidRecordError, WorkerDied) as exc:
                 logger.error("compaction of %s-%d failed: %s", tp[0], tp[1], exc)
                 self.errors += 1
                 return False
-        if result.cleaned_up_to != plan.first_dirty_offset:
+        if not result.stats.segments_cleaned and not result.aborted:
+            return False  # nothing was cleanable any more
+        _log_result(log, result)
+        if result.cleaned_up_to != result.first_dirty_offset:
             self.checkpoints[tp] = result.cleaned_up_to
             self._write_checkpoint()
-        self.history.append(CleanedLog(tp, ratio, delay > 0, plan.first_dirty_offset, result.cleaned_up_to,
+        self.history.append(CleanedLog(tp, ratio, delay > 0, result.first_dirty_offset, result.cleaned_up_to,
                                        result.stats))
         del self.history[:-1000]
         return not result.aborted
+
+    def _abort_check(self, log: Log) -> Callable[[], bool]:
+        return lambda: self._stop.is_set() or log.cleaning.aborted.is_set()
+
+    def _on_owner(self, should_abort: Callable[[], bool]) -> OnOwner[Any]:
+        return partial_owner(self._submit, should_abort)
 
     @staticmethod
     def _unlink_retained(log: Log) -> None:
@@ -872,16 +1279,16 @@ class LogCleaner:
 
 
 def partial_owner(
-    submit: Callable[[Callable[[], SwapResult]], concurrent.futures.Future[SwapResult]],
+    submit: Callable[[Callable[[], _T]], concurrent.futures.Future[_T]],
     should_abort: Callable[[], bool],
-) -> OnOwner:
-    """Run a swap on the owner and wait for it, giving up (cancelling it) on abort.
+) -> OnOwner[_T]:
+    """Run a function on the owner and wait for it, giving up (cancelling it) on abort.
 
     The owner may itself be waiting for the cleaner (closing or truncating the log, or
-    shutting the cleaner down); it cannot have started the swap then, so the cancel wins
-    and nobody waits for the other."""
+    shutting the cleaner down); it cannot have started the function then, so the cancel
+    wins and nobody waits for the other."""
 
-    def run(fn: Callable[[], SwapResult]) -> SwapResult:
+    def run(fn: Callable[[], _T]) -> _T:
         try:
             future = submit(fn)
         except RuntimeError as exc:  # the owner's event loop is closed
@@ -891,7 +1298,7 @@ def partial_owner(
                 return future.result(timeout=0.05)
             except concurrent.futures.TimeoutError:
                 if should_abort() and future.cancel():
-                    raise CleaningAborted("swap cancelled") from None
+                    raise CleaningAborted("cancelled on the owner") from None
 
     return run
 
