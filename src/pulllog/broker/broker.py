@@ -15,14 +15,14 @@ leaving ``async with Broker()`` joins them all):
    cleanly; a topic that cannot be opened stops the start (see broker/topics.py);
 2. listen, enter the task group and start in it the purgatory drivers, the housekeeping
    loop (flush.ms, retention) and the shutdown task, and start the log cleaner's thread
-   (compaction, see log/cleaner.py); each accepted connection's
+   (compaction in its worker process, see log/cleaner.py); each accepted connection's
    task joins the same group;
 3. on :meth:`Broker.stop` (or a clean exit from the block): stop accepting, cancel long
    polls, let each connection finish the request in hand (up to 5 s, then cancel it), stop
    housekeeping;
 4. after an error or a cancellation instead: cancel every task at once;
-5. either way, once every task is joined: stop the cleaner thread, then flush every log and
-   write its clean-shutdown marker.
+5. either way, once every task is joined: stop the cleaner thread and join its worker
+   process, then flush every log and write its clean-shutdown marker.
 """
 
 from __future__ import annotations
@@ -300,7 +300,7 @@ class Broker:
         self.groups.shutdown()
         self.group_purgatory.shutdown()
         if self.cleaner is not None:
-            self.cleaner.shutdown()  # waits for one batch at most; a pending swap is cancelled
+            self.cleaner.shutdown()  # one batch at most, then the worker's exit; a pending swap is cancelled
         self.topics.close()  # flush every log and write its clean-shutdown marker
         self.data_dir_lock.release()
         log.info("pulllog broker %d stopped cleanly", self.config.node_id)

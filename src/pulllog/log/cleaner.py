@@ -30,12 +30,6 @@ cleaned segments. The map is a plain dict; Kafka uses a fixed-size hashed buffer
 cleans in several passes when it fills. Records are decoded by the C decoder
 (``decoding.decode_records``) when it is built.
 
-The offset map, ``key -> offset of its latest record``, is built over the whole log up to
-the first unstable offset, active segment included: a later record wins wherever it is.
-Records of aborted transactions are not in the map (an aborted write must never hide a
-committed one) and are removed from the cleaned segments. The map is a plain dict; Kafka
-uses a fixed-size hashed buffer and cleans in several passes when it fills.
-
 A record in a cleanable segment is kept iff
 
 * it has a key (keyless records are invalid in a compacted topic; Kafka drops them too),
@@ -67,9 +61,9 @@ stay within 2**31 - 1 of the base. The cleaned result is never larger than its i
 the first clean of full segments rewrites them one for one (some may become empty files),
 and a later clean merges the now small results.
 
-Swap protocol (crash safety): see :mod:`pulllog.log.swap`. The cleaner writes and
-fsyncs ``*.cleaned`` files (step 1), commits them (step 2), has the owner swap them in
-(steps 3-5) and fsyncs the directory and unlinks the old files (step 6).
+Swap protocol (crash safety): see :mod:`pulllog.log.swap`. The cleaner's worker writes
+and fsyncs ``*.cleaned`` files (step 1) and commits them (step 2); the owner swaps them in
+(steps 3-5); the cleaner's thread fsyncs the directory and unlinks the old files (step 6).
 
 Threads and the worker process (``LogCleaner``, ``CleanerWorker``; Kafka's
 ``log.cleaner.threads=1``). The event loop owns every Log: appends, rolls, fetches,

@@ -21,9 +21,9 @@ indexes. An index ``.swap`` without a ``.log.swap`` never committed and is delet
 segments past the swap's range (possible when the cleaned tail lost every record) stay:
 their records were only superseded, so the log is still correct, just less compacted.
 
-Step 2 is :func:`commit_cleaned`, steps 3-4 :func:`swap_files`; the cleaner runs 1, 2
-and 6 on its thread and 3-5 on the Log's owner (renames only, no fsync: a crash before
-step 6 finishes the swap at the next open). Dropping a committed swap whose old segments
+Step 2 is :func:`commit_cleaned`, steps 3-4 :func:`swap_files`; the cleaner runs 1 and 2
+in its worker process, 3-5 on the Log's owner (renames only, no fsync: a crash before
+step 6 finishes the swap at the next open) and 6 on its thread. Dropping a committed swap whose old segments
 are untouched (``LogSegment.delete`` of the ``.swap`` files) is safe too.
 """
 
