@@ -124,17 +124,16 @@ import concurrent.futures
 import contextlib
 import functools
 import logging
-import multiprocessing
-import multiprocessing.process
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Connection, Pipe
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -390,18 +389,29 @@ def log_to_clean(log: Log, now_ms: int, first_dirty_offset: int | None = None) -
     return plan_clean(snapshot(log)[0], now_ms, first_dirty_offset)
 
 
-def plan_clean(snap: LogSnapshot, now_ms: int, first_dirty_offset: int | None = None) -> LogToClean:
+def plan_clean(
+    snap: LogSnapshot,
+    now_ms: int,
+    first_dirty_offset: int | None = None,
+    should_abort: Callable[[], bool] = lambda: False,
+) -> LogToClean:
     """Plan a clean: the cleanable prefix, its clean and dirty bytes, the compaction delay.
 
     A checkpoint outside the log (older than the log start, past the log end after a
     truncation, or a recreated topic) counts as none: everything is dirty."""
     with _opened(snap) as files:
-        return _plan(snap, files, now_ms, first_dirty_offset)
+        return _plan(snap, files, now_ms, first_dirty_offset, should_abort)
 
 
-def _plan(snap: LogSnapshot, files: Sequence[_SegmentFile], now_ms: int, first_dirty_offset: int | None) -> LogToClean:
+def _plan(
+    snap: LogSnapshot,
+    files: Sequence[_SegmentFile],
+    now_ms: int,
+    first_dirty_offset: int | None,
+    should_abort: Callable[[], bool],
+) -> LogToClean:
     segments = snap.segments
-    producers = _scan_producers(files)
+    producers = _scan_producers(files, should_abort)
     cleanable = tuple(cleanable_segments(segments, snap.config, now_ms, producers.first_unstable_offset))
     start = segments[0].base_offset
     first_dirty = start if first_dirty_offset is None else first_dirty_offset
@@ -482,7 +492,7 @@ def group_segments_by_size(
     return groups
 
 
-def _scan_producers(files: Sequence[_SegmentFile]) -> _Producers:
+def _scan_producers(files: Sequence[_SegmentFile], should_abort: Callable[[], bool]) -> _Producers:
     """Walk every batch header once: producers' last data batches and transaction outcomes."""
     last_data: dict[int, int] = {}
     open_txns: dict[int, list[int]] = {}  # producer id -> base offsets since its last marker
@@ -490,6 +500,8 @@ def _scan_producers(files: Sequence[_SegmentFile]) -> _Producers:
     end = files[-1].ref.next_offset
     for f in files:
         for position, header in f.headers():
+            if should_abort():  # per batch: the owner may be waiting to close the log
+                raise CleaningAborted(f.name)
             pid = header.producer_id
             if header.is_control:
                 marker = f.read_batch(position, header).control_record()
@@ -542,7 +554,7 @@ def clean_snapshot(
     ``on_committed`` gets each committed group and returns whether the owner swapped it
     in; the first group it refuses ends the clean. Touches no file the owner writes."""
     with _opened(snap) as files:
-        plan = _plan(snap, files, now, first_dirty_offset)
+        plan = _plan(snap, files, now, first_dirty_offset, should_abort)
         if not plan.segments:
             return CleanResult(CleanerStats(), plan.first_dirty_offset, plan.first_dirty_offset)
         offset_map = _build_offset_map(files, plan.producers, plan.first_dirty_offset, should_abort)
@@ -921,7 +933,7 @@ def _worker_main(requests: Connection, aborts: Connection, parent_pid: int) -> N
 
             try:
                 if kind == "plan":
-                    answer: tuple[Any, ...] = ("done", plan_clean(snap, now, first_dirty))
+                    answer: tuple[Any, ...] = ("done", plan_clean(snap, now, first_dirty, should_abort))
                 else:
                     answer = ("done", clean_snapshot(snap, now, first_dirty, on_committed, should_abort))
             except CleaningAborted as exc:
@@ -935,6 +947,17 @@ def _worker_main(requests: Connection, aborts: Connection, parent_pid: int) -> N
             requests.send(answer)
     except (EOFError, OSError):
         return  # the broker closed its end: it is gone
+
+
+def _worker_entry(argv: Sequence[str]) -> None:
+    """``python -c`` entry of the worker: its two pipe descriptors and the broker's pid."""
+    requests = Connection(int(argv[0]))
+    aborts = Connection(int(argv[1]), writable=False)
+    _worker_main(requests, aborts, int(argv[2]))
+
+
+_WORKER_CODE = "import sys; from pulllog.log.cleaner import _worker_entry; _worker_entry(sys.argv[1:])"
+_SOURCE_ROOT = str(Path(__file__).resolve().parents[2])  # the directory that holds this pulllog
 
 
 def _die_with_parent() -> None:
@@ -951,8 +974,9 @@ def _die_with_parent() -> None:
 class CleanerWorker:
     """The process that does the CPU-heavy part of cleaning, off the broker's GIL.
 
-    Started on first use ("spawn": a fresh interpreter, nothing inherited from the
-    broker's threads) and reused. Its inputs are plain picklable values (a
+    Started on first use (``python -c``: a fresh interpreter that imports only this
+    module, nothing inherited from the broker's threads; one child, no helper processes)
+    and reused; its pipes are ``multiprocessing.connection`` ones. Its inputs are plain picklable values (a
     ``LogSnapshot``, now, the checkpoint); it reads the segment files by path, writes and
     commits the ``*.cleaned`` files and answers with a ``LogToClean`` or a
     ``CleanResult``. For each committed group it asks the caller (``on_committed``) and
@@ -960,7 +984,7 @@ class CleanerWorker:
     time, from one thread."""
 
     def __init__(self) -> None:
-        self._process: multiprocessing.process.BaseProcess | None = None
+        self._process: subprocess.Popen[bytes] | None = None
         self._requests: Connection | None = None
         self._aborts: Connection | None = None
         self._request_id = 0
@@ -972,7 +996,7 @@ class CleanerWorker:
     @property
     def alive(self) -> bool:
         process = self._process
-        return process is not None and process.is_alive()
+        return process is not None and process.poll() is None
 
     def plan(self, snap: LogSnapshot, now: int, first_dirty: int | None,
              should_abort: Callable[[], bool]) -> LogToClean:
@@ -988,19 +1012,25 @@ class CleanerWorker:
 
     def _start(self) -> tuple[Connection, Connection]:
         if self._process is not None and self._requests is not None and self._aborts is not None:
-            if self._process.is_alive():
+            if self._process.poll() is None:
                 return self._requests, self._aborts
             logger.warning("the log cleaner's worker (pid %s) exited (%s); starting another",
                            self._process.pid, self._exitcode())
             self.stop()
-        ctx = multiprocessing.get_context("spawn")
-        mine, theirs = ctx.Pipe()
-        abort_reader, abort_writer = ctx.Pipe(duplex=False)
-        process = ctx.Process(target=_worker_main, args=(theirs, abort_reader, os.getpid()),
-                              name="pulllog-log-cleaner-worker", daemon=True)
-        process.start()
-        theirs.close()
-        abort_reader.close()
+        # A fresh interpreter (not fork: the broker has threads) that imports only the
+        # cleaner, from the same source tree as this broker.
+        mine, theirs = Pipe()
+        abort_reader, abort_writer = Pipe(duplex=False)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_SOURCE_ROOT, env.get("PYTHONPATH")) if p)
+        fds = (theirs.fileno(), abort_reader.fileno())
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-c", _WORKER_CODE, *map(str, fds), str(os.getpid())],
+                pass_fds=fds, env=env, stdin=subprocess.DEVNULL)
+        finally:
+            theirs.close()
+            abort_reader.close()
         self._process, self._requests, self._aborts = process, mine, abort_writer
         logger.info("log cleaner worker started (pid %d)", process.pid)
         return mine, abort_writer
@@ -1015,11 +1045,11 @@ class CleanerWorker:
             requests.send((request_id, kind, snap, now, first_dirty))
             abort_sent = False
             while True:
-                while not requests.poll(0.05):
+                while not requests.poll(0.01):  # the owner may wait (paused cleaning) for an abort
                     if not abort_sent and should_abort():
                         aborts.send(request_id)
                         abort_sent = True
-                    if self._process is None or not self._process.is_alive():
+                    if self._process is None or self._process.poll() is not None:
                         raise WorkerDied(f"the log cleaner's worker process exited ({self._exitcode()})")
                 answer = requests.recv()
                 if answer[0] != "committed":
@@ -1051,27 +1081,29 @@ class CleanerWorker:
         raise RuntimeError(f"the log cleaner's worker failed:\n{text}")
 
     def _exitcode(self) -> str:
-        code = self._process.exitcode if self._process is not None else None
+        code = self._process.returncode if self._process is not None else None
         return f"exit code {code}" if code is None or code >= 0 else f"signal {-code}"
 
     def stop(self) -> None:
-        """Stop the process and join it (it finishes the request it is on, if any, first)."""
+        """Stop the process and wait for it (it finishes the request it is on, if any, first)."""
         process, self._process = self._process, None
-        for conn in (self._requests, self._aborts):
-            if conn is not None:
-                with contextlib.suppress(OSError):
-                    if conn is self._requests and process is not None and process.is_alive():
-                        conn.send(None)
-                    conn.close()
+        requests, aborts = self._requests, self._aborts
         self._requests = self._aborts = None
+        if requests is not None:
+            with contextlib.suppress(OSError):
+                if process is not None and process.poll() is None:
+                    requests.send(None)
+            requests.close()
+        if aborts is not None:
+            aborts.close()
         if process is None:
             return
-        process.join(10)
-        if process.is_alive():
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
             logger.warning("the log cleaner's worker (pid %s) did not stop; killing it", process.pid)
             process.kill()
-            process.join()
-        process.close()
+            process.wait()
 
 
 # ---------------------------------------------------------------------------- the cleaner thread
