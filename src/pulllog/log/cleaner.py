@@ -976,10 +976,10 @@ class CleanerWorker:
 
     Started on first use (``python -c``: a fresh interpreter that imports only this
     module, nothing inherited from the broker's threads; one child, no helper processes)
-    and reused; its pipes are ``multiprocessing.connection`` ones. Its inputs are plain picklable values (a
-    ``LogSnapshot``, now, the checkpoint); it reads the segment files by path, writes and
-    commits the ``*.cleaned`` files and answers with a ``LogToClean`` or a
-    ``CleanResult``. For each committed group it asks the caller (``on_committed``) and
+    and reused; its pipes are ``multiprocessing.connection`` ones. Its inputs are plain
+    picklable values (a ``LogSnapshot``, now, the checkpoint); it reads the segment files
+    by path, writes and commits the ``*.cleaned`` files and answers with a
+    ``LogToClean`` or a ``CleanResult``. For each committed group it asks the caller (``on_committed``) and
     waits for the answer: the swap itself stays with the log's owner. One request at a
     time, from one thread."""
 
