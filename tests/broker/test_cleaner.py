@@ -290,8 +290,13 @@ def running(pid: int) -> bool:
 
 
 def children(pid: int) -> set[int]:
-    return {int(c) for task in Path(f"/proc/{pid}/task").iterdir()
-            for c in (task / "children").read_text().split()}
+    out: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            out.update(int(c) for c in (task / "children").read_text().split())
+        except FileNotFoundError:  # the thread ended meanwhile
+            continue
+    return out
 
 
 def test_the_cleaner_works_in_a_worker_process_the_broker_stops(tmp_path: Path) -> None:
