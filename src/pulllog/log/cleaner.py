@@ -281,7 +281,8 @@ def snapshot(log: Log) -> tuple[LogSnapshot, tuple[LogSegment, ...]]:
 def _largest_timestamp(segment: LogSegment) -> int:
     if segment.max_timestamp >= 0:
         return segment.max_timestamp
-    return int(os.fstat(segment.file.fileno()).st_mtime * 1000)  # the path may be renamed meanwhile
+    f = segment.file  # held while its descriptor is used: the handle cache may close its own reference
+    return int(os.fstat(f.fileno()).st_mtime * 1000)  # the path may be renamed meanwhile
 
 
 class _SegmentFile:
@@ -680,7 +681,8 @@ def _rewrite_group(
         os.utime(cleaned.log_path, ns=(mtime_ns, mtime_ns))
         cleaned.flush()
         if cleaned.is_empty:
-            os.fsync(cleaned.file.fileno())  # flush() skips a file nothing was appended to
+            f = cleaned.file  # held while its descriptor is used (see handles.py)
+            os.fsync(f.fileno())  # flush() skips a file nothing was appended to
     except BaseException:
         _discard(cleaned)
         raise
