@@ -32,3 +32,15 @@ def test_a_broker_built_by_serve_loads_no_client_no_hypothesis_and_kio_schemas_o
     # A version no client has sent yet is not imported: its codec is built on its first request.
     assert "kio.schema.fetch.v4.request" not in loaded
     assert "kio.schema.list_offsets.v1.request" not in loaded
+
+
+def test_a_broker_built_by_serve_does_not_build_the_zigzag_table(tmp_path: Path) -> None:
+    # records.varint's ZIGZAG table (16k bytes objects, ~10 ms) is built when an encoder first
+    # asks for it, not when serve imports the record reader.
+    code = ("from pulllog.cli.serve import _load_broker\n"
+            "from pathlib import Path\nfrom pulllog.broker.config import BrokerConfig\n"
+            f"broker = _load_broker()(config=BrokerConfig.load({{}}, data_dir=Path({str(tmp_path)!r})))\n"
+            "import sys\nv = sys.modules['pulllog.records.varint']\nprint('ZIGZAG' in vars(v))\n"
+            "assert v.encode_varint(300) == bytes([0xD8, 0x04]) and v.ZIGZAG[300] == bytes([0xD8, 0x04])\n")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=120)
+    assert out.stdout.splitlines()[-1] == "False"

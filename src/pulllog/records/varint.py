@@ -56,15 +56,29 @@ def _encode_zigzag(value: int) -> bytes:
 
 ZIGZAG_TABLE_SIZE: Final = 1 << 14
 
-ZIGZAG: Final[tuple[bytes, ...]] = tuple(_encode_zigzag(n) for n in range(ZIGZAG_TABLE_SIZE))
+ZIGZAG: tuple[bytes, ...]
 """``ZIGZAG[n]`` is ``encode_varint(n)`` for ``0 <= n < ZIGZAG_TABLE_SIZE``: record sizes,
-offset deltas and lengths, looked up by the encoders' hot loops instead of computed."""
+offset deltas and lengths, looked up by the encoders' hot loops instead of computed. Built on
+first use (see :func:`__getattr__`): building it costs about 10 ms, and ``pulllog serve``
+imports this module before it listens but needs the table only when it encodes records."""
+
+
+def __getattr__(name: str) -> tuple[bytes, ...]:
+    """Build :data:`ZIGZAG` when it is first asked for (``from .varint import ZIGZAG`` too)."""
+    if name != "ZIGZAG":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    table = tuple(_encode_zigzag(n) for n in range(ZIGZAG_TABLE_SIZE))
+    globals()["ZIGZAG"] = table
+    return table
 
 
 def encode_varint(value: int) -> bytes:
     """Zigzag varint (signed, as Kafka's ByteUtils.writeVarint / writeVarlong)."""
     if 0 <= value < ZIGZAG_TABLE_SIZE:
-        return ZIGZAG[value]
+        try:
+            return ZIGZAG[value]
+        except NameError:  # the table is not built yet; costs nothing once it is
+            return __getattr__("ZIGZAG")[value]
     return _encode_zigzag(value)
 
 
