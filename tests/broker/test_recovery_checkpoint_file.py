@@ -66,6 +66,43 @@ def test_the_recovery_checkpoint_survives_a_sigkill_and_a_clean_restart(tmp_path
         broker.stop()
 
 
+# Kafka's defaults (no flush.ms, no flush.messages) but tiny segments: only rolls flush.
+ROLLING = ("log.segment.bytes=400", "log.flush.offset.checkpoint.interval.ms=50")
+
+
+def produce_one_batch_each(bootstrap: str, count: int) -> None:
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
+    for i in range(count):
+        producer.produce("t", b"value-%d" % i, partition=0)
+        assert producer.flush(30) == 0
+
+
+def segment_bases(partition_dir: Path) -> list[int]:
+    return sorted(int(path.stem) for path in partition_dir.glob("*.log"))
+
+
+def test_a_rolled_segment_is_flushed_so_a_sigkill_rechecks_only_the_active_one(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    broker = ServeProcess(data, free_port(), ROLLING).start()
+    try:
+        produce_one_batch_each(f"127.0.0.1:{broker.port}", 40)  # 40 batches of ~80 bytes
+        bases = segment_bases(data / "t-0")
+        assert len(bases) >= 3, bases  # several rolls
+        active = bases[-1]
+        block_until(lambda: (checkpointed(data) or 0) >= active,
+                    f"the checkpoint reaches the active segment's base offset {active}")
+        broker.signal(signal.SIGKILL)
+
+        broker = ServeProcess(data, free_port(), ROLLING).start()
+        line = recovery_line(broker)
+        checked = int(line.split("checked ", 1)[1].split(" ", 1)[0])
+        assert checked <= 40 - active, line  # at most the active segment's batches (main: 40)
+        got = consume_all(f"127.0.0.1:{broker.port}", "t", 3)
+        assert [v for _, v in got[0]] == [b"value-%d" % i for i in range(40)]
+    finally:
+        broker.stop()
+
+
 async def test_deleting_a_topic_drops_its_recovery_points_from_the_checkpoint(tmp_path: Path) -> None:
     async with Broker(tmp_path, host="127.0.0.1", port=0) as broker:
         topic = broker.topics.create("gone", 2, {"flush.messages": "1"})

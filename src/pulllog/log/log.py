@@ -26,7 +26,9 @@ Guarantees (the paper's section 3.1 and Kafka's "Log" design):
   housekeeping, every ``log.flush.scheduler.interval.ms``), which hands the fsyncs to a worker
   thread: ``begin_flush`` on the owner's thread takes duplicated descriptors
   (``PendingFlush``), ``PendingFlush.sync`` fsyncs them on the worker, ``complete_flush`` on
-  the owner's thread advances the recovery point. A synchronous ``flush`` (``close``,
+  the owner's thread advances the recovery point. A roll makes a flush due too (Kafka
+  flushes a rolled segment asynchronously): the scheduler hands it off the same way, so with
+  default settings the recovery point follows the rolled segments. A synchronous ``flush`` (``close``,
   ``flush.messages``) first waits for a handed-off one, so nothing counts as on disk before
   it is.
 * The recovery point is persisted by the log's owner, as Kafka's LogManager does: the
@@ -516,10 +518,19 @@ class Log:
             self.flush()
 
     def flush_due(self, now: int | None = None) -> bool:
-        """``flush.ms`` has passed with data unflushed (and no handed-off flush is under way)."""
+        """``flush.ms`` has passed with data unflushed, or a segment has rolled that is not
+        fsynced yet (and no handed-off flush is under way).
+
+        The roll case is Kafka's flush at roll: with the default settings (no flush.ms or
+        flush.messages) the recovery point still moves as segments roll, so a crash
+        rechecks about one segment per log, not all appended since the last start. It is
+        derived state (the active segment starts past the recovery point), so a failed
+        fsync makes it due again without a flag to restore."""
         now = self.clock() if now is None else now
-        return (bool(self._unflushed_records) and now - self._last_flush_ms >= self.config.flush_ms
-                and self._pending_flush is None)
+        if not self._unflushed_records or self._pending_flush is not None:
+            return False
+        rolled = self.active_segment.base_offset > self.recovery_point
+        return rolled or now - self._last_flush_ms >= self.config.flush_ms
 
     def maybe_flush(self, now: int | None = None) -> bool:
         """For a periodic task on the owner's thread: flush now when ``flush_due``."""
