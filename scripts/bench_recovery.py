@@ -16,6 +16,11 @@ For each size (default 0.5, 1, 2 and 5 GB) the script:
 5. **restart after SIGKILL**: kills the broker with SIGKILL and times the next start the
    same way, then stops it.
 
+With ``--produce-mb N`` steps 4 and 5 differ: after the clean start it produces N MiB over
+the wire (``log.segment.bytes`` ``--segment-bytes``, default 1 MiB, no flush settings),
+waits ``--settle-s`` and kills the broker without any explicit flush: the batches checked
+then show how far the flushes at segment roll moved the recovery point.
+
 The data stays in the page cache between steps (it was just written): a machine that
 restarts after a power loss reads it from the disk, which only makes a rescan slower.
 Times include starting the Python interpreter (the ``python -c pass`` column).
@@ -189,11 +194,21 @@ def measure(size: int, args: argparse.Namespace, workdir: Path) -> Row:
     """``--repeat`` rounds of: clean start, wait for the flushed checkpoint, SIGKILL, start."""
     data_dir = workdir / f"data-{size}"
     overrides = ["log.flush.offset.checkpoint.interval.ms=100"]
+    if args.produce_mb:  # segments small enough to roll while producing
+        overrides.append(f"log.segment.bytes={args.segment_bytes}")
     create_topic(data_dir, args.partitions, overrides)
     row = Row(size, fill(data_dir, args.partitions, size, args.batch_records, args.value_bytes))
     for _ in range(args.repeat):
         broker = Serve(data_dir, overrides)
         row.clean.append((broker.started_s, broker.started_cpu_s))
+        if args.produce_mb:
+            produce_unflushed(broker.bootstrap, args)
+            broker.stop(signal.SIGKILL)
+            again = Serve(data_dir, overrides)
+            row.killed.append((again.started_s, again.started_cpu_s))
+            row.checked = max(row.checked, again.batches_checked())
+            again.stop()
+            continue
         ends = log_end_offsets(broker.bootstrap, args.partitions)
         deadline = time.monotonic() + 60
         while recovery_points(data_dir, args.partitions) != ends:
@@ -209,6 +224,24 @@ def measure(size: int, args: argparse.Namespace, workdir: Path) -> Row:
     return row
 
 
+def produce_unflushed(bootstrap: str, args: argparse.Namespace) -> None:
+    """``--produce-mb``: append over the wire with Kafka's default flush settings (no
+    explicit flush), give the broker ``--settle-s`` for its roll flushes and a checkpoint
+    write, and return: the SIGKILL then shows what a crash rechecks without a flush."""
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
+                                   "batch.size": 16 * args.value_bytes + 1024})  # ~16 records a batch
+    value = os.urandom(args.value_bytes)
+    for i in range(args.produce_mb * 2**20 // args.value_bytes):
+        while True:
+            try:
+                producer.produce(TOPIC, value, partition=i % args.partitions)
+                break
+            except BufferError:
+                producer.poll(0.1)
+    assert producer.flush(120) == 0, "produce did not finish"
+    time.sleep(args.settle_s)  # a benchmark may wait on the clock: roll flushes and a checkpoint
+
+
 def best(times: list[tuple[float, float]]) -> str:
     wall = min(t[0] for t in times)
     cpu = min(t[1] for t in times)
@@ -222,6 +255,11 @@ def main() -> None:
     parser.add_argument("--batch-records", type=int, default=16)
     parser.add_argument("--value-bytes", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=3, help="restarts per size; the best is shown")
+    parser.add_argument("--produce-mb", type=int, default=0,
+                        help="also produce this many MiB over the wire after the clean start and "
+                             "SIGKILL without waiting for a flush (recovery point from roll flushes)")
+    parser.add_argument("--segment-bytes", type=int, default=1 << 20, help="log.segment.bytes with --produce-mb")
+    parser.add_argument("--settle-s", type=float, default=2.0, help="wait after producing, before the SIGKILL")
     parser.add_argument("--dir", default=None, help="where to put the data dirs (default: a temporary dir)")
     args = parser.parse_args()
     sizes = [parse_size(s) for s in args.sizes.split(",")]
