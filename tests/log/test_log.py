@@ -203,6 +203,27 @@ def test_a_handed_off_flush_advances_the_recovery_point_once_synced(tmp_path: Pa
     assert log.recovery_point == 5
 
 
+def test_a_roll_makes_a_flush_due_with_the_default_flush_settings(tmp_path: Path) -> None:
+    # Kafka flushes a rolled segment at once, whatever flush.ms says; a failed fsync stays due.
+    log = Log.open(tmp_path / "t-0", cfg(), clock=Clock())
+    log.append(batch(3))
+    assert not log.flush_due()  # the active segment alone waits for flush.ms
+    log.roll()
+    log.append(batch(2))
+    assert log.flush_due()
+    pending = log.begin_flush()
+    assert pending is not None and not log.flush_due()
+    pending.error = OSError(5, "EIO")  # as if the worker's fsync failed
+    pending.done.set()
+    assert log.complete_flush(pending) is not None
+    assert log.recovery_point == 0 and log.flush_due()  # retried at the next run
+    pending = log.begin_flush()
+    assert pending is not None
+    pending.sync()
+    assert log.complete_flush(pending) is None
+    assert log.recovery_point == 5 and not log.flush_due()
+    log.close()
+
 def test_a_handed_off_flush_outlives_the_segments_it_was_taken_from(tmp_path: Path) -> None:
     # The worker may fsync after the owner closed or deleted the segment: it holds duplicates.
     log = Log.open(tmp_path / "t-0", cfg(flush_ms=1))
