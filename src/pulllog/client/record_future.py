@@ -8,7 +8,9 @@ asyncio future that resolves when the batch is done), and ``send()`` returns a
 ``RecordFuture``: that result, the record's offset within the batch and its timestamp.
 Completing a batch of 1,000 records is then one ``set_result``, not 1,000 futures and
 1,000 ``RecordMetadata`` objects, and a record whose future the caller drops costs the
-garbage collector nothing.
+garbage collector nothing. A batch split after MESSAGE_TOO_LARGE (``pulllog.client.
+accumulator``) keeps its ``ProduceResult``, which then lists its pieces' results: a record
+reads its own piece's base offset or error, and the batch's result is done once all are.
 
 ``RecordFuture`` is an asyncio future by duck typing (``asyncio.isfuture`` is true: it has
 ``_asyncio_future_blocking`` and the Future methods), so ``await``, ``asyncio.gather``,
