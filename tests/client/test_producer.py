@@ -522,18 +522,72 @@ async def _await(future: Any) -> Any:
 
 
 async def test_a_failed_batch_fails_every_record_future_with_the_same_error(pulllog_broker: BrokerThread) -> None:
+    # a message set stays whole in one batch, so a set that alone is too large is not split:
+    # its batch fails as a whole, and the records sent with send() in the same batch with it
     create_topic(pulllog_broker, "tiny", 1, {"max.message.bytes": "2000"})
     async with Producer(pulllog_broker.bootstrap_servers, linger_ms=600_000) as producer:
-        futures = [await producer.send("tiny", b"x" * 500) for _ in range(8)]  # one batch of ~4 KB
+        whole = await producer.send_batch("tiny", [b"x" * 500] * 8, partition=0)  # ~4 KB, one set
         await producer.flush()
-    errors = [f.exception() for f in futures]
-    assert all(isinstance(e, KafkaError) and e.code == ErrorCode.message_too_large for e in errors)
-    assert len({id(e) for e in errors}) == 1
-    results = await asyncio.gather(*futures, return_exceptions=True)
-    assert results == errors
-    for future in futures[:2]:  # raising it again and again keeps working
+    error = whole.exception()
+    assert isinstance(error, KafkaError) and error.code == ErrorCode.message_too_large
+    for _ in range(2):  # raising it again and again keeps working
         with pytest.raises(KafkaError, match="MESSAGE_TOO_LARGE"):
-            await future
+            await whole
+
+
+SPLIT_RECORDS, SPLIT_VALUE_BYTES = 500, 1000
+
+
+@pytest.mark.parametrize("options", [{}, {"enable_idempotence": False, "acks": 1, "max_in_flight": 1},
+                                     {"compression": "zstd"}],
+                         ids=["idempotent", "not-idempotent", "idempotent-zstd"])
+async def test_a_batch_over_max_message_bytes_is_split_and_its_records_sent_in_order(
+        pulllog_broker: BrokerThread, options: dict[str, Any]) -> None:
+    # The default batch_size (256 KiB) against a topic that takes 10,000 bytes: the batches
+    # that pile up are refused (MESSAGE_TOO_LARGE), split in halves until they fit, and every
+    # record lands once, in send order (Kafka's split-and-reenqueue). Without idempotence
+    # order is strict with max_in_flight=1 only, as in Kafka.
+    from pulllog import Consumer, TopicPartition
+
+    create_topic(pulllog_broker, "bounded", 1, {"max.message.bytes": "10000"})
+    noise = random.Random(17)  # values that do not compress: a compressed batch must be split too
+    values = [b"%04d" % i + noise.randbytes(SPLIT_VALUE_BYTES - 4) for i in range(SPLIT_RECORDS)]
+    async with Producer(pulllog_broker.bootstrap_servers, **options) as producer:
+        futures = [await producer.send("bounded", v, partition=0) for v in values]
+        metadata = await asyncio.wait_for(asyncio.gather(*futures), WAIT_S)
+    assert [m.offset for m in metadata] == list(range(SPLIT_RECORDS))
+    assert len(stored_batches(pulllog_broker, "bounded")) > 1, "the records went in several batches"
+    async with Consumer(pulllog_broker.bootstrap_servers, auto_offset_reset="earliest",
+                        fetch_max_wait_ms=100) as consumer:
+        consumer.assign([TopicPartition("bounded", 0)])
+        read: list[Any] = []
+        async with asyncio.timeout(WAIT_S):
+            while len(read) < SPLIT_RECORDS:
+                for records in (await consumer.getmany(timeout_ms=200)).values():
+                    read.extend(records)
+    assert [(r.offset, r.value) for r in read] == list(enumerate(values))
+
+
+@pytest.mark.parametrize("idempotent", [True, False])
+async def test_only_the_record_too_large_alone_fails_when_its_batch_is_split(
+        pulllog_broker: BrokerThread, idempotent: bool) -> None:
+    create_topic(pulllog_broker, "bounded", 1, {"max.message.bytes": "10000"})
+    options: dict[str, Any] = {} if idempotent else {"enable_idempotence": False, "acks": 1, "max_in_flight": 1}
+    small = [b"%04d" % i + b"v" * 996 for i in range(40)]
+    async with Producer(pulllog_broker.bootstrap_servers, linger_ms=600_000, **options) as producer:
+        before = [await producer.send("bounded", v, partition=0) for v in small[:20]]
+        too_large = await producer.send("bounded", b"x" * 20_000, partition=0)
+        after = [await producer.send("bounded", v, partition=0) for v in small[20:]]
+        fitting = await producer.send_batch("bounded", small[:3], partition=0)  # a set stays whole
+        await producer.flush()
+        with pytest.raises(KafkaError, match=r"^MESSAGE_TOO_LARGE producing 1 record\(s\)") as refused:
+            await too_large
+        assert refused.value.code == ErrorCode.message_too_large
+        offsets = [(await f).offset for f in before + after]
+        set_metadata = await fitting
+    assert offsets == list(range(40))
+    assert (set_metadata.base_offset, set_metadata.count) == (40, 3)
+    assert stored_values(pulllog_broker, "bounded") == small + small[:3]
 
 
 async def test_log_append_time_topics_report_the_brokers_time_for_each_record(pulllog_broker: BrokerThread) -> None:

@@ -19,6 +19,7 @@ from pulllog.client.idempotence import IdempotenceManager
 from pulllog.client.producer_config import ProducerConfig
 from pulllog.client.record_future import RecordFuture
 from pulllog.client.sender import Sender
+from pulllog.records import Compression
 from pulllog.testing import BrokerThread
 
 T0 = 1_700_000_000_000
@@ -108,6 +109,44 @@ def test_reenqueued_batches_go_back_in_their_order_ahead_of_new_ones(loop: async
     assert [values(b)[-2:-1] for b in acc.waiting()] == [b"0", b"1", b"2", b"3"]
     assert all(b.attempts == 1 and b.retry_at == 5.0 for b in sent)
     assert not acc.earlier_ready(sent[0]) and acc.earlier_ready(sent[2])
+
+
+def test_a_split_batch_keeps_its_place_its_memory_and_its_sets_whole(loop: asyncio.AbstractEventLoop) -> None:
+    # MESSAGE_TOO_LARGE: the batch is cut in two near the middle, never inside a message set;
+    # the pieces go back ahead of later batches, and each record's future reads its piece's
+    acc = accumulator(loop, batch_size=1 << 16)
+    futures = [add(acc, b"%d" % i) for i in range(2)]
+    set_future = loop.create_future()
+    items = [b"s0", b"s1", b"s2"]
+    size = sum(len(v) + 24 for v in items)
+    assert acc.pool.try_reserve(size)
+    acc.append_set("t", 0, items, T0, set_future, size)
+    futures.append(add(acc, b"3"))  # records 0, 1; the set 2..4; record 5
+    q = acc.queue("t", 0)
+    big = acc.open_batch(q)
+    assert big is not None
+    acc.drain(q, big)
+    big.seal(Compression.NONE, -1, -1, -1)
+    add(acc, b"later")
+    acc.close(q)
+    used = acc.pool.used
+    pieces = acc.split(big)
+    assert pieces is not None
+    assert [p.count for p in pieces] == [2, 4]  # 3 would cut the set
+    assert pieces[1].set_futures[0][:2] == (0, 3)
+    assert sum(p.reserved for p in pieces) == used - (len(b"later") + 24) and big.reserved == 0
+    acc.reenqueue_split(pieces)
+    assert [b.count for b in acc.waiting()] == [2, 4, 1]
+    assert big not in acc.incomplete and set(pieces) <= acc.incomplete
+    pieces[0].result.set_acknowledged(10, -1)
+    pieces[1].result.set_acknowledged(20, -1)
+    loop.run_until_complete(asyncio.sleep(0))  # the big batch's result follows its pieces'
+    assert big.done.done()
+    assert [f.result().offset for f in futures] == [10, 11, 23]
+    one = ProducerBatch("t", 0, T0, 0.0, loop)
+    one.append(None, b"alone", NO_HEADERS, T0)
+    one.seal(Compression.NONE, -1, -1, -1)
+    assert acc.split(one) is None  # a single record cannot be cut: it fails
 
 
 def test_waiting_lists_each_partitions_batches_in_order(loop: asyncio.AbstractEventLoop) -> None:

@@ -29,6 +29,13 @@ else touches a ``PartitionQueue``::
   batch that does not follow the last one it stored, so the log keeps the send order; the
   rules for that are in ``pulllog.client.idempotence`` and ``pulllog.client.producer``
   (Ordering and retries).
+* **split**: a batch of more than one record refused as MESSAGE_TOO_LARGE (the topic's
+  max.message.bytes is below ``batch_size``) is cut in two (``split``), never inside a
+  ``send_batch`` set, and the pieces take its place in ``ready`` (their ``order`` within
+  its ``span``), its memory and, with idempotence, its sequence range in order, so the
+  partition's later batches follow them; a piece still too large is cut again. Its
+  ``ProduceResult`` then answers each record from its piece's (``split_into``); a record or
+  a set that alone is too large fails.
 * **done**: acknowledged or failed; the batch's one ``ProduceResult`` resolves, which
   completes the futures of all its records and sets at once (``pulllog.client.record_future``),
   and the batch's bytes go back to ``buffer_memory``.
@@ -58,7 +65,7 @@ from typing import Any
 from crc32c import crc32c
 
 from ..records.compression import Compression, compress
-from ..records.batch import BATCH_HEADER_SIZE, LOG_OVERHEAD
+from ..records.batch import BATCH_HEADER_SIZE, LOG_OVERHEAD, RecordBatch
 from ..records.varint import ZIGZAG, ZIGZAG_TABLE_SIZE, encode_varint
 from ..records.encoding import append_record as _append_record
 from ..records.encoding import append_values as _append_values
@@ -160,7 +167,7 @@ class ProducerBatch:
     __slots__ = (
         "topic", "partition", "records", "count", "base_timestamp", "max_timestamp",
         "set_futures", "reserved", "created", "attempts", "retry_at", "wire", "base_sequence", "last_error",
-        "result", "done", "order",
+        "result", "done", "order", "span",
     )
 
     def __init__(self, topic: str, partition: int, base_timestamp: int, created: float,
@@ -183,7 +190,10 @@ class ProducerBatch:
         # the outcome all its records' futures read (send() keeps no per-record state here)
         self.result = ProduceResult(topic, partition, loop)
         self.done: asyncio.Future[None] = self.result.done
-        self.order = -1  # its place among the partition's batches, given when it closes
+        self.order: float = -1  # its place among the partition's batches, given when it closes
+        # the room in ``order`` up to the next batch's: a split batch's pieces take orders in
+        # [order, order + span), so they keep their place among the partition's batches
+        self.span = 1.0
 
     @property
     def size(self) -> int:
@@ -553,6 +563,49 @@ class RecordAccumulator:
         else:
             _insert_by_order(ready, batch)
 
+    def split(self, batch: ProducerBatch) -> list[ProducerBatch] | None:
+        """``batch`` (sealed) was refused as too large (MESSAGE_TOO_LARGE): its records in two
+        new batches, cut as near the middle as a message set allows (a set stays whole in one
+        batch), which take its place, its order and its memory; None if it cannot be cut (one
+        record, or one set). The caller seals and re-enqueues them (``reenqueue_split``).
+
+        Halves rather than ``batch_size`` pieces: a topic's max.message.bytes may be far
+        below batch_size, and a compressed batch's size is known only once sealed, so a piece
+        still too large is refused again and cut again."""
+        assert batch.wire is not None
+        cuts = _cut_points(batch.count, batch.set_futures)
+        if not cuts:
+            return None
+        middle = batch.count / 2
+        cut = min(cuts, key=lambda c: abs(c - middle))
+        records = RecordBatch.from_bytes(batch.wire, check_crc=False).records()
+        sets = sorted(batch.set_futures, key=lambda s: s[0])
+        pieces: list[ProducerBatch] = []
+        for start, end in ((0, cut), (cut, batch.count)):
+            base_timestamp = min(r.timestamp for r in records[start:end])  # deltas stay >= 0
+            piece = ProducerBatch(batch.topic, batch.partition, base_timestamp, batch.created, self._loop)
+            for record in records[start:end]:
+                piece.append(record.key, record.value, encode_headers(record.headers), record.timestamp)
+            piece.set_futures = [(f - start, n, ts, fut) for f, n, ts, fut in sets if start <= f < end]
+            piece.reserved = batch.reserved * (end - start) // batch.count
+            piece.attempts = batch.attempts
+            piece.last_error = batch.last_error
+            pieces.append(piece)
+        pieces[-1].reserved += batch.reserved - sum(p.reserved for p in pieces)
+        half = batch.span / 2
+        pieces[0].order, pieces[1].order = batch.order, batch.order + half
+        pieces[0].span = pieces[1].span = half
+        batch.reserved = 0
+        self.incomplete.discard(batch)
+        self.incomplete.update(pieces)
+        batch.result.split_into([(0, pieces[0].result), (cut, pieces[1].result)])
+        return pieces
+
+    def reenqueue_split(self, pieces: list[ProducerBatch]) -> None:
+        """The pieces of a split batch go back into ``ready`` in its place, to be sent at once."""
+        for piece in reversed(pieces):
+            self.reenqueue(piece, 0.0)
+
     def earlier_ready(self, batch: ProducerBatch) -> bool:
         """Does an earlier batch of ``batch``'s partition wait in ``ready`` (for its retry)?"""
         q = self.queues.get((batch.topic, batch.partition))
@@ -575,6 +628,14 @@ class RecordAccumulator:
             q.open = None
             q.ready.clear()
         return list(self.incomplete)
+
+
+def _cut_points(count: int, set_futures: list[tuple[int, int, int, asyncio.Future[Any]]]) -> list[int]:
+    """Where a batch of ``count`` records may be cut: between records, never inside a set."""
+    inside: set[int] = set()
+    for first, n, _ts, _future in set_futures:
+        inside.update(range(first + 1, first + n))
+    return [c for c in range(1, count) if c not in inside]
 
 
 def _insert_by_order(batches: list[ProducerBatch] | deque[ProducerBatch], batch: ProducerBatch) -> None:

@@ -62,7 +62,9 @@ How records move (see ``pulllog.client.accumulator`` for the batch states):
   ``max_in_flight=1`` a partition has one batch in flight and order is strict. Errors
   that say metadata is stale also refresh it. A batch fails for good after ``retries``
   retries, on a non-retriable error (its future gets a ``KafkaError`` naming the code,
-  e.g. MESSAGE_TOO_LARGE, with the broker's message), or ``delivery_timeout_ms`` after
+  e.g. MESSAGE_TOO_LARGE, with the broker's message; a batch of several records refused as
+  MESSAGE_TOO_LARGE is split and resent instead, ``pulllog.client.accumulator``), or
+  ``delivery_timeout_ms`` after
   it was created (``DeliveryTimeoutError``). Without idempotence a request that timed out
   may still have been appended, so a retry can duplicate it (at-least-once, as in Kafka).
 * **Idempotence** (``enable_idempotence``, on by default as in Kafka 3.0+, with

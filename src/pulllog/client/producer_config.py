@@ -56,8 +56,9 @@ class ProducerConfig:
     compression (compression.type): None, "gzip", "snappy", "lz4" or "zstd" (one block per
         batch). Resolved to a ``Compression``.
     batch_size (batch.size): target bytes of records per batch; a larger record gets its own
-        batch. Keep it below the topics' max.message.bytes: a batch the broker refuses as
-        MESSAGE_TOO_LARGE fails whole (Kafka's producer would split it; not done yet).
+        batch. A batch the broker refuses as MESSAGE_TOO_LARGE (a topic's max.message.bytes
+        below it) is split in halves and resent, as Kafka's producer splits it; only a record
+        or a send_batch() set that alone is too large fails.
     linger_ms (linger.ms): how long an open batch waits for more records before it is sendable.
     buffer_memory (buffer.memory): bytes of records not yet acknowledged before send() waits.
     max_block_ms (max.block.ms): how long send() waits for buffer space or a new topic's metadata.

@@ -8,7 +8,9 @@ asyncio future that resolves when the batch is done), and ``send()`` returns a
 ``RecordFuture``: that result, the record's offset within the batch and its timestamp.
 Completing a batch of 1,000 records is then one ``set_result``, not 1,000 futures and
 1,000 ``RecordMetadata`` objects, and a record whose future the caller drops costs the
-garbage collector nothing.
+garbage collector nothing. A batch split after MESSAGE_TOO_LARGE (``pulllog.client.
+accumulator``) keeps its ``ProduceResult``, which then lists its pieces' results: a record
+reads its own piece's base offset or error, and the batch's result is done once all are.
 
 ``RecordFuture`` is an asyncio future by duck typing (``asyncio.isfuture`` is true: it has
 ``_asyncio_future_blocking`` and the Future methods), so ``await``, ``asyncio.gather``,
@@ -29,6 +31,7 @@ Besides a broker's ``KafkaError``, these futures fail with ``DeliveryTimeoutErro
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextvars
 from collections.abc import Callable, Generator
 from types import TracebackType
@@ -70,7 +73,8 @@ class BatchMetadata:
 class ProduceResult:
     """One batch's outcome, shared by its records' futures (Kafka's ProduceRequestResult)."""
 
-    __slots__ = ("topic", "partition", "base_offset", "log_append_time", "error", "error_tb", "done", "waiting")
+    __slots__ = ("topic", "partition", "base_offset", "log_append_time", "error", "error_tb", "done", "waiting",
+                 "pieces")
 
     def __init__(self, topic: str, partition: int, loop: asyncio.AbstractEventLoop) -> None:
         self.topic = topic
@@ -82,6 +86,33 @@ class ProduceResult:
         self.done: asyncio.Future[None] = loop.create_future()  # resolves (to None) when the batch is done
         # record futures with done-callbacks: told here, in one pass, when the batch is done
         self.waiting: list[RecordFuture] | None = None
+        # After a split (MESSAGE_TOO_LARGE): (first relative offset, the piece's result) per
+        # piece, in order; a record's outcome is then its piece's (see ``outcome``).
+        self.pieces: list[tuple[int, ProduceResult]] | None = None
+
+    def split_into(self, pieces: list[tuple[int, ProduceResult]]) -> None:
+        """The batch was split and its pieces re-sent: each record's outcome is its piece's,
+        and this result is done once every piece is."""
+        self.pieces = pieces
+        left = [len(pieces)]
+
+        def piece_done(_f: asyncio.Future[None]) -> None:
+            left[0] -= 1
+            if left[0] == 0 and not self.done.done():
+                self._set_done()
+
+        for _first, piece in pieces:
+            piece.done.add_done_callback(piece_done)
+
+    def outcome(self, relative_offset: int) -> tuple[ProduceResult, int]:
+        """The result that holds the record at ``relative_offset``, and its offset there."""
+        r = self
+        while r.pieces is not None:
+            pieces = r.pieces
+            i = bisect.bisect_right(pieces, relative_offset, key=lambda p: p[0]) - 1
+            first, r = pieces[i]
+            relative_offset -= first
+        return r, relative_offset
 
     def set_acknowledged(self, base_offset: int, log_append_time: int) -> None:
         self.base_offset = base_offset
@@ -224,10 +255,13 @@ class RecordFuture:
         r = self._result
         if not r.done.done():
             raise asyncio.InvalidStateError("the record is not acknowledged yet")
+        relative_offset = self.relative_offset
+        if r.pieces is not None:
+            r, relative_offset = r.outcome(relative_offset)
         if r.error is not None:
             raise r.error.with_traceback(r.error_tb)
         return RecordMetadata(r.topic, r.partition,
-                              r.base_offset + self.relative_offset if r.base_offset >= 0 else -1,
+                              r.base_offset + relative_offset if r.base_offset >= 0 else -1,
                               r.log_append_time if r.log_append_time >= 0 else self._timestamp)
 
     def exception(self) -> BaseException | None:
@@ -236,6 +270,8 @@ class RecordFuture:
         r = self._result
         if not r.done.done():
             raise asyncio.InvalidStateError("the record is not acknowledged yet")
+        if r.pieces is not None:
+            return r.outcome(self.relative_offset)[0].error
         return r.error
 
     def __await__(self) -> Generator[Any, None, RecordMetadata]:

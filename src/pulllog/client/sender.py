@@ -478,6 +478,8 @@ class Sender:
                     self._complete(batch, -1, -1)  # already appended by an earlier attempt
                 elif result.error_code == ErrorCode.out_of_order_sequence_number:
                     self._out_of_order(batch, result)
+                elif result.error_code == ErrorCode.message_too_large and self._split(batch):
+                    pass  # its pieces are back in the queue
                 else:
                     error = produce_error(batch, result)
                     self._retry_or_fail([batch], error, retriable=error.retriable,
@@ -487,6 +489,28 @@ class Sender:
             self._wakeup.set()
 
     # ------------------------------------------------------------------ outcomes
+
+    def _split(self, batch: ProducerBatch) -> bool:
+        """MESSAGE_TOO_LARGE for a batch of more than one record (or set): split it in two and
+        send the pieces in its place (Kafka's split-and-reenqueue); False if it cannot be cut,
+        and then it fails. With idempotence the pieces take the batch's sequences in order,
+        so the partition's later batches (refused meanwhile as out of order) follow them."""
+        if batch.done.done() or self.closed:
+            return False
+        pieces = self._acc.split(batch)
+        if pieces is None:
+            return False
+        log.debug("split %r in %d after MESSAGE_TOO_LARGE", batch, len(pieces))
+        self._landed(batch)
+        compression = self.config.compression
+        if self._idempotence.enabled and batch.base_sequence >= 0:
+            pe = self._idempotence.producer_id_and_epoch
+            sequence = batch.base_sequence
+            for piece in pieces:
+                piece.seal(compression, pe.producer_id, pe.epoch, sequence)  # type: ignore[arg-type]
+                sequence = (sequence + piece.count) % 2**31
+        self._acc.reenqueue_split(pieces)
+        return True
 
     def _out_of_order(self, batch: ProducerBatch, result: Any) -> None:
         """OUT_OF_ORDER_SEQUENCE_NUMBER: expected while an earlier batch of the partition is
@@ -601,5 +625,6 @@ def produce_error(batch: ProducerBatch, result: Any) -> KafkaError:
     if record_errors:
         text += " (" + "; ".join(record_errors) + ")"
     if code == ErrorCode.message_too_large:
-        text += " (the topic's max.message.bytes is smaller than the batch: send smaller records or raise it)"
+        text += (" (the topic's max.message.bytes is smaller than this record, or message set, alone: "
+                 "send smaller records or raise it)")
     return KafkaError(code, text)
