@@ -107,7 +107,8 @@ class _ResponseReader(asyncio.BufferedProtocol):
             if end - start - 4 < size:
                 self._need = 4 + size
                 break
-            frame = bytes(buf[start + 4:start + 4 + size])
+            with memoryview(buf) as view:  # one copy: buf[a:b] would copy once more into a bytearray
+                frame = bytes(view[start + 4:start + 4 + size])
             start += 4 + size
             self._need = 0
             conn._frame_received(frame)
@@ -252,15 +253,22 @@ class KafkaConnection:
         if self._closed or self._transport is None:
             raise ConnectionClosedError(f"connection to {self.address} is closed") from self._error
         correlation_id = next(self._ids)
-        return await self._send(api, version, correlation_id, encode(correlation_id, self.client_id), True)
+        return await self._send(api, version, correlation_id, encode(correlation_id, self.client_id), True,
+                                at_once=api == "fetch")
 
-    async def _send(self, api: str, version: int, correlation_id: int, frame: bytes, expect_response: bool) -> Any:
+    async def _send(self, api: str, version: int, correlation_id: int, frame: bytes, expect_response: bool,
+                    *, at_once: bool = False) -> Any:
         assert self._transport is not None and self._protocol is not None
         future: asyncio.Future[Any] | None = None
         if expect_response:
             future = asyncio.get_running_loop().create_future()
             self._pending[correlation_id] = (future, response_class(api, version))
-        self._write(frame)
+        if at_once and not self._outgoing:
+            # A consumer's Fetch is alone on its connection: deferring it to the end of the
+            # turn would only add a loop turn to every round trip.
+            self._transport.write(frame)
+        else:
+            self._write(frame)
         try:
             await self._protocol.drain()
         except ConnectionError as exc:
