@@ -5,6 +5,10 @@ correlation id, which one reader task per connection matches up. Kafka brokers a
 connection's requests in order, so responses arrive in the order they were sent; we still
 match by correlation id, which also catches a confused peer.
 
+Frames written in one turn of the event loop leave in one write at the end of the turn (a
+pipelining producer's requests); a Fetch with nothing else waiting goes out at once, as a
+consumer's round trip would otherwise wait a turn.
+
 Reading is a ``BufferedProtocol`` (``_ResponseReader``), so no task per connection: the event
 loop ``recv_into``s one reused buffer, and each complete frame is copied out once and handed
 to the request waiting for it. The buffer starts at 256 KiB, grows to hold a larger frame
