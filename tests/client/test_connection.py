@@ -143,3 +143,28 @@ async def test_requests_written_in_one_turn_of_the_loop_leave_in_one_write() -> 
     finally:
         await conn.close()
         server.close()
+
+
+async def test_a_fetch_alone_is_written_at_once_not_at_the_end_of_the_turn() -> None:
+    """A consumer's Fetch is alone on its connection: deferring its write to the end of the
+    loop's turn (as for a producer's pipelined requests) only adds a turn per round trip."""
+    server = await asyncio.start_server(lambda r, w: r.read(65536), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    conn = KafkaConnection("127.0.0.1", port, "test")
+    try:
+        await conn.open(timeout=5)
+        writes: list[bytes] = []
+        transport = conn._transport
+        assert transport is not None
+        write = transport.write
+        transport.write = lambda data: (writes.append(bytes(data)), write(data))[1]  # type: ignore[method-assign]
+        frame = struct.pack(">i", 4) + b"\0\0\0\0"
+        fetch = asyncio.ensure_future(conn.request_encoded("fetch", 12, lambda cid, client: frame))
+        await asyncio.sleep(0)  # the task's first step runs; a deferred write would come a turn later
+        assert writes == [frame]
+        fetch.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await fetch
+    finally:
+        await conn.close()
+        server.close()

@@ -5,6 +5,10 @@ correlation id, which one reader task per connection matches up. Kafka brokers a
 connection's requests in order, so responses arrive in the order they were sent; we still
 match by correlation id, which also catches a confused peer.
 
+Frames written in one turn of the event loop leave in one write at the end of the turn (a
+pipelining producer's requests); a Fetch with nothing else waiting goes out at once, as a
+consumer's round trip would otherwise wait a turn.
+
 Reading is a ``BufferedProtocol`` (``_ResponseReader``), so no task per connection: the event
 loop ``recv_into``s one reused buffer, and each complete frame is copied out once and handed
 to the request waiting for it. The buffer starts at 256 KiB, grows to hold a larger frame
@@ -107,7 +111,8 @@ class _ResponseReader(asyncio.BufferedProtocol):
             if end - start - 4 < size:
                 self._need = 4 + size
                 break
-            frame = bytes(buf[start + 4:start + 4 + size])
+            with memoryview(buf) as view:  # one copy: buf[a:b] would copy once more into a bytearray
+                frame = bytes(view[start + 4:start + 4 + size])
             start += 4 + size
             self._need = 0
             conn._frame_received(frame)
@@ -252,15 +257,22 @@ class KafkaConnection:
         if self._closed or self._transport is None:
             raise ConnectionClosedError(f"connection to {self.address} is closed") from self._error
         correlation_id = next(self._ids)
-        return await self._send(api, version, correlation_id, encode(correlation_id, self.client_id), True)
+        return await self._send(api, version, correlation_id, encode(correlation_id, self.client_id), True,
+                                at_once=api == "fetch")
 
-    async def _send(self, api: str, version: int, correlation_id: int, frame: bytes, expect_response: bool) -> Any:
+    async def _send(self, api: str, version: int, correlation_id: int, frame: bytes, expect_response: bool,
+                    *, at_once: bool = False) -> Any:
         assert self._transport is not None and self._protocol is not None
         future: asyncio.Future[Any] | None = None
         if expect_response:
             future = asyncio.get_running_loop().create_future()
             self._pending[correlation_id] = (future, response_class(api, version))
-        self._write(frame)
+        if at_once and not self._outgoing:
+            # A consumer's Fetch is alone on its connection: deferring it to the end of the
+            # turn would only add a loop turn to every round trip.
+            self._transport.write(frame)
+        else:
+            self._write(frame)
         try:
             await self._protocol.drain()
         except ConnectionError as exc:
