@@ -53,7 +53,7 @@ from ..net.consumer_protocol import decode_subscription
 from ..purgatory import DelayedOperation, DelayedOperationPurgatory
 from ..records import build_batch
 from ..records.batch import RecordBatch, iter_batches
-from ..records.decoding import decode_records
+from ..records.decoding import DecodedRecord, decode_records
 from . import records as rec
 from .state import Event, GroupState, next_state
 
@@ -102,21 +102,7 @@ MAX_SESSION_TIMEOUT_MS = 1_800_000
 OFFSET_METADATA_MAX_BYTES = 4096
 
 
-@dataclass(slots=True)
-class _ReplayedRecord:
-    """The record shape ``decode_records`` fills in (its contract names these slots)."""
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-    timestamp_type: int
-    key: bytes | None
-    value: bytes | None
-    headers: Any
-
-
-def _data_records(plog: Log) -> Iterable[_ReplayedRecord]:
+def _data_records(plog: Log) -> Iterable[DecodedRecord]:
     """Every data record of ``plog`` from its log start offset, across compaction's holes."""
     offset = plog.log_start_offset
     while offset < plog.log_end_offset:
@@ -132,7 +118,7 @@ def _data_records(plog: Log) -> Iterable[_ReplayedRecord]:
                 continue
             batch = RecordBatch.from_bytes(data, pos)
             body = batch.payload()
-            yield from decode_records(_ReplayedRecord, body, 0, len(body), header.records_count,
+            yield from decode_records(DecodedRecord, body, 0, len(body), header.records_count,
                                       header.base_offset, header.base_timestamp, 0, -1, OFFSETS_TOPIC, 0)
         if not moved:
             return

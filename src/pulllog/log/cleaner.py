@@ -148,7 +148,7 @@ from ..records.batch import (
     rebuild_batch,
 )
 from ..records.compression import Compression, decompress
-from ..records.decoding import decode_records
+from ..records.decoding import DecodedRecord, decode_records
 from .checkpoint import CLEANER_CHECKPOINT_FILE, CheckpointError, read_offsets, write_offsets
 from .config import LogConfig
 from .index import OffsetIndex, TimeIndex
@@ -580,21 +580,7 @@ def clean_snapshot(
     return CleanResult(stats, plan.first_dirty_offset, cleaned_up_to)
 
 
-@dataclass(slots=True)
-class _DecodedRecord:
-    """What ``decoding.decode_records`` fills in (its record contract)."""
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-    timestamp_type: int
-    key: bytes | None
-    value: bytes | None
-    headers: Any
-
-
-def _decode(batch: RecordBatch) -> list[_DecodedRecord]:
+def _decode(batch: RecordBatch) -> list[DecodedRecord]:
     """The batch's records through the C decoder when built (the cleaner's hot loop).
 
     Timestamps are create-time: base timestamp + delta, as ``RecordBatch.records``."""
@@ -603,7 +589,7 @@ def _decode(batch: RecordBatch) -> list[_DecodedRecord]:
         data, pos = batch.raw, BATCH_HEADER_SIZE
     else:
         data, pos = decompress(h.compression, batch.raw[BATCH_HEADER_SIZE:]), 0
-    return decode_records(_DecodedRecord, data, pos, len(data), h.records_count, h.base_offset,
+    return decode_records(DecodedRecord, data, pos, len(data), h.records_count, h.base_offset,
                           h.base_timestamp, 0, -1, "", 0)
 
 
@@ -726,7 +712,7 @@ def _filter_batch(
     records = _decode(batch)
     aborted = header.base_offset in producers.aborted
     expired = header.has_delete_horizon and now >= header.delete_horizon_ms
-    retained: list[_DecodedRecord] = []
+    retained: list[DecodedRecord] = []
     tombstones_removed = 0
     for record in records:
         keep = (

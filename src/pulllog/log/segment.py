@@ -319,14 +319,7 @@ class LogSegment:
             self.time_index.load(2**62)
         except IndexCorruptError:
             return False
-        first = next(self.headers(0), None)
-        if first is not None:
-            self._first_batch_seen = True
-            if first[1].max_timestamp >= 0:
-                self.rolling_based_ms = first[1].max_timestamp
-        last_ts = self.time_index.last_entry
-        if last_ts is not None:
-            self.max_timestamp, self.offset_of_max_timestamp = last_ts
+        self._restore_from_first_batch_and_time_index()
         _offset, position = self.offset_index.lookup(2**62)
         # The batches after the last index entry are what a crash may have torn: walk them
         # with recovery's checks (verify.walk_log); any problem means recover() instead.
@@ -352,6 +345,18 @@ class LogSegment:
         self._reset_state()
         for pos, header in self.headers():
             self._track_batch(pos, header)
+
+    def _restore_from_first_batch_and_time_index(self) -> None:
+        """The state a trusted prefix gives without walking it: the roll clock from the first
+        batch, the largest timestamp from the time index's last entry."""
+        first = next(self.headers(0), None)
+        if first is not None:
+            self._first_batch_seen = True
+            if first[1].max_timestamp >= 0:
+                self.rolling_based_ms = first[1].max_timestamp
+        last_ts = self.time_index.last_entry
+        if last_ts is not None:
+            self.max_timestamp, self.offset_of_max_timestamp = last_ts
 
     def _reset_state(self) -> None:
         self.next_offset = self.base_offset
@@ -434,14 +439,7 @@ class LogSegment:
         self.offset_index.truncate_to_position(position + 1 if kept_entry else 0)
         self.time_index.truncate_to_offset(entry_offset + 1 if kept_entry else self.base_offset)
         self._reset_state()
-        first = next(self.headers(0), None)
-        if first is not None:
-            self._first_batch_seen = True
-            if first[1].max_timestamp >= 0:
-                self.rolling_based_ms = first[1].max_timestamp
-        last_ts = self.time_index.last_entry
-        if last_ts is not None:
-            self.max_timestamp, self.offset_of_max_timestamp = last_ts
+        self._restore_from_first_batch_and_time_index()
         start = position
         for pos, header in self.headers(position):
             if kept_entry and pos == position and header.last_offset != entry_offset:

@@ -34,15 +34,31 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 from .errors import CorruptRecordError, InvalidRecordError
 from .varint import VarintError, decode_varint
 
-__all__ = ["IMPLEMENTATION", "decode_records", "py_decode_records"]
+__all__ = ["IMPLEMENTATION", "DecodedRecord", "decode_records", "py_decode_records"]
 
 _FIELDS = ("topic", "partition", "offset", "timestamp", "timestamp_type", "key", "value", "headers")
+
+
+@dataclass(slots=True)
+class DecodedRecord:
+    """The plain record shape of the contract above, for readers inside the broker (the log
+    cleaner, the offsets-topic replay) that need no client-facing record type."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    timestamp_type: int
+    key: bytes | None
+    value: bytes | None
+    headers: Any
 
 
 @cache
