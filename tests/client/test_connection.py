@@ -22,6 +22,16 @@ async def _serve_once(reply: bytes) -> tuple[asyncio.AbstractServer, int]:
     return server, server.sockets[0].getsockname()[1]
 
 
+def _record_writes(conn: KafkaConnection) -> list[bytes]:
+    """Every buffer the connection hands its transport from now on, in order."""
+    writes: list[bytes] = []
+    transport = conn._transport
+    assert transport is not None
+    write = transport.write
+    transport.write = lambda data: (writes.append(bytes(data)), write(data))[1]  # type: ignore[method-assign]
+    return writes
+
+
 async def test_an_http_server_is_named_instead_of_a_2_gib_read() -> None:
     server, port = await _serve_once(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
     try:
@@ -119,11 +129,7 @@ async def test_requests_written_in_one_turn_of_the_loop_leave_in_one_write() -> 
     conn = KafkaConnection("127.0.0.1", port, "test")
     try:
         await conn.open(timeout=5)
-        writes: list[bytes] = []
-        transport = conn._transport
-        assert transport is not None
-        write = transport.write
-        transport.write = lambda data: (writes.append(bytes(data)), write(data))[1]  # type: ignore[method-assign]
+        writes = _record_writes(conn)
 
         frames = 5
         await asyncio.gather(*(conn.request("api_versions", 0, {}, expect_response=False) for _ in range(frames)))
@@ -153,11 +159,7 @@ async def test_a_fetch_alone_is_written_at_once_not_at_the_end_of_the_turn() -> 
     conn = KafkaConnection("127.0.0.1", port, "test")
     try:
         await conn.open(timeout=5)
-        writes: list[bytes] = []
-        transport = conn._transport
-        assert transport is not None
-        write = transport.write
-        transport.write = lambda data: (writes.append(bytes(data)), write(data))[1]  # type: ignore[method-assign]
+        writes = _record_writes(conn)
         frame = struct.pack(">i", 4) + b"\0\0\0\0"
         fetch = asyncio.ensure_future(conn.request_encoded("fetch", 12, lambda cid, client: frame))
         await asyncio.sleep(0)  # the task's first step runs; a deferred write would come a turn later
