@@ -140,7 +140,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..records.batch import (
     BATCH_HEADER_SIZE,
     BatchHeader,
-    ControlType,
     InvalidRecordError,
     Record,
     RecordBatch,
@@ -148,6 +147,7 @@ from ..records.batch import (
     rebuild_batch,
 )
 from ..records.compression import Compression, decompress
+from ..records.control import ControlType, read_control_record
 from ..records.decoding import DecodedRecord, decode_records
 from .checkpoint import CLEANER_CHECKPOINT_FILE, CheckpointError, read_offsets, write_offsets
 from .config import LogConfig
@@ -505,7 +505,7 @@ def _scan_producers(files: Sequence[_SegmentFile], should_abort: Callable[[], bo
                 raise CleaningAborted(f.name)
             pid = header.producer_id
             if header.is_control:
-                marker = f.read_batch(position, header).control_record()
+                marker = read_control_record(f.read_batch(position, header))
                 batches = open_txns.pop(pid, [])
                 if marker is not None and marker.type == ControlType.ABORT:
                     aborted.update(batches)
