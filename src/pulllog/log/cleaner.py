@@ -153,6 +153,7 @@ from .checkpoint import CLEANER_CHECKPOINT_FILE, CheckpointError, read_offsets, 
 from .config import LogConfig
 from .index import OffsetIndex, TimeIndex
 from .segment import LogSegment
+from .txn_index import AbortedTxn, decode_entries
 from .swap import (
     CLEANED_SUFFIX,
     SWAP_SUFFIX,
@@ -334,6 +335,17 @@ class _SegmentFile:
 
     def mtime_ns(self) -> int:
         return os.fstat(self.fd).st_mtime_ns
+
+    def aborted_txns(self) -> list[AbortedTxn]:
+        """The segment's ``.txnindex`` entries (retention may have renamed it ``*.deleted``)."""
+        path = self.ref.path.removesuffix(".log") + ".txnindex"
+        for candidate in (path, path + ".deleted"):
+            try:
+                with open(candidate, "rb") as f:
+                    return decode_entries(f.read())
+            except FileNotFoundError:
+                continue
+        return []
 
     def close(self) -> None:
         os.close(self.fd)
@@ -662,6 +674,11 @@ def _rewrite_group(
                     pending, positions = bytearray(), []
         if pending:
             cleaned.append(pending, positions)
+        # The markers stay (control batches are always kept), so their aborted-transaction
+        # entries do too: the cleaned segment's index is its old segments' indexes.
+        for f in group:
+            for entry in f.aborted_txns():
+                cleaned.txn_index.append(entry)
         # Kafka keeps the last segment's mtime: time-based retention falls back on it.
         mtime_ns = max(f.mtime_ns() for f in group)
         os.utime(cleaned.log_path, ns=(mtime_ns, mtime_ns))
