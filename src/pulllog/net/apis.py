@@ -50,6 +50,7 @@ class ApiKey(enum.IntEnum):
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
+    DESCRIBE_PRODUCERS = 61
 
     @property
     def api_name(self) -> str:

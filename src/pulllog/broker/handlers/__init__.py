@@ -116,6 +116,7 @@ _MODULES = (
     "describe_groups",
     "delete_groups",
     "offset_delete",
+    "describe_producers",
 )
 
 

@@ -5,7 +5,13 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from ...log import ConfigError, OffsetOutOfRangeError, RecordErrors, RecordTooLargeError
-from ...log.producer_state import InvalidProducerEpochError, InvalidProducerFieldsError, OutOfOrderSequenceError
+from ...log.producer_state import (
+    InvalidProducerEpochError,
+    InvalidProducerFieldsError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceError,
+    TransactionCoordinatorFencedError,
+)
 from ...records import CorruptRecordError, InvalidRecordError, UnsupportedMagicError
 from ..topics import InvalidTopicError, TopicExistsError, UnknownTopicError
 
@@ -28,8 +34,12 @@ def error_code_for(exc: BaseException) -> ErrorCode:
             return ErrorCode.unsupported_for_message_format
         case OutOfOrderSequenceError():
             return ErrorCode.out_of_order_sequence_number
+        case TransactionCoordinatorFencedError():
+            return ErrorCode.transaction_coordinator_fenced
         case InvalidProducerEpochError():
             return ErrorCode.invalid_producer_epoch
+        case InvalidTxnStateError():
+            return ErrorCode.invalid_txn_state
         case InvalidProducerFieldsError():
             return ErrorCode.invalid_record
         case RecordErrors():
