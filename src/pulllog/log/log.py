@@ -435,7 +435,8 @@ class Log:
         markers: MarkerReader | None = None
         for _pos, header in batches:
             if header.producer_id >= 0:  # idempotent producers: checked before anything is written
-                if any(h.attributes & CONTROL_MASK for _p, h in batches):
+                if header.attributes & CONTROL_MASK or (
+                        len(batches) > 1 and any(h.attributes & CONTROL_MASK for _p, h in batches)):
                     markers = _marker_reader(data)
                 duplicate = self.producer_state.check_append(batches, markers)
                 if duplicate is not None:

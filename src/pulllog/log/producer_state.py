@@ -305,7 +305,8 @@ class ProducerStateManager:
                 )
             if header.attributes & TRANSACTIONAL_MASK:
                 txn_open[producer_id] = True
-            elif txn_open.get(producer_id, entry is not None and entry.current_txn_first_offset is not None):
+            elif (txn_open[producer_id] if producer_id in txn_open
+                  else entry is not None and entry.current_txn_first_offset is not None):
                 raise InvalidTxnStateError(
                     f"producer {producer_id} sent a non-transactional batch while its transaction is open; "
                     "commit or abort the transaction first"
