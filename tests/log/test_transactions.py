@@ -241,6 +241,15 @@ def test_truncation_drops_the_abort_and_reopens_the_transaction(tmp_path: Path) 
 # ---------------------------------------------------------------------------- retention, compaction
 
 
+def test_the_lso_never_falls_below_the_log_start_offset(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    log.append(Producer(1).batch())  # 0: opens a transaction
+    log.append(plain())  # 1
+    log.append(plain())  # 2
+    log.delete_records_before(2)
+    assert log.last_stable_offset == 2
+
+
 def test_retention_deletes_a_segments_txnindex_with_it(tmp_path: Path) -> None:
     log = open_log(tmp_path / "t-0", segment_bytes=300, retention_bytes=0)
     p = Producer(1)

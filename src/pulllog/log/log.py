@@ -497,10 +497,13 @@ class Log:
     @property
     def last_stable_offset(self) -> int:
         """The first offset of the oldest open transaction, else the high watermark: what
-        read_committed consumers may read up to."""
+        read_committed consumers may read up to. Never below the log start offset (Kafka:
+        retention or DeleteRecords may remove an open transaction's first batches)."""
         first_unstable = self.producer_state.first_unstable_offset()
         hw = self.high_watermark
-        return hw if first_unstable is None or first_unstable > hw else first_unstable
+        if first_unstable is None or first_unstable >= hw:
+            return hw
+        return max(first_unstable, self.log_start_offset)
 
     def aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[tuple[int, int]]:
         """(producer id, first offset) of the aborted transactions whose range meets
