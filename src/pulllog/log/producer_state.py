@@ -177,8 +177,6 @@ MarkerReader = Callable[[int, BatchHeader], "ControlRecord | None"]
 """Decodes the control record of the control batch at a position (they are rare, so only
 they are decoded)."""
 
-_NONE_COMPLETED: list = []  # shared "nothing completed" answer: never appended to
-
 
 class BatchMetadata(NamedTuple):  # a tuple: made on every idempotent append, so cheap to build
     first_seq: int
@@ -384,14 +382,14 @@ class ProducerStateManager:
         batches: Iterable[tuple[int, BatchHeader]],
         markers: MarkerReader | None = None,
         on_abort: Callable[[AbortedTxn], None] | None = None,
-    ) -> list[CompletedTxn]:
+    ) -> Sequence[CompletedTxn]:
         """Update the state with appended batches (offsets assigned); returns the
         transactions their markers ended (usually none), and hands each aborted one, as
         its ``.txnindex`` entry, to ``on_abort`` at once (the entry's LSO is the one right
         after its marker). No checks: also used to replay the log's batches at load.
         ``markers`` as for ``check_append``."""
         producers = self.producers
-        completed: list[CompletedTxn] = _NONE_COMPLETED
+        completed: list[CompletedTxn] | None = None
         for pos, header in batches:
             producer_id = header.producer_id
             if producer_id < 0:
@@ -401,7 +399,7 @@ class ProducerStateManager:
             if attributes & CONTROL_MASK:
                 done = self._end_txn(header, markers(pos, header) if markers else None)
                 if done is not None:
-                    if completed is _NONE_COMPLETED:
+                    if completed is None:
                         completed = []
                     completed.append(done)
                     if done.aborted and on_abort is not None:
@@ -421,7 +419,7 @@ class ProducerStateManager:
             if attributes & TRANSACTIONAL_MASK and entry.current_txn_first_offset is None:
                 entry.current_txn_first_offset = base_offset  # the transaction starts here
                 self.ongoing_txns[producer_id] = base_offset
-        return completed
+        return () if completed is None else completed
 
     def _end_txn(self, header: BatchHeader, marker: ControlRecord | None) -> CompletedTxn | None:
         if marker is None or not marker.is_marker:
