@@ -105,3 +105,21 @@ def test_pulllog_reads_segments_written_by_kafka(codec: str, kafka_reference_bro
         log.close()
     assert [(r.key, r.value, [(k, v) for k, v in r.headers]) for r in records] == \
         [(k, v, list(hs)) for k, v, hs in sent]
+
+
+def test_kafka_dump_log_reads_pulllog_transaction_markers_and_txnindex(tmp_path: Path) -> None:
+    from pulllog.records import build_batch
+
+    log = Log.open(tmp_path / "txn-0")
+    log.append(build_batch([(None, b"p0")]))
+    log.append(build_batch([(None, b"t1")], producer_id=9, producer_epoch=3, base_sequence=0, transactional=True))
+    log.write_txn_marker(9, 3, False, coordinator_epoch=5)  # offset 2
+    log.append(build_batch([(None, b"t2")], producer_id=9, producer_epoch=3, base_sequence=1, transactional=True))
+    log.write_txn_marker(9, 3, True, coordinator_epoch=5)  # offset 4: a commit is not indexed
+    log.close()
+    [segment] = sorted((tmp_path / "txn-0").glob("*.log"))
+    markers = [line for line in _dump(segment, "--deep-iteration").splitlines() if "endTxnMarker" in line]
+    assert [m.split("endTxnMarker: ")[1] for m in markers] == ["ABORT coordinatorEpoch: 5",
+                                                               "COMMIT coordinatorEpoch: 5"]
+    entries = [line for line in _dump(segment.with_suffix(".txnindex")).splitlines() if line.startswith("version")]
+    assert entries == ["version: 0 producerId: 9 firstOffset: 1 lastOffset: 2 lastStableOffset: 3"]
