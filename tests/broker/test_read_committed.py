@@ -216,3 +216,32 @@ def test_librdkafka_read_committed_skips_aborted_data_and_markers(pulllog_broker
     t.marker(23, commit=False)
     t.plain(b"p3")
     assert consume_values(pulllog_broker, "rc-rdkafka", "read_committed", 6) == committed + [b"p2", b"p3"]
+
+
+async def test_aiokafka_read_committed_skips_aborted_data_and_markers(pulllog_broker: Any) -> None:
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka.structs import TopicPartition as AioTopicPartition
+
+    t = Partition(pulllog_broker, "rc-aiokafka")  # p0
+    t.txn(31, b"aborted")
+    t.txn(32, b"committed")
+    t.marker(31, commit=False)
+    t.marker(32, commit=True)
+    t.txn(33, b"open")
+    t.plain(b"p1")
+    consumer = AIOKafkaConsumer(bootstrap_servers=pulllog_broker.bootstrap_servers, enable_auto_commit=False,
+                                isolation_level="read_committed")
+    await consumer.start()
+    tp = AioTopicPartition("rc-aiokafka", 0)
+    values: list[bytes] = []
+    try:
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        deadline = time.monotonic() + TIMEOUT_S
+        while len(values) < 2 and time.monotonic() < deadline:
+            for records in (await consumer.getmany(timeout_ms=1000)).values():
+                values += [r.value for r in records]
+        assert values == [b"p0", b"committed"]
+        assert await consumer.end_offsets([tp]) == {tp: 5}, "the LSO: 33's transaction is open at 5"
+    finally:
+        await consumer.stop()
