@@ -327,3 +327,18 @@ def test_a_crash_mid_swap_keeps_the_aborted_transactions(
     assert not [p for p in directory.iterdir() if p.suffix in (".swap", ".cleaned", ".deleted")]
     assert reopened.aborted_transactions(0, reopened.log_end_offset) == [(1, 1)]
     assert sum(len(entries) for entries in txnindex(reopened).values()) == 1
+
+
+def test_an_abort_the_os_refuses_to_index_is_kept_in_memory_and_written_at_the_next_flush(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    p = Producer(4)
+    log.append(plain())
+    log.append(p.batch())  # 1
+    assert log.aborted_transactions(0, 2) == []
+    blocker = tmp_path / "t-0" / f"{0:020d}.txnindex"
+    blocker.mkdir()  # the OS refuses to open the index file: the marker is in the log already
+    marker = log.write_txn_marker(4, 0, False, 0)
+    assert log.aborted_transactions(0, marker + 1) == [(4, 1)], "still filtered"
+    blocker.rmdir()
+    log.flush()
+    assert txnindex(log) == {0: [(0, 4, 1, 2, 3)]}

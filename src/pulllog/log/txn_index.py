@@ -30,6 +30,11 @@ Rules kept here (as Kafka's ``TransactionIndex``):
 
 A torn last entry (a crash mid-append) is dropped when the file is read; an entry with an
 unknown version makes the file unusable, and the index is rebuilt from the log.
+
+The entries are kept in memory once read, and an entry is added there first: when the OS
+refuses the write (a full disk), the marker is already in the log, so the entry stays in
+memory (read_committed fetches keep filtering it), the error is logged, and the next
+append or flush writes the whole file again.
 """
 
 from __future__ import annotations
@@ -86,6 +91,7 @@ class TransactionIndex:
         self.path = path
         self._entries: list[AbortedTxn] | None = None  # None: not read yet
         self._dirty = False
+        self._unwritten = False  # an append the OS refused: the file lacks entries
 
     @property
     def entries(self) -> list[AbortedTxn]:
@@ -94,6 +100,10 @@ class TransactionIndex:
                 data = self.path.read_bytes()
             except FileNotFoundError:
                 data = b""
+            except OSError as exc:  # a fetch must not fail on it: as for a corrupt file
+                data = b""
+                log.error("%s: cannot read: %s; aborted transactions in this segment are not filtered",
+                          self.path.name, exc)
             try:
                 self._entries = decode_entries(data)
             except TxnIndexCorruptError as exc:
@@ -110,8 +120,18 @@ class TransactionIndex:
         if entries and entry.last_offset <= entries[-1].last_offset:
             raise ValueError(f"{self.path.name}: aborted transaction at offset {entry.last_offset} is not "
                              f"after the last one at {entries[-1].last_offset}")
-        self._write_at(len(entries) * TXN_INDEX_ENTRY.size, encode_entries([entry]))
         entries.append(entry)
+        try:
+            if self._unwritten:
+                self._write_at(0, encode_entries(entries))
+                self._unwritten = False
+            else:
+                self._write_at((len(entries) - 1) * TXN_INDEX_ENTRY.size, encode_entries([entry]))
+        except OSError as exc:
+            self._unwritten = True
+            log.error("%s: cannot write the aborted transaction of producer %d at offset %d: %s; kept in "
+                      "memory, written again at the next flush", self.path.name, entry.producer_id,
+                      entry.last_offset, exc)
 
     def _write_at(self, position: int, data: bytes) -> None:
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
@@ -160,6 +180,9 @@ class TransactionIndex:
         self.path.unlink(missing_ok=True)
 
     def flush(self) -> None:
+        if self._unwritten:  # raises OSError again while the OS still refuses, like any flush
+            self._write_at(0, encode_entries(self.entries))
+            self._unwritten = False
         if self._dirty:
             fd = self.take_dirty()
             if fd is not None:
