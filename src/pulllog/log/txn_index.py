@@ -192,7 +192,14 @@ class TransactionIndex:
                     os.close(fd)
 
     def take_dirty(self) -> int | None:
-        """A descriptor to fsync (and close) when entries were written since the last fsync."""
+        """A descriptor to fsync (and close) when entries were written since the last fsync
+        (on the owner's thread: a refused append is written again here first)."""
+        if self._unwritten:
+            try:
+                self._write_at(0, encode_entries(self.entries))
+                self._unwritten = False
+            except OSError:
+                return None  # still refused: the next flush tries again
         if not self._dirty:
             return None
         try:
