@@ -701,7 +701,9 @@ class GroupCoordinator:
         return info.first_offset
 
     def _offsets_partition(self, group_id: str) -> int:
-        return rec.partition_for(group_id, self.offsets_partitions)
+        """The ``__consumer_offsets`` partition holding ``group_id`` (as ``_offsets_log`` picks it)."""
+        logs = self.topics.partition_logs(OFFSETS_TOPIC)
+        return rec.partition_for(group_id, len(logs) if logs else self.offsets_partitions)
 
     def load(self) -> int:
         """Replay ``__consumer_offsets`` into memory; returns how many groups were loaded.
