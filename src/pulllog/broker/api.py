@@ -47,6 +47,8 @@ if TYPE_CHECKING:
         OffsetFetchResult,
         SyncRequest,
         SyncResult,
+        TxnOffsetCommitRequest,
+        TxnOffsetCommitResult,
     )
     from ..log import Log, LogConfig
     from ..txn.coordinator import (
@@ -124,6 +126,13 @@ class GroupCoordinatorApi(Protocol):
     def list_groups(self, request: "ListGroupsRequest") -> "ListGroupsResult": ...
 
     def delete_groups(self, request: "DeleteGroupsRequest") -> "DeleteGroupsResult": ...
+
+    def txn_offset_commit(self, request: "TxnOffsetCommitRequest") -> "TxnOffsetCommitResult": ...
+
+    def handle_txn_completion(self, producer_id: int, offsets_partitions: Iterable[int], commit: bool) -> None:
+        """Not a Kafka API: the transaction coordinator wrote ``producer_id``'s marker into these
+        ``__consumer_offsets`` partitions (commit makes its pending offsets committed, abort drops them)."""
+        ...
 
 
 class TransactionCoordinatorApi(Protocol):

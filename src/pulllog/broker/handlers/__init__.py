@@ -112,6 +112,7 @@ _MODULES = (
     "leave_group",
     "offset_commit",
     "offset_fetch",
+    "txn_offset_commit",
     "list_groups",
     "describe_groups",
     "delete_groups",
