@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from kio.schema.errors import ErrorCode
 
 from ..group.coordinator import OFFSETS_TOPIC
-from ..log.producer_state import InvalidProducerEpochError
+from ..log.producer_state import InvalidProducerEpochError, TransactionCoordinatorFencedError
 from .topics import PartitionError
 
 if TYPE_CHECKING:
@@ -59,10 +59,11 @@ def _write_one(broker: "BrokerApi", topic: str, index: int, producer_id: int, pr
         return ErrorCode(partition_log.code)
     try:
         partition_log.write_txn_marker(producer_id, producer_epoch, commit, coordinator_epoch)
+    except TransactionCoordinatorFencedError as exc:
+        log.warning("marker for producer %d on %s-%d refused: %s", producer_id, topic, index, exc)
+        return ErrorCode.transaction_coordinator_fenced
     except InvalidProducerEpochError as exc:
         log.warning("marker for producer %d on %s-%d refused: %s", producer_id, topic, index, exc)
-        if "coordinator" in str(exc):
-            return ErrorCode.transaction_coordinator_fenced
         return ErrorCode.invalid_producer_epoch
     except OSError as exc:
         log.error("marker for producer %d on %s-%d failed: %s", producer_id, topic, index, exc)
