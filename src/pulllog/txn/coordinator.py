@@ -165,13 +165,16 @@ class EndTxnRequest:
 
 @dataclass(frozen=True, slots=True)
 class TransactionDescription:
+    """DescribeTransactions' view of an id. With an error, the rest keeps the schema's
+    defaults (zeros), as Kafka answers; an id with no transaction has start time -1."""
+
     transactional_id: str
     error: ErrorCode
     state: str = ""
     timeout_ms: int = 0
-    start_timestamp: int = -1
-    producer_id: int = NO_PRODUCER_ID
-    producer_epoch: int = NO_PRODUCER_EPOCH
+    start_timestamp: int = 0
+    producer_id: int = 0
+    producer_epoch: int = 0
     partitions: tuple[TopicPartition, ...] = ()
 
 
