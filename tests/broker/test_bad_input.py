@@ -179,10 +179,10 @@ def test_random_request_bodies_never_take_the_broker_down(broker, api_key: int, 
 
 
 def test_control_batches_from_clients_are_refused(broker) -> None:
-    from pulllog.records.batch import ControlType, build_control_batch
+    from pulllog.records.control import build_control_batch
 
     with WireClient(broker.port) as c:
-        marker = build_control_batch(ControlType.COMMIT, producer_id=1, producer_epoch=0)
+        marker = build_control_batch(1, 0, True, 0, 0)
         resp = produce(c, "markers", 0, marker)
         assert resp.responses[0].partition_responses[0].error_code.value == ErrorCodes["invalid_record"]
         assert fetch(c, "markers", 0, 0).responses[0].partitions[0].high_watermark == 0

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from pulllog.cli.main import main
 from pulllog.records.compression import Compression
-from pulllog.records.batch import ControlType, build_batch, build_control_batch, compute_crc
+from pulllog.records.batch import build_batch, compute_crc
+from pulllog.records.control import ControlType, build_control_batch
 
 T0 = 1714564800000  # 2024-05-01T12:00:00.000Z
 SEGMENT = "00000000000000000000"
@@ -135,8 +136,7 @@ def test_table_shows_producer_and_transactional_flag(partition: Path) -> None:
 def test_control_batch_shows_its_marker_type(partition: Path, marker: ControlType) -> None:
     data = build_batch([(b"k", b"v")], timestamp=T0, producer_id=9, producer_epoch=0,
                        transactional=True)
-    data += build_control_batch(marker, producer_id=9, producer_epoch=0, base_offset=1,
-                                timestamp=T0)
+    data += build_control_batch(9, 0, marker == ControlType.COMMIT, 0, T0, base_offset=1)
     path = write(partition, f"{SEGMENT}.log", data)
     assert f"control {marker.name}" in inspect(path).stdout
     batches = of_type(json_lines(inspect(path, "--json")), "batch")

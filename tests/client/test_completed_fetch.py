@@ -16,7 +16,8 @@ from pulllog.client.completed_fetch import CompletedFetch, CorruptRecordError
 from pulllog.client.types import ConsumerRecord, TopicPartition
 from pulllog.records import decoding
 from pulllog.records.compression import Compression
-from pulllog.records.batch import ControlType, RecordBatch, TimestampType, build_batch, build_control_batch
+from pulllog.records.batch import RecordBatch, TimestampType, build_batch
+from pulllog.records.control import ControlType, build_control_batch
 
 TP = TopicPartition("t", 3)
 
@@ -53,7 +54,7 @@ def txn(producer_id: int, *values: bytes) -> bytes:
 
 
 def marker(producer_id: int, kind: ControlType) -> bytes:
-    return build_control_batch(kind, producer_id=producer_id, producer_epoch=0)
+    return build_control_batch(producer_id, 0, kind == ControlType.COMMIT, 0, 0)
 
 
 def plain(*values: bytes) -> bytes:

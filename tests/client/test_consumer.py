@@ -30,7 +30,8 @@ from pulllog.client.consumer import (
 from pulllog.client.types import ConsumerRecord, TopicPartition
 from pulllog.records import build_batch
 from pulllog.records.compression import Compression
-from pulllog.records.batch import ControlType, build_control_batch, iter_batches
+from pulllog.records.batch import iter_batches
+from pulllog.records.control import build_control_batch
 from pulllog.testing import BrokerThread
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
@@ -422,7 +423,7 @@ async def test_transaction_markers_are_not_returned(pulllog_broker) -> None:
     log = pulllog_broker.call(lambda: pulllog_broker.broker.topics.topics["markers"].partitions[0].log)
     pulllog_broker.call(log.append, build_batch([(None, b"in-txn")], producer_id=7, producer_epoch=0,
                                                 base_sequence=0, transactional=True))
-    pulllog_broker.call(log.append, build_control_batch(ControlType.COMMIT, producer_id=7, producer_epoch=0))
+    pulllog_broker.call(log.append, build_control_batch(7, 0, True, 0, 0))
     produce_batch(pulllog_broker, "markers", [(None, b"after")])
     tp = TopicPartition("markers", 0)
     async with consumer_for(pulllog_broker, auto_offset_reset="earliest") as consumer:

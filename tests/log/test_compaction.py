@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from pulllog.records import Compression, Record, build_batch
 from pulllog.log import ConfigError, Log, LogConfig, LogSegment
 from pulllog.log.cleaner import CleanerStats, clean, group_segments_by_size, segment_ref
-from pulllog.records.batch import ControlType, RecordBatch, TimestampType, build_control_batch, iter_batches
+from pulllog.records.batch import RecordBatch, TimestampType, iter_batches
+from pulllog.records.control import build_control_batch
 
 T0 = 1_700_000_000_000
 DAY = 24 * 3600 * 1000
@@ -271,7 +272,7 @@ def test_rewritten_batches_keep_offsets_and_producer_fields(tmp_path: Path) -> N
         transactional=True,
     )
     log.append(data)
-    log.append(build_control_batch(ControlType.COMMIT, producer_id=42, producer_epoch=5, timestamp=T0))
+    log.append(build_control_batch(42, 5, True, 0, T0))
     put(log, b"c", b"2")
     log.roll()
     put(log, b"zz", b"1")
@@ -333,7 +334,7 @@ def test_aborted_records_are_removed_and_never_hide_committed_ones(tmp_path: Pat
     log = open_log(tmp_path / "t-0", Clock(), segment_bytes=10_000)
     put(log, b"k", b"committed")
     put(log, b"k", b"aborted", producer_id=5, producer_epoch=0, base_sequence=0, transactional=True)
-    log.append(build_control_batch(ControlType.ABORT, producer_id=5, producer_epoch=0, timestamp=T0))
+    log.append(build_control_batch(5, 0, False, 0, T0))
     log.roll()
     put(log, b"other", b"1")
 

@@ -10,13 +10,11 @@ from hypothesis import strategies as st
 
 from pulllog.records.compression import Compression
 from pulllog.records.batch import (
-    ControlType,
     CorruptRecordError,
     RecordBatch,
     TimestampType,
     UnsupportedMagicError,
     build_batch,
-    build_control_batch,
     decode_varint,
     encode_varint,
     iter_batches,
@@ -90,14 +88,6 @@ def test_log_append_time_keeps_the_batch_valid() -> None:
     header = validate_batch(raw)
     assert header.timestamp_type == TimestampType.LOG_APPEND_TIME
     assert header.max_timestamp == 5555
-
-
-def test_control_batch_decodes_to_its_marker() -> None:
-    raw = build_control_batch(ControlType.COMMIT, producer_id=42, producer_epoch=3, base_offset=10)
-    batch = RecordBatch.from_bytes(raw)
-    assert batch.header.is_control and batch.header.is_transactional
-    marker = batch.control_record()
-    assert marker is not None and marker.type == ControlType.COMMIT and marker.version == 0
 
 
 def test_iter_batches_stops_at_a_partial_batch() -> None:

@@ -43,7 +43,8 @@ from pulllog.log.verify import (
     time_index_problems,
     walk_log,
 )
-from pulllog.records.batch import BatchHeader, ControlRecord, ControlType, TimestampType
+from pulllog.records.batch import BatchHeader, TimestampType
+from pulllog.records.control import ControlRecord, ControlType
 from pulllog.records.compression import Compression
 
 from .errors import EXIT_PROBLEM, EXIT_USAGE, CliError

@@ -40,7 +40,8 @@ from kio.schema.errors import ErrorCode
 
 from ..records.compression import CompressionError, decompress
 from ..records.decoding import decode_records
-from ..records.batch import BATCH_HEADER_SIZE, LOG_OVERHEAD, ControlType
+from ..records.batch import BATCH_HEADER_SIZE, LOG_OVERHEAD
+from ..records.control import ControlType
 from .errors import KafkaError
 from .types import ConsumerRecord, TopicPartition
 

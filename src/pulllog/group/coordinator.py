@@ -67,7 +67,8 @@ from ..log.producer_state import InvalidProducerEpochError, increment_sequence
 from ..net.consumer_protocol import decode_subscription
 from ..purgatory import DelayedOperation, DelayedOperationPurgatory
 from ..records import build_batch
-from ..records.batch import NO_SEQUENCE, ControlType, RecordBatch, iter_batches
+from ..records.batch import NO_SEQUENCE, RecordBatch, iter_batches
+from ..records.control import ControlType, read_control_record
 from ..records.errors import InvalidRecordError
 from ..records.decoding import DecodedRecord, decode_records
 from . import records as rec
@@ -145,7 +146,7 @@ def _log_entries(plog: Log) -> Iterable[tuple[int, DecodedRecord] | _TxnMarker]:
             batch = RecordBatch.from_bytes(data, pos)
             if header.is_control:
                 try:
-                    marker = batch.control_record()
+                    marker = read_control_record(batch)
                 except InvalidRecordError as exc:
                     log.warning("%s: skipping an unreadable control batch at offset %d: %s",
                                 plog.directory.name, header.base_offset, exc)

@@ -140,7 +140,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..records.batch import (
     BATCH_HEADER_SIZE,
     BatchHeader,
-    ControlType,
     InvalidRecordError,
     Record,
     RecordBatch,
@@ -148,11 +147,13 @@ from ..records.batch import (
     rebuild_batch,
 )
 from ..records.compression import Compression, decompress
+from ..records.control import ControlType, read_control_record
 from ..records.decoding import DecodedRecord, decode_records
 from .checkpoint import CLEANER_CHECKPOINT_FILE, CheckpointError, read_offsets, write_offsets
 from .config import LogConfig
 from .index import OffsetIndex, TimeIndex
 from .segment import LogSegment
+from .txn_index import AbortedTxn, decode_entries
 from .swap import (
     CLEANED_SUFFIX,
     SWAP_SUFFIX,
@@ -335,6 +336,17 @@ class _SegmentFile:
     def mtime_ns(self) -> int:
         return os.fstat(self.fd).st_mtime_ns
 
+    def aborted_txns(self) -> list[AbortedTxn]:
+        """The segment's ``.txnindex`` entries (retention may have renamed it ``*.deleted``)."""
+        path = self.ref.path.removesuffix(".log") + ".txnindex"
+        for candidate in (path, path + ".deleted"):
+            try:
+                with open(candidate, "rb") as f:
+                    return decode_entries(f.read())
+            except FileNotFoundError:
+                continue
+        return []
+
     def close(self) -> None:
         os.close(self.fd)
 
@@ -505,7 +517,7 @@ def _scan_producers(files: Sequence[_SegmentFile], should_abort: Callable[[], bo
                 raise CleaningAborted(f.name)
             pid = header.producer_id
             if header.is_control:
-                marker = f.read_batch(position, header).control_record()
+                marker = read_control_record(f.read_batch(position, header))
                 batches = open_txns.pop(pid, [])
                 if marker is not None and marker.type == ControlType.ABORT:
                     aborted.update(batches)
@@ -662,6 +674,11 @@ def _rewrite_group(
                     pending, positions = bytearray(), []
         if pending:
             cleaned.append(pending, positions)
+        # The markers stay (control batches are always kept), so their aborted-transaction
+        # entries do too: the cleaned segment's index is its old segments' indexes.
+        for f in group:
+            for entry in f.aborted_txns():
+                cleaned.txn_index.append(entry)
         # Kafka keeps the last segment's mtime: time-based retention falls back on it.
         mtime_ns = max(f.mtime_ns() for f in group)
         os.utime(cleaned.log_path, ns=(mtime_ns, mtime_ns))

@@ -73,8 +73,10 @@ from pathlib import Path
 from .swap import complete_interrupted_swaps
 from .config import LogConfig
 from ..records.compression import Compression
-from .producer_state import BatchMetadata, ProducerStateManager
+from .producer_state import BatchMetadata, MarkerReader, ProducerSnapshotView, ProducerStateManager
+from ..records.control import ControlRecord, build_control_batch, read_control_record
 from ..records.batch import (
+    CONTROL_MASK,
     BatchHeader,
     InvalidRecordError,
     RecordBatch,
@@ -430,9 +432,12 @@ class Log:
             raise RuntimeError(f"log {self.directory.name} is closed")
         batches = validated if validated is not None else self.validate(data)
         idempotent = False
+        markers: MarkerReader | None = None
         for _pos, header in batches:
             if header.producer_id >= 0:  # idempotent producers: checked before anything is written
-                duplicate = self.producer_state.check_append(batches)
+                if any(h.attributes & CONTROL_MASK for _p, h in batches):
+                    markers = _marker_reader(data)
+                duplicate = self.producer_state.check_append(batches, markers)
                 if duplicate is not None:
                     return self._duplicate_info(duplicate)
                 idempotent = True
@@ -461,7 +466,10 @@ class Log:
         segment = self._maybe_roll(len(buf), now, next_offset - 1, max_timestamp)
         segment.append(buf, patched)
         if idempotent:
-            self.producer_state.record_append(patched)
+            if markers is None:
+                self.producer_state.record_append(patched)
+            else:  # positions may have moved (recompression): read the markers where they are now
+                self.producer_state.record_append(patched, _marker_reader(buf), segment.txn_index.append)
         self._unflushed_records += records
         self._maybe_flush_after_append(now)
         return AppendInfo(
@@ -472,6 +480,44 @@ class Log:
             log_append_time=now if log_append_time else -1,
             log_start_offset=self.log_start_offset,
         )
+
+    def write_txn_marker(
+        self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, now_ms: int | None = None
+    ) -> int:
+        """Append a COMMIT (``commit``) or ABORT marker for the producer's transaction and
+        return its offset. It ends the producer's open transaction, moving the LSO; an
+        abort is indexed in the active segment's ``.txnindex``. Raises
+        ``InvalidProducerEpochError`` for an epoch older than the producer's, and its
+        subclass ``TransactionCoordinatorFencedError`` for a coordinator epoch older than
+        the last marker's; nothing is written then."""
+        now = self.clock() if now_ms is None else now_ms
+        return self.append(build_control_batch(producer_id, producer_epoch, commit, coordinator_epoch, now)).first_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The first offset of the oldest open transaction, else the high watermark: what
+        read_committed consumers may read up to."""
+        first_unstable = self.producer_state.first_unstable_offset()
+        hw = self.high_watermark
+        return hw if first_unstable is None or first_unstable > hw else first_unstable
+
+    def aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of the aborted transactions whose range meets
+        [fetch_offset, upper_bound_offset), oldest marker first: what a read_committed
+        fetch of that range must filter (txn_index.py says how they are found)."""
+        segments, bases = self._view
+        found: list[tuple[int, int]] = []
+        i = max(0, bisect_right(bases, fetch_offset) - 1)
+        for segment in segments[i:]:
+            entries, complete = segment.txn_index.collect(fetch_offset, upper_bound_offset)
+            found += [(e.producer_id, e.first_offset) for e in entries]
+            if complete:
+                break
+        return found
+
+    def producer_states(self) -> list[ProducerSnapshotView]:
+        """Every producer the log knows, for DescribeProducers."""
+        return self.producer_state.views()
 
     def _duplicate_info(self, duplicate: BatchMetadata) -> AppendInfo:
         """Kafka's answer to a retry: the offsets the batch got the first time."""
@@ -810,6 +856,16 @@ def _recompress(
         placed.append((len(out), read_header(raw)))
         out += raw
     return out, placed
+
+
+def _marker_reader(data: bytes | bytearray | memoryview) -> MarkerReader:
+    """Decodes the control batches of an append (positions are the same before and after
+    offsets are assigned: only the header's baseOffset changes)."""
+
+    def read(position: int, header: BatchHeader) -> ControlRecord | None:
+        return read_control_record(RecordBatch(header, bytes(data[position : position + header.size])))
+
+    return read
 
 
 def segment_may_hold(segment: LogSegment, recovery_point: int, bases: list[int]) -> bool:

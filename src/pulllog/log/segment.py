@@ -1,11 +1,13 @@
-"""One segment of a partition's log: a ``.log`` file of batches plus its two indexes.
+"""One segment of a partition's log: a ``.log`` file of batches plus its indexes.
 
-A segment is named by its base offset, zero-padded to 20 digits, and owns three files::
+A segment is named by its base offset, zero-padded to 20 digits, and owns these files::
 
     00000000000000368769.log        RecordBatch v2 bytes, exactly as the producer sent them
                                     (with baseOffset assigned), back to back
     00000000000000368769.index      sparse offset -> position index (see index.py)
     00000000000000368769.timeindex  sparse timestamp -> offset index
+    00000000000000368769.txnindex   aborted transactions whose ABORT marker is in this
+                                    segment (txn_index.py); only once there is one
 
 Rules kept here:
 
@@ -40,6 +42,7 @@ from pathlib import Path
 from .config import LogConfig
 from .handles import CachedFile
 from .index import IndexCorruptError, OffsetIndex, TimeIndex
+from .txn_index import TransactionIndex
 from .verify import Damage, walk_log
 from ..records.batch import (
     BATCH_HEADER_SIZE,
@@ -127,6 +130,7 @@ class LogSegment:
         self.time_index = TimeIndex(
             directory / f"{name}.timeindex{suffix}", base_offset, config.segment_index_bytes, create=new
         )
+        self.txn_index = TransactionIndex(directory / f"{name}.txnindex{suffix}")
         self.next_offset = base_offset
         self.max_timestamp = -1
         self.offset_of_max_timestamp = base_offset
@@ -201,6 +205,7 @@ class LogSegment:
             self._unflushed = False
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def take_unflushed(self) -> list[int]:
         """Duplicates of the descriptors of the files (log, indexes) written since their last
@@ -213,7 +218,7 @@ class LogSegment:
                 f = self.file  # held while duplicating: the handle cache cannot close it under us
                 fds.append(os.dup(f.fileno()))
                 self._unflushed = False
-            for index in (self.offset_index, self.time_index):
+            for index in (self.offset_index, self.time_index, self.txn_index):
                 fd = index.take_dirty()
                 if fd is not None:
                     fds.append(fd)
@@ -229,6 +234,7 @@ class LogSegment:
         self._unflushed = True
         self.offset_index.mark_dirty()
         self.time_index.mark_dirty()
+        self.txn_index.mark_dirty()
 
     # ------------------------------------------------------------------ reading
 
@@ -472,6 +478,7 @@ class LogSegment:
             self.size = cut
             self.offset_index.truncate_to_position(cut)
             self.rebuild_indexes()
+        self.txn_index.truncate_to(offset)
         return removed
 
     # ------------------------------------------------------------------ lifecycle
@@ -490,6 +497,7 @@ class LogSegment:
         """Unlink the files. Open slices keep reading: the FileIO lives while referenced."""
         self.offset_index.delete()
         self.time_index.delete()
+        self.txn_index.delete()
         self._log_file.forget()  # readers holding it keep reading; it closes after them
         self.log_path.unlink(missing_ok=True)
 
@@ -510,6 +518,9 @@ class LogSegment:
             except FileNotFoundError:
                 continue
             moved.append(target)
+        target = Path(f"{self.txn_index.path}.deleted")
+        if self.txn_index.rename(target):
+            moved.append(target)
         target = Path(f"{self.log_path}.deleted")
         self._log_file.forget()
         try:
@@ -524,6 +535,7 @@ class LogSegment:
             index = getattr(self, attr)
             target = Path(str(index.path).removesuffix(old) + new)
             index.rename(target)
+        self.txn_index.rename(Path(str(self.txn_index.path).removesuffix(old) + new))
         self._log_file.rename(Path(str(self.log_path).removesuffix(old) + new))
 
     def __repr__(self) -> str:

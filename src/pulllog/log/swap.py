@@ -17,7 +17,8 @@ The protocol. For each group, with ``B`` the group's base offset::
 ``Log.open``), the swap file's offset range [B, next offset) is read; every old segment
 whose base offset falls in it is deleted (the swap holds all that was kept of them), the
 indexes at B are dropped, ``B.log.swap`` becomes ``B.log`` and ``Log.open`` rebuilds its
-indexes. An index ``.swap`` without a ``.log.swap`` never committed and is deleted. Old
+indexes; ``B.txnindex.swap`` (the old segments' aborted transactions, copied) becomes
+``B.txnindex``. An index ``.swap`` without a ``.log.swap`` never committed and is deleted. Old
 segments past the swap's range (possible when the cleaned tail lost every record) stay:
 their records were only superseded, so the log is still correct, just less compacted.
 
@@ -45,7 +46,7 @@ logger = logging.getLogger(__name__)
 
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
-_SEGMENT_FILES = (".log", ".index", ".timeindex")
+_SEGMENT_FILES = (".log", ".index", ".timeindex", ".txnindex")
 
 
 def commit_cleaned(directory: Path, cleaned: LogSegment) -> None:
@@ -82,8 +83,14 @@ def complete_interrupted_swaps(directory: Path) -> set[int]:
             if other is not None and base < other < end:
                 remove_segment_files(directory, other, "")
         for suffix in ("", SWAP_SUFFIX):
-            for kind in _SEGMENT_FILES[1:]:
+            for kind in (".index", ".timeindex"):
                 (directory / f"{segment_name(base)}{kind}{suffix}").unlink(missing_ok=True)
+        # The aborted-transaction index cannot be rebuilt from this segment alone (an entry
+        # names data in earlier segments): the cleaned one is kept. Without a ``.swap`` it
+        # was renamed already, or the group had no aborted transaction (no file at all).
+        txn_swap = directory / f"{segment_name(base)}.txnindex{SWAP_SUFFIX}"
+        if txn_swap.exists():
+            os.replace(txn_swap, directory / f"{segment_name(base)}.txnindex")
         os.replace(swap_log, directory / f"{segment_name(base)}.log")
         swapped.add(base)
         logger.warning("%s: finished an interrupted compaction swap at offset %d", directory.name, base)

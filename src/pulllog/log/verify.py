@@ -61,7 +61,6 @@ from pulllog.records.batch import (
     BATCH_HEADER_SIZE,
     LOG_OVERHEAD,
     BatchHeader,
-    ControlRecord,
     Record,
     RecordBatch,
     TimestampType,
@@ -69,6 +68,7 @@ from pulllog.records.batch import (
     read_header,
 )
 from pulllog.records.compression import Compression
+from pulllog.records.control import ControlRecord, read_control_record
 
 __all__ = [
     "MAX_CODEC",
@@ -352,7 +352,7 @@ def decode_batch(buf: bytes | bytearray | memoryview, view: BatchView) -> Decode
     batch = RecordBatch(h, bytes(buf[view.position : view.position + view.size]))
     try:
         records = tuple(batch.records())
-        control = batch.control_record() if h.is_control else None
+        control = read_control_record(batch) if h.is_control else None
     except (ValueError, IndexError, struct.error) as exc:
         return Decoded(problem=Problem("bad records", str(exc) or type(exc).__name__))
     for record in records:

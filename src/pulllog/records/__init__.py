@@ -1,6 +1,7 @@
 """The RecordBatch v2 format, the bottom layer: what every other layer reads and writes.
 
 - :mod:`.batch`: the batch header, validation, CRC-32C, building and iterating batches;
+- :mod:`.control`: control batches, the transaction markers (commit / abort);
 - :mod:`.varint`: Kafka's varints, zigzag and unsigned (the one implementation);
 - :mod:`.compression`: the four codecs (gzip, snappy, lz4, zstd);
 - :mod:`.decoding`: records decoded for the consumer and Spark, in C (``_crecords.c``) when
@@ -17,17 +18,15 @@ from .batch import (
     BATCH_HEADER_SIZE,
     LOG_OVERHEAD,
     BatchHeader,
-    ControlRecord,
-    ControlType,
     Record,
     RecordBatch,
     TimestampType,
     build_batch,
-    build_control_batch,
     iter_batches,
     read_header,
     validate_batch,
 )
+from .control import ControlRecord, ControlType, build_control_batch
 from .compression import Compression, CompressionError, compress, decompress
 from .errors import CorruptRecordError, InvalidRecordError, UnsupportedMagicError
 from .varint import (

@@ -30,8 +30,7 @@ Varints are zigzag-encoded (protobuf style). Because the CRC starts at ``attribu
 the broker can assign ``baseOffset`` and ``partitionLeaderEpoch`` without recomputing it,
 so an append never re-encodes records.
 
-Control batches carry one record whose key is ``version: int16, type: int16``
-(0 = abort, 1 = commit). Magic 0 and 1 message sets share the position of the magic
+Control batches (transaction markers) carry one record: its format is in ``control.py``. Magic 0 and 1 message sets share the position of the magic
 byte (offset 16); we recognise them only to reject them with a clear error, as Kafka 4 does.
 """
 
@@ -53,8 +52,6 @@ __all__ = [
     "BATCH_HEADER_SIZE",
     "LOG_OVERHEAD",
     "BatchHeader",
-    "ControlRecord",
-    "ControlType",
     "CorruptRecordError",
     "InvalidRecordError",
     "Record",
@@ -62,7 +59,6 @@ __all__ = [
     "TimestampType",
     "UnsupportedMagicError",
     "build_batch",
-    "build_control_batch",
     "decode_varint",
     "encode_varint",
     "iter_batches",
@@ -93,23 +89,11 @@ _CRC_START = 21
 _INT64 = struct.Struct(">q")
 _INT32 = struct.Struct(">i")
 _UINT32 = struct.Struct(">I")
-_CONTROL_KEY = struct.Struct(">hh")
 
 
 class TimestampType(enum.IntEnum):
     CREATE_TIME = 0
     LOG_APPEND_TIME = 1
-
-
-class ControlType(enum.IntEnum):
-    ABORT = 0
-    COMMIT = 1
-
-
-@dataclass(frozen=True, slots=True)
-class ControlRecord:
-    version: int
-    type: ControlType | int
 
 
 # ---------------------------------------------------------------------------- header
@@ -425,20 +409,6 @@ class RecordBatch:
         except VarintError as exc:  # records' boundary: a bad varint is an invalid record
             raise InvalidRecordError(str(exc)) from None
 
-    def control_record(self) -> ControlRecord | None:
-        """For a control batch, its (version, type) marker."""
-        if not self.header.is_control:
-            return None
-        recs = self.records()
-        if not recs or recs[0].key is None or len(recs[0].key) < 4:
-            raise CorruptRecordError("control batch without a valid control record key")
-        version, ctype = _CONTROL_KEY.unpack_from(recs[0].key)
-        try:
-            ctype = ControlType(ctype)
-        except ValueError:
-            pass
-        return ControlRecord(version, ctype)
-
 
 def build_batch(
     records: Iterable[
@@ -573,26 +543,3 @@ def rebuild_batch(
     _INT64.pack_into(data, 35, header.max_timestamp)  # maxTimestamp
     _UINT32.pack_into(data, 17, compute_crc(data))
     return bytes(data)
-
-
-def build_control_batch(
-    control_type: ControlType,
-    *,
-    producer_id: int,
-    producer_epoch: int,
-    base_offset: int = 0,
-    timestamp: int | None = None,
-    coordinator_epoch: int = 0,
-) -> bytes:
-    """A transaction marker: one record, key (version 0, type), value (version, epoch)."""
-    key = _CONTROL_KEY.pack(0, int(control_type))
-    value = struct.pack(">hi", 0, coordinator_epoch)
-    return build_batch(
-        [(key, value)],
-        base_offset=base_offset,
-        timestamp=timestamp,
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
-        transactional=True,
-        control=True,
-    )

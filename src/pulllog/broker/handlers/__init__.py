@@ -117,6 +117,12 @@ _MODULES = (
     "describe_groups",
     "delete_groups",
     "offset_delete",
+    "add_partitions_to_txn",
+    "add_offsets_to_txn",
+    "end_txn",
+    "write_txn_markers",
+    "describe_transactions",
+    "list_transactions",
 )
 
 

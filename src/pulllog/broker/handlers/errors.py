@@ -5,7 +5,12 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from ...log import ConfigError, OffsetOutOfRangeError, RecordErrors, RecordTooLargeError
-from ...log.producer_state import InvalidProducerEpochError, InvalidProducerFieldsError, OutOfOrderSequenceError
+from ...log.producer_state import (
+    InvalidProducerEpochError,
+    InvalidProducerFieldsError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceError,
+)
 from ...records import CorruptRecordError, InvalidRecordError, UnsupportedMagicError
 from ..topics import InvalidTopicError, TopicExistsError, UnknownTopicError
 
@@ -30,6 +35,8 @@ def error_code_for(exc: BaseException) -> ErrorCode:
             return ErrorCode.out_of_order_sequence_number
         case InvalidProducerEpochError():
             return ErrorCode.invalid_producer_epoch
+        case InvalidTxnStateError():
+            return ErrorCode.invalid_txn_state
         case InvalidProducerFieldsError():
             return ErrorCode.invalid_record
         case RecordErrors():
