@@ -7,7 +7,6 @@ by the test. Restarts build a new coordinator over the same directory and replay
 
 from __future__ import annotations
 
-import struct
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,7 +32,6 @@ from pulllog.group.coordinator import (
 )
 from pulllog.log import Log, LogConfig
 from pulllog.purgatory import DelayedOperationPurgatory
-from pulllog.records import build_batch
 
 GROUP = "billing"
 PRODUCER, EPOCH = 4000, 0
@@ -89,19 +87,11 @@ def _offsets_log(coordinator: GroupCoordinator, group: str = GROUP) -> Log:
     return logs[rec.partition_for(group, len(logs))]
 
 
-def _write_marker(plog: Log, producer_id: int, epoch: int, commit: bool) -> None:
-    """The transaction coordinator's marker (Kafka's control batch: key version 0 + type,
-    value version 0 + coordinator epoch)."""
-    key = struct.pack(">hh", 0, 1 if commit else 0)
-    value = struct.pack(">hi", 0, 0)
-    plog.append(build_batch([(key, value)], producer_id=producer_id, producer_epoch=epoch,
-                            transactional=True, control=True))
-
-
 def _end_txn(coordinator: GroupCoordinator, commit: bool, *, group: str = GROUP, producer_id: int = PRODUCER,
              epoch: int = EPOCH) -> None:
+    """What the transaction coordinator does: the marker, then the group coordinator is told."""
     plog = _offsets_log(coordinator, group)
-    _write_marker(plog, producer_id, epoch, commit)
+    plog.write_txn_marker(producer_id, epoch, commit, coordinator_epoch=0)
     coordinator.handle_txn_completion(producer_id, [rec.partition_for(group, coordinator.offsets_partitions)],
                                       commit)
 
