@@ -1,8 +1,8 @@
 """The admin side of transactions (KIP-664, ``kafka-transactions.sh``): pulllog's Admin and
-``pulllog transactions`` against Apache Kafka, with transactions made by librdkafka's
-transactional producer (confluent-kafka).
+``pulllog transactions``, against Apache Kafka and against pulllog, with transactions made by
+librdkafka's transactional producer (confluent-kafka).
 
-Names are unique per test: the reference broker is shared by the whole session.
+Names are unique per test: each broker is shared by the tests (Kafka's by the session).
 """
 
 from __future__ import annotations
@@ -23,13 +23,24 @@ from pulllog.cli.main import main
 from pulllog.client.admin import Admin, OffsetSpec
 from pulllog.client.errors import KafkaError
 from pulllog.client.types import TopicPartition
+from pulllog.testing import BrokerThread
 
 TIMEOUT_S = 60
+# One partition each for pulllog's internal topics (Kafka's reference broker uses 5 and 50).
+INTERNAL_TOPICS = {"offsets.topic.num.partitions": "1", "transaction.state.log.num.partitions": "1"}
 
 
-@pytest.fixture
-def bootstrap(kafka_reference_broker: Any) -> str:
-    return str(kafka_reference_broker.bootstrap_servers)
+@pytest.fixture(scope="module")
+def pulllog_txn_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread]:
+    with BrokerThread(tmp_path_factory.mktemp("pulllog-txn-admin"), properties=INTERNAL_TOPICS) as broker:
+        yield broker
+
+
+@pytest.fixture(params=["kafka", "pulllog"])
+def bootstrap(request: pytest.FixtureRequest) -> str:
+    """The same test against Apache Kafka and against pulllog."""
+    fixture = "kafka_reference_broker" if request.param == "kafka" else "pulllog_txn_broker"
+    return str(request.getfixturevalue(fixture).bootstrap_servers)
 
 
 def _name(prefix: str) -> str:
