@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 import struct
 from array import array
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -170,6 +170,13 @@ class OffsetIndex(_Index):
         if i == 0:
             return self.base_offset, 0
         return self._offsets[i - 1], self._positions[i - 1]
+
+    def offset_at_or_after_position(self, position: int) -> int | None:
+        """The offset of the first entry whose batch starts at or after ``position`` (an
+        upper bound for the offsets before it), None when there is none. Kafka's
+        ``fetchUpperBoundOffset``."""
+        i = bisect_left(self._positions, position)
+        return self._offsets[i] if i < len(self._offsets) else None
 
     def truncate_to_position(self, position: int) -> None:
         """Drop entries pointing at or beyond ``position`` (the log was cut there)."""

@@ -664,6 +664,28 @@ class Log:
         ``max_offset`` (exclusive, e.g. the high watermark) caps what is visible. Returns
         None when there is nothing at or after ``offset`` yet.
         """
+        found = self._read(offset, max_bytes, max_offset, min_one_batch)
+        return None if found is None else found[0]
+
+    def read_committed(
+        self, offset: int, max_bytes: int, *, min_one_batch: bool = True
+    ) -> tuple[FileSlice | None, list[tuple[int, int]]]:
+        """A read_committed fetch: bytes up to the last stable offset, and the aborted
+        transactions (producer id, first offset) the consumer must drop from them. Their
+        range is bounded as Kafka bounds it: up to the first offset index entry past the
+        slice (else the segment's end), never past the LSO."""
+        lso = self.last_stable_offset
+        found = self._read(offset, max_bytes, lso, min_one_batch)
+        if found is None:
+            return None, []
+        piece, segment = found
+        upper = segment.offset_index.offset_at_or_after_position(piece.position + piece.length)
+        upper = min(lso, segment.next_offset if upper is None else upper)
+        return piece, self.aborted_transactions(offset, upper)
+
+    def _read(
+        self, offset: int, max_bytes: int, max_offset: int | None, min_one_batch: bool
+    ) -> tuple[FileSlice, LogSegment] | None:
         segments, bases = self._view  # one consistent snapshot
         start, end = self.log_start_offset, segments[-1].next_offset
         if offset < start or offset > end:
@@ -681,7 +703,7 @@ class Log:
                 max_position = found[0] if found else None
             piece = segment.read(offset, max_bytes, max_position, min_one_batch)
             if piece is not None:
-                return piece
+                return piece, segment
         return None
 
     def read_batches(self, offset: int, max_bytes: int = 1 << 20) -> list[RecordBatch]:

@@ -123,6 +123,7 @@ _MODULES = (
     "write_txn_markers",
     "describe_transactions",
     "list_transactions",
+    "describe_producers",
 )
 
 

@@ -10,6 +10,7 @@ from ...log.producer_state import (
     InvalidProducerFieldsError,
     InvalidTxnStateError,
     OutOfOrderSequenceError,
+    TransactionCoordinatorFencedError,
 )
 from ...records import CorruptRecordError, InvalidRecordError, UnsupportedMagicError
 from ..topics import InvalidTopicError, TopicExistsError, UnknownTopicError
@@ -33,6 +34,8 @@ def error_code_for(exc: BaseException) -> ErrorCode:
             return ErrorCode.unsupported_for_message_format
         case OutOfOrderSequenceError():
             return ErrorCode.out_of_order_sequence_number
+        case TransactionCoordinatorFencedError():
+            return ErrorCode.transaction_coordinator_fenced
         case InvalidProducerEpochError():
             return ErrorCode.invalid_producer_epoch
         case InvalidTxnStateError():

@@ -10,6 +10,14 @@ enough is appended to a partition it reads (``check_and_complete`` on append) or
 ``max_wait_ms`` passes, then reads again. Fetch sessions (KIP-227) are answered
 sessionless (session id 0), which every client accepts: it then sends full requests.
 
+Isolation (KIP-98): read_uncommitted (0) reads up to the high watermark and answers a null
+aborted-transactions list; read_committed (1) reads up to the last stable offset (the
+first offset of the oldest open transaction) and lists the aborted transactions (producer
+id, first offset) that meet the returned range, which the consumer drops together with the
+control batches. A read_committed fetch waiting at the LSO wakes when a marker moves it
+(the marker writer calls ``on_append`` as Produce does), not when more of a still-open
+transaction is appended.
+
 A ``FileSlice`` holds its segment's open file until the response is sent, outside the
 bounded cache of open segment files (``log.max.open.files``). So that a fetch of
 thousands of partitions cannot run the broker out of descriptors, a piece under
@@ -27,6 +35,7 @@ from kio.schema.errors import ErrorCode
 from ...log import Log, OffsetOutOfRangeError
 from ...net.apis import ApiKey
 from ...net.fetch import (
+    AbortedTransaction,
     FetchPartitionResponse,
     FetchResponseData,
     FetchTopicResponse,
@@ -51,6 +60,7 @@ class _Watch:
     fetch_offset: int
     segment: object
     start_size: int
+    read_committed: bool = False
 
 
 class DelayedFetch(DelayedOperation):
@@ -67,9 +77,19 @@ class DelayedFetch(DelayedOperation):
     def try_complete(self) -> bool:
         available = self.already_available
         for w in self.watches:
-            if w.log.log_end_offset <= w.fetch_offset:
+            log = w.log
+            end = log.log_end_offset
+            if w.read_committed:
+                stable = log.last_stable_offset
+                if stable <= w.fetch_offset:
+                    continue  # nothing committed past the fetch offset yet
+                if stable < end:
+                    # A transaction is open past the fetched offset: the segment's growth says
+                    # nothing about what is readable. Something is: answer with it.
+                    return self.force_complete()
+            elif end <= w.fetch_offset:
                 continue
-            active = w.log.active_segment
+            active = log.active_segment
             available += (active.size - w.start_size) if active is w.segment else self.min_bytes
             if available >= self.min_bytes:
                 return self.force_complete()
@@ -99,17 +119,17 @@ def read_partitions(broker: "BrokerApi", topics: Any, max_bytes: int, isolation:
                 parts.append(FetchPartitionResponse(index, log.code.value, aborted_transactions=[], records=b""))
                 continue
             hw = log.high_watermark
-            lso = hw  # no open transactions yet: last stable offset = high watermark
-            aborted = [] if isolation == READ_COMMITTED else None
+            lso = log.last_stable_offset
+            aborted: list[AbortedTransaction] | None = [] if isolation == READ_COMMITTED else None
             try:
                 piece = None
                 if remaining > 0:
-                    piece = log.read(
-                        p.fetch_offset,
-                        min(_partition_max_bytes(p), remaining),
-                        max_offset=lso if isolation == READ_COMMITTED else hw,
-                        min_one_batch=total == 0,
-                    )
+                    size = min(_partition_max_bytes(p), remaining)
+                    if isolation == READ_COMMITTED:
+                        piece, txns = log.read_committed(p.fetch_offset, size, min_one_batch=total == 0)
+                        aborted = [AbortedTransaction(pid, first) for pid, first in txns]
+                    else:
+                        piece = log.read(p.fetch_offset, size, max_offset=hw, min_one_batch=total == 0)
                 elif p.fetch_offset < log.log_start_offset or p.fetch_offset > log.log_end_offset:
                     raise OffsetOutOfRangeError(p.fetch_offset, log.log_start_offset, log.log_end_offset)
             except OffsetOutOfRangeError:
@@ -132,14 +152,14 @@ def read_partitions(broker: "BrokerApi", topics: Any, max_bytes: int, isolation:
     return out, total
 
 
-def _watches(broker: "BrokerApi", topics: Any) -> list[_Watch]:
+def _watches(broker: "BrokerApi", topics: Any, isolation: int) -> list[_Watch]:
     watches = []
     for t in topics:
         for p in t.partitions:
             log = broker.partition(t.topic, p.partition)
             if not isinstance(log, PartitionError):
                 active = log.active_segment
-                watches.append(_Watch(log, p.fetch_offset, active, active.size))
+                watches.append(_Watch(log, p.fetch_offset, active, active.size, isolation == READ_COMMITTED))
     return watches
 
 
@@ -153,7 +173,7 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> FetchResponseData:
     topics, total = read_partitions(broker, body.topics, max_bytes, isolation)
     has_error = any(p.error_code for t in topics for p in t.partitions)
     if total < min_bytes and max_wait_ms > 0 and not has_error and body.topics:
-        op = DelayedFetch(max_wait_ms, min_bytes, _watches(broker, body.topics), already_available=total)
+        op = DelayedFetch(max_wait_ms, min_bytes, _watches(broker, body.topics, isolation), already_available=total)
         keys = [(t.topic, p.partition) for t in body.topics for p in t.partitions]
         await broker.wait_for_fetch(op, keys)
         topics, total = read_partitions(broker, body.topics, max_bytes, isolation)

@@ -1,6 +1,9 @@
-"""ListOffsets (2): earliest (-2) = log start offset, latest (-1) = high watermark,
-max timestamp (-3), or the earliest offset whose timestamp is >= the target (through the
-time index), else -1."""
+"""ListOffsets (2): earliest (-2) = log start offset, latest (-1) = high watermark (with
+isolation level read_committed, v2+: the last stable offset, as Kafka), max timestamp (-3),
+or the earliest offset whose timestamp is >= the target (through the time index), else -1.
+A record found by timestamp at or past the last fetchable offset (the LSO for
+read_committed) is answered as not found (-1), as Kafka does: the consumer could not read
+it yet."""
 
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ if TYPE_CHECKING:
     from ..api import BrokerApi
 
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
+READ_COMMITTED = 1
 
 
 @handler(ApiKey.LIST_OFFSETS, 1, 7)
@@ -33,16 +37,13 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
                 continue
             ts, offset = -1, -1
             if p.timestamp == LATEST:
-                offset = log.high_watermark  # last stable offset = HW until transactions exist
+                offset = log.last_stable_offset if isolation == READ_COMMITTED else log.high_watermark
             elif p.timestamp == EARLIEST:
                 offset = log.log_start_offset
-            elif p.timestamp == MAX_TIMESTAMP:
-                found = log.max_timestamp_offset()
-                if found is not None:
-                    offset, ts = found
-            elif p.timestamp >= 0:
-                found = log.offset_for_timestamp(p.timestamp)
-                if found is not None:
+            elif p.timestamp == MAX_TIMESTAMP or p.timestamp >= 0:
+                found = log.max_timestamp_offset() if p.timestamp == MAX_TIMESTAMP else log.offset_for_timestamp(p.timestamp)
+                fetchable = log.last_stable_offset if isolation == READ_COMMITTED else log.high_watermark
+                if found is not None and found[0] < fetchable:
                     offset, ts = found
             else:
                 # -4 (earliest local, v8+) and -5 (latest tiered, v9+) are tiered-storage specs;
@@ -50,7 +51,6 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
                 parts.append({"partition_index": index, "error_code": ErrorCode.unsupported_version,
                               "timestamp": -1, "offset": -1})
                 continue
-            _ = isolation
             parts.append({"partition_index": index, "error_code": 0, "timestamp": ts, "offset": offset,
                           "leader_epoch": 0})
         topics.append({"name": t.name, "partitions": parts})
