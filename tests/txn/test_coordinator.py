@@ -5,8 +5,10 @@ would. Time is a clock the test moves."""
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -40,6 +42,40 @@ class RecordingMarkers:
         return {tp: ErrorCode.kafka_storage_error if tp in self.failing else ErrorCode.none for tp in partitions}
 
 
+class FullDisk:
+    """The broker's topics, except that appends to ``__transaction_state`` raise ENOSPC while
+    ``full`` is set (a real TopicManager underneath)."""
+
+    def __init__(self, topics: TopicManager) -> None:
+        self.topics = topics
+        self.full = False
+
+    def partition_logs(self, name: str) -> Any:
+        logs = self.topics.partition_logs(name)
+        if logs is None or name != TRANSACTION_STATE_TOPIC:
+            return logs
+        return [_FailingAppends(log, self) for log in logs]
+
+    def create(self, name: str, partitions: int, configs: Mapping[str, str] | None = None) -> object:
+        return self.topics.create(name, partitions, configs)
+
+    def offline_reason(self, name: str) -> str | None:
+        return self.topics.offline_reason(name)
+
+
+class _FailingAppends:
+    def __init__(self, log: Any, disk: FullDisk) -> None:
+        self.log, self.disk = log, disk
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.log, name)
+
+    def append(self, data: bytes) -> Any:
+        if self.disk.full:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return self.log.append(data)
+
+
 class Clock:
     def __init__(self) -> None:
         self.now = 1_800_000_000_000
@@ -59,7 +95,8 @@ class Setup:
         self.coordinator = self.new_coordinator()
 
     def new_coordinator(self) -> TransactionCoordinator:
-        return TransactionCoordinator(self.topics, self.markers, lambda: next(self.ids), state_partitions=3,
+        self.disk = FullDisk(self.topics)
+        return TransactionCoordinator(self.disk, self.markers, lambda: next(self.ids), state_partitions=3,
                                       clock=self.clock)
 
     def restart(self) -> TransactionCoordinator:
@@ -245,3 +282,44 @@ def test_list_filters_by_state_producer_and_pattern(s: Setup) -> None:
     assert [t.transactional_id for t in longer.transactions] == [TX]
     shorter = s.coordinator.list_transactions(ListTransactionsRequest(frozenset({"Ongoing"}), min_duration_ms=5_000))
     assert shorter.transactions == ()
+
+
+def test_a_full_disk_refuses_init_with_a_retriable_error_and_logs_nothing(s: Setup) -> None:
+    p = s.init()
+    s.disk.full = True
+    assert s.init().error == ErrorCode.not_coordinator
+    assert s.coordinator.describe(TX).producer_epoch == p.producer_epoch  # unchanged
+    s.disk.full = False
+    assert s.init().producer_epoch == p.producer_epoch + 1
+
+
+def test_a_commit_whose_complete_record_cannot_be_logged_is_completed_later(s: Setup) -> None:
+    p = s.init()
+    s.add(p, A0)
+    calls = s.markers.calls
+
+    class FillAfterMarkers(RecordingMarkers):
+        def __call__(self, *args: Any) -> Mapping[tuple[str, int], ErrorCode]:
+            s.disk.full = not self.calls  # the first markers are written; then the disk fills
+            return RecordingMarkers.__call__(self, *args)
+
+    s.coordinator.markers = FillAfterMarkers()
+    assert s.end(p, commit=True) == ErrorCode.none  # decided once PrepareCommit is logged
+    assert s.state() == "PrepareCommit" and s.coordinator.describe(TX).partitions == ()
+    assert s.end(p, commit=True) == ErrorCode.concurrent_transactions
+    s.disk.full = False
+    s.coordinator.complete_pending()
+    assert s.state() == "CompleteCommit"
+    assert calls == []
+
+
+def test_a_fence_whose_abort_cannot_be_logged_bumps_the_epoch_once(s: Setup) -> None:
+    old = s.init()
+    s.add(old, A0)
+    s.disk.full = True
+    assert s.init().error == ErrorCode.not_coordinator
+    assert s.state() == "Ongoing" and s.markers.calls == []
+    s.disk.full = False
+    assert s.init().error == ErrorCode.concurrent_transactions
+    assert s.markers.calls == [(old.producer_id, old.producer_epoch + 1, False, (A0,))]
+    assert s.init().producer_epoch == old.producer_epoch + 2

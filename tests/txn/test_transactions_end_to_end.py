@@ -6,6 +6,7 @@ APIs)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +27,23 @@ def _create(bootstrap: str, topic: str, partitions: int = 1) -> None:
     admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
 
 
+_open: list[Producer] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_producers(pulllog_broker: Any) -> Iterator[None]:
+    """Close every producer a test made while its broker still runs (librdkafka would
+    otherwise keep reconnecting to a stopped broker until garbage collection)."""
+    yield
+    while _open:
+        _open.pop().close(5)
+
+
 def _producer(bootstrap: str, transactional_id: str, **extra: Any) -> Producer:
-    return Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id, "linger.ms": 5, **extra})
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id, "linger.ms": 5,
+                         **extra})
+    _open.append(producer)
+    return producer
 
 
 def test_a_commit_is_read_committed_and_an_abort_is_not(pulllog_broker: Any) -> None:
@@ -99,9 +115,9 @@ def test_a_broker_restart_in_the_middle_of_a_transaction(tmp_path: Path) -> None
     broker = BrokerThread(data_dir).start()
     port = broker.port
     bootstrap = broker.bootstrap_servers
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "restart-tx", "linger.ms": 5})
     try:
         _create(bootstrap, "restart", 2)
-        producer = _producer(bootstrap, "restart-tx")
         producer.init_transactions(30)
         producer.begin_transaction()
         producer.produce("restart", b"before", partition=0)
@@ -113,6 +129,7 @@ def test_a_broker_restart_in_the_middle_of_a_transaction(tmp_path: Path) -> None
         producer.commit_transaction(60)
         assert read_values(bootstrap, "restart", 2) == [b"before", b"after"]
     finally:
+        producer.close(5)
         broker.stop()
 
 
@@ -124,6 +141,7 @@ def test_send_offsets_to_transaction_commits_the_groups_offsets_with_the_output(
     for i in range(5):
         feeder.produce("input", f"in-{i}".encode())
     feeder.flush(30)
+    feeder.close(5)
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "eos", "enable.auto.commit": False,
                          "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
@@ -191,3 +209,22 @@ def test_a_transactional_produce_to_a_partition_not_added_is_refused(pulllog_bro
                                       "committed": False})
         assert ended.error_code == 0
     assert read_values(bootstrap, "strict", 2) == []
+
+
+async def test_aiokafkas_transactional_producer_commits_and_aborts(pulllog_broker: Any) -> None:
+    from aiokafka import AIOKafkaProducer
+
+    bootstrap = pulllog_broker.bootstrap_servers
+    _create(bootstrap, "aio")
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id="aio-tx")
+    await producer.start()
+    try:
+        async with producer.transaction():
+            await producer.send_and_wait("aio", b"committed")
+        await producer.begin_transaction()
+        await producer.send_and_wait("aio", b"aborted")
+        await producer.abort_transaction()
+    finally:
+        await producer.stop()
+    assert txn_state(pulllog_broker, "aio-tx") == "CompleteAbort"
+    assert read_values(bootstrap, "aio") == [b"committed"]

@@ -370,9 +370,11 @@ class TransactionCoordinator:
         try:
             self._run(txn, Event.ABORT)
         except _Refused:
-            # The bumped epoch was not logged: back to Ongoing, keeping the epoch in memory
-            # (never handed out), so the next attempt does not bump it again (as Kafka).
-            txn.state, txn.failed_fence = TxnState.ONGOING, True
+            if txn.state is TxnState.PREPARE_EPOCH_FENCE:
+                # PrepareAbort with the bumped epoch was not logged: back to Ongoing, keeping
+                # the epoch in memory (never handed out), so the next attempt does not bump
+                # it again (as Kafka).
+                txn.state, txn.failed_fence = TxnState.ONGOING, True
             raise
 
     def _new_epoch(self, txn: TransactionMetadata, new: TransactionMetadata, timeout_ms: int | None,
@@ -411,7 +413,10 @@ class TransactionCoordinator:
                 log.warning("marker for transactional id %r on %s-%d failed (%s); retrying later",
                             txn.transactional_id, tp[0], tp[1], code.name)
         if not txn.partitions:
-            self._run(txn, Event.MARKERS_WRITTEN)
+            try:
+                self._run(txn, Event.MARKERS_WRITTEN)
+            except _Refused:
+                pass  # the outcome is decided and every marker written: complete_pending logs it later
 
     # ------------------------------------------------------------------ checks
 
@@ -589,8 +594,5 @@ class TransactionCoordinator:
         pending = [txn for txn in self.transactions.values()
                    if txn.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)]
         for txn in pending:
-            try:
-                self._send_markers(txn)
-            except _Refused:
-                continue  # the Complete* record could not be logged: markers are idempotent, retried
+            self._send_markers(txn)
         return len(pending)
