@@ -95,6 +95,7 @@ def test_find_hanging_reports_only_the_transaction_no_coordinator_knows_and_abor
         f"`pulllog transactions describe-producers {TOPIC} --partition 0` lists them\n"
 
     producer.commit_transaction(TIMEOUT_S)
+    producer.close(5)  # before the broker stops: no reconnect attempts after it
     assert _last_stable_offset(bootstrap) == 5  # h0 h1, abort marker, live, commit marker
 
 

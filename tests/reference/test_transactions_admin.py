@@ -53,7 +53,7 @@ def _create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
 
 
 class Transactions:
-    """librdkafka transactional producers, closed (by PID-free means: flush and drop) at the end."""
+    """librdkafka transactional producers, closed at the end (before their broker stops)."""
 
     def __init__(self, bootstrap: str) -> None:
         self.bootstrap = bootstrap
@@ -80,7 +80,7 @@ def txns(bootstrap: str) -> Iterator[Transactions]:
     t = Transactions(bootstrap)
     yield t
     for producer in t.producers:
-        producer.flush(5)
+        producer.close(5)
 
 
 def _run(fn: Any, bootstrap: str) -> Any:
