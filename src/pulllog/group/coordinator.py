@@ -701,10 +701,10 @@ class GroupCoordinator:
             raise InvalidRecordError(f"producer {producer_id}'s offsets batch was taken for a retry")
         return info.first_offset
 
-    def _offsets_partition(self, group_id: str) -> int:
-        """The ``__consumer_offsets`` partition holding ``group_id`` (as ``_offsets_log`` picks it)."""
+    def _offsets_partition_count(self) -> int:
+        """How many partitions ``__consumer_offsets`` has (as ``_offsets_log`` hashes group ids)."""
         logs = self.topics.partition_logs(OFFSETS_TOPIC)
-        return rec.partition_for(group_id, len(logs) if logs else self.offsets_partitions)
+        return len(logs) if logs else self.offsets_partitions
 
     def load(self) -> int:
         """Replay ``__consumer_offsets`` into memory; returns how many groups were loaded.
@@ -719,7 +719,7 @@ class GroupCoordinator:
         for index, plog in enumerate(logs):
             for entry in _log_entries(plog):
                 if isinstance(entry, _TxnMarker):
-                    self.handle_txn_completion(entry.producer_id, (index,), entry.commit)
+                    self._complete_txn(entry.producer_id, {index}, entry.commit, len(logs))
                 else:
                     producer_id, record = entry
                     self._replay(record.key, record.value, record.offset, producer_id)
@@ -1261,11 +1261,14 @@ class GroupCoordinator:
         ``__consumer_offsets`` partitions: its pending offsets in the groups they hold become
         the committed ones (commit) or are dropped (abort). A partition's offset committed by
         a record later in the log than the transaction's stays (Kafka's rule)."""
-        partitions = set(offsets_partitions)
+        if producer_id in self._open_txns:
+            self._complete_txn(producer_id, set(offsets_partitions), commit, self._offsets_partition_count())
+
+    def _complete_txn(self, producer_id: int, partitions: set[int], commit: bool, partition_count: int) -> None:
         group_ids = self._open_txns.get(producer_id)
         if not group_ids:
             return
-        done = {g for g in group_ids if self._offsets_partition(g) in partitions}
+        done = {g for g in group_ids if rec.partition_for(g, partition_count) in partitions}
         for group_id in done:
             group = self.groups.get(group_id)
             pending = group.pending.pop(producer_id, None) if group is not None else None
