@@ -74,6 +74,12 @@ class Transactions:
     def committed(self, transactional_id: str, topic: str) -> None:
         self.open(transactional_id, topic).commit_transaction(TIMEOUT_S)
 
+    def initialized(self, transactional_id: str) -> None:
+        """A producer id for the transactional id, and no transaction yet (state Empty)."""
+        producer = confluent_kafka.Producer({"bootstrap.servers": self.bootstrap, "transactional.id": transactional_id})
+        self.producers.append(producer)
+        producer.init_transactions(TIMEOUT_S)
+
 
 @pytest.fixture
 def txns(bootstrap: str) -> Iterator[Transactions]:
@@ -96,10 +102,11 @@ def _cli(*args: str) -> tuple[int, str, str]:
 
 
 def test_list_and_describe_transactions(bootstrap: str, txns: Transactions) -> None:
-    topic, done, ongoing = _name("txn-list"), _name("done"), _name("ongoing")
+    topic, done, ongoing, empty = _name("txn-list"), _name("done"), _name("ongoing"), _name("empty")
     _create_topic(bootstrap, topic)
     txns.committed(done, topic)
     txns.open(ongoing, topic)
+    txns.initialized(empty)
 
     listed = {t.transactional_id: t for t in _run(lambda a: a.list_transactions(), bootstrap)}
     assert listed[done].state == "CompleteCommit" and listed[ongoing].state == "Ongoing"
@@ -107,11 +114,19 @@ def test_list_and_describe_transactions(bootstrap: str, txns: Transactions) -> N
     assert ongoing in [t.transactional_id for t in only_ongoing] and done not in [t.transactional_id for t in only_ongoing]
     by_producer = _run(lambda a: a.list_transactions(producer_ids=[listed[done].producer_id]), bootstrap)
     assert [t.transactional_id for t in by_producer] == [done]
+    # The duration filter (v1+) is by the last transaction's start time, whatever the state.
+    started = [t.transactional_id for t in _run(lambda a: a.list_transactions(min_duration_ms=0), bootstrap)]
+    assert {done, ongoing, empty} <= set(started)
+    hour = [t.transactional_id for t in _run(lambda a: a.list_transactions(min_duration_ms=3_600_000), bootstrap)]
+    assert done not in hour and ongoing not in hour
 
     described = _run(lambda a: a.describe_transactions([done, ongoing]), bootstrap)
     assert described[ongoing].state == "Ongoing" and described[ongoing].partitions == (TopicPartition(topic, 0),)
     assert described[ongoing].start_time_ms is not None and described[ongoing].timeout_ms == 60_000
     assert described[done].partitions == () and described[done].producer_id == listed[done].producer_id
+    # No transaction yet: Kafka answers a start time of -1.
+    assert (listed[empty].state, _run(lambda a: a.describe_transaction(empty), bootstrap).start_time_ms) == \
+        ("Empty", None)
     with pytest.raises(KafkaError) as unknown:
         _run(lambda a: a.describe_transaction(_name("never-used")), bootstrap)
     assert unknown.value.code == ErrorCode.transactional_id_not_found

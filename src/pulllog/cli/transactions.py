@@ -17,6 +17,7 @@ topic when no ``--topic`` is given (a single broker holds every partition, so th
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import click
@@ -56,7 +57,8 @@ def _none(value: int | None) -> str:
                    "CompleteAbort, PrepareEpochFence, Dead (repeatable).")
 @click.option("--producer-id", "producer_ids", type=int, multiple=True, help="Only this producer id (repeatable).")
 @click.option("--duration-filter", type=int, default=None, metavar="MS",
-              help="Only transactions running for longer than MS milliseconds (brokers with ListTransactions v1+).")
+              help="Only transactional ids whose last transaction started more than MS milliseconds ago, in any "
+                   "state (Kafka's filter; brokers with ListTransactions v1+).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per transactional id per line.")
 @bootstrap_server_option
 def list_(states: tuple[str, ...], producer_ids: tuple[int, ...], duration_filter: int | None, as_json: bool,
@@ -241,6 +243,4 @@ def find_hanging(topic: str | None, partition: int | None, max_transaction_timeo
 
 
 def _now_ms() -> int:
-    import time
-
     return int(time.time() * 1000)

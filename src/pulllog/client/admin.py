@@ -727,7 +727,8 @@ class Admin:
                                 min_duration_ms: int | None = None) -> list[TransactionListing]:
         """Every transactional id known to every broker (ListTransactions), optionally only
         those in ``states`` (Kafka's names: Ongoing, PrepareCommit, ...), of ``producer_ids``, or
-        (v1+, Kafka 3.8+) running for longer than ``min_duration_ms``."""
+        (v1+, Kafka 3.8+) whose last transaction started more than ``min_duration_ms`` ago
+        (Kafka filters by that start time whatever the state)."""
         await self._cluster.refresh([])
         data = {"state_filters": list(states), "producer_id_filters": [int(p) for p in producer_ids],
                 "duration_filter": -1 if min_duration_ms is None else int(min_duration_ms)}
