@@ -171,8 +171,8 @@ def describe_producers(topic: str, partitions: tuple[int, ...], as_json: bool, b
 def abort(topic: str, partition: int, start_offset: int | None, producer_id: int | None,
           producer_epoch: int | None, coordinator_epoch: int | None, bootstrap_server: str) -> None:
     """Abort a hanging transaction in one partition: write its abort marker, so that the
-    partition's last stable offset moves on. Only for transactions whose coordinator will not
-    end them (see find-hanging): a live producer's transaction is then aborted under it."""
+    partition's last stable offset moves on. Meant for transactions no coordinator will end
+    (see find-hanging): a live producer's transaction would be aborted under its feet."""
     if start_offset is None and producer_id is None:
         raise CliError("name the transaction to abort: --start-offset (see `pulllog transactions find-hanging`) "
                        "or --producer-id", EXIT_USAGE)
