@@ -24,6 +24,8 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from kio.schema.errors import ErrorCode
+
     from ..group.coordinator import (
         DeleteGroupsRequest,
         DeleteGroupsResult,
@@ -45,13 +47,24 @@ if TYPE_CHECKING:
         OffsetFetchResult,
         SyncRequest,
         SyncResult,
+        TxnOffsetCommitRequest,
+        TxnOffsetCommitResult,
     )
     from ..log import Log, LogConfig
+    from ..txn.coordinator import (
+        AddPartitionsRequest,
+        EndTxnRequest,
+        InitProducerIdRequest,
+        InitProducerIdResult,
+        ListTransactionsRequest,
+        ListTransactionsResult,
+        TransactionDescription,
+    )
     from ..purgatory import DelayedOperation
     from .config import BrokerConfig
     from .topics import OfflineTopic, PartitionError, Topic
 
-__all__ = ["BrokerApi", "GroupCoordinatorApi", "TopicCatalog"]
+__all__ = ["BrokerApi", "GroupCoordinatorApi", "TopicCatalog", "TransactionCoordinatorApi"]
 
 
 class TopicCatalog(Protocol):
@@ -114,6 +127,32 @@ class GroupCoordinatorApi(Protocol):
 
     def delete_groups(self, request: "DeleteGroupsRequest") -> "DeleteGroupsResult": ...
 
+    def txn_offset_commit(self, request: "TxnOffsetCommitRequest") -> "TxnOffsetCommitResult": ...
+
+    def handle_txn_completion(self, producer_id: int, offsets_partitions: Iterable[int], commit: bool) -> None:
+        """Not a Kafka API: the transaction coordinator wrote ``producer_id``'s marker into these
+        ``__consumer_offsets`` partitions (commit makes its pending offsets committed, abort drops them)."""
+        ...
+
+
+class TransactionCoordinatorApi(Protocol):
+    """The transaction coordinator, as handlers see it (``pulllog.txn.coordinator.TransactionCoordinator``)."""
+
+    def init_producer_id(self, request: "InitProducerIdRequest") -> "InitProducerIdResult": ...
+
+    def add_partitions(self, request: "AddPartitionsRequest") -> "dict[tuple[str, int], ErrorCode]": ...
+
+    def verify(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
+               partitions: Iterable[tuple[str, int]]) -> "dict[tuple[str, int], ErrorCode]":
+        """Are these partitions in the producer's transaction? (a transactional Produce's check)"""
+        ...
+
+    def end_txn(self, request: "EndTxnRequest") -> "ErrorCode": ...
+
+    def describe(self, transactional_id: str) -> "TransactionDescription": ...
+
+    def list_transactions(self, request: "ListTransactionsRequest") -> "ListTransactionsResult": ...
+
 
 class BrokerApi(Protocol):
     """What handlers may ask of the broker."""
@@ -141,6 +180,11 @@ class BrokerApi(Protocol):
 
     @property
     def groups(self) -> GroupCoordinatorApi: ...
+
+    @property
+    def transactions(self) -> TransactionCoordinatorApi:
+        """The transaction coordinator (loaded on first use: most brokers never see a transaction)."""
+        ...
 
     def partition(self, topic: str, index: int) -> "Log | PartitionError":
         """The log of one partition, or why there is none (Kafka's error code)."""

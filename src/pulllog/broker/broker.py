@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..group.coordinator import GroupCoordinator
 from ..log.cleaner import LogCleaner, run_on_loop
@@ -54,7 +54,12 @@ from ..purgatory.delayed import DelayedOperationPurgatory
 from .server import Connection
 from .topics import Topic, TopicManager
 
+if TYPE_CHECKING:
+    from ..txn.coordinator import TransactionCoordinator
+
 __all__ = ["Broker"]
+
+TRANSACTION_STATE_TOPIC = "__transaction_state"
 
 log = logging.getLogger("pulllog.broker")
 
@@ -114,6 +119,7 @@ class Broker:
         self._tasks: list[asyncio.Task[None]] = []  # the broker's own (not the connections')
         self._cleaned_up = False
         self.cleaner: LogCleaner | None = None  # its thread runs while serve() does
+        self._transactions: "TransactionCoordinator | None" = None  # see the transactions property
 
     # ------------------------------------------------------------------ addresses
 
@@ -212,6 +218,16 @@ class Broker:
             raise
         if loaded:
             log.info("loaded %d consumer group(s) from __consumer_offsets", loaded)
+        if self.topics.partition_logs(TRANSACTION_STATE_TOPIC) is not None:
+            # After the groups: completing a transaction left between its markers may commit
+            # offsets the group coordinator holds pending.
+            try:
+                transactional_ids = self.transactions.load()
+            except BaseException:
+                self.topics.close()
+                self.data_dir_lock.release()
+                raise
+            log.info("loaded %d transactional id(s) from %s", transactional_ids, TRANSACTION_STATE_TOPIC)
         loop = asyncio.get_running_loop()
         try:
             listeners = [Listener(sock, lambda: Connection(self))
@@ -336,9 +352,52 @@ class Broker:
                     if error is not None:
                         log.error("flush of %s failed: %s", partition_log.directory.name, error)
 
+    @property
+    def transactions(self) -> "TransactionCoordinator":
+        """The transaction coordinator, created on first use: txn/ is not imported by a broker
+        that never sees a transactional request (nor has ``__transaction_state`` on disk)."""
+        if self._transactions is None:
+            from ..txn.coordinator import TransactionCoordinator
+            from . import txn_markers
+
+            cfg = self.config
+            self._transactions = TransactionCoordinator(
+                self.topics,
+                # Looked up at each call, so a test can wrap the module's function.
+                lambda *args: txn_markers.write_txn_markers(self, *args),
+                self.next_producer_id,
+                state_partitions=cfg.transaction_state_log_num_partitions,
+                state_segment_bytes=cfg.transaction_state_log_segment_bytes,
+                max_timeout_ms=cfg.transaction_max_timeout_ms,
+                id_expiration_ms=cfg.transactional_id_expiration_ms,
+            )
+        return self._transactions
+
+    def _transaction_housekeeping(self, now: int, last_abort: int, last_expiry: int) -> tuple[int, int]:
+        """Abort transactions past their timeout, retry missing markers, expire idle ids."""
+        txns = self._transactions
+        if txns is None:
+            return last_abort, last_expiry
+        cfg = self.config
+        try:
+            if now - last_abort >= cfg.transaction_abort_timed_out_transaction_cleanup_interval_ms:
+                last_abort = now
+                txns.complete_pending()
+                txns.abort_timed_out(now)
+            if now - last_expiry >= cfg.transaction_remove_expired_transaction_cleanup_interval_ms:
+                last_expiry = now
+                expired = txns.expire_transactional_ids(now)
+                if expired:
+                    log.info("expired %d transactional id(s) past transactional.id.expiration.ms", expired)
+        except OSError as exc:
+            log.error("transaction housekeeping failed: %s", exc)
+        return last_abort, last_expiry
+
     async def _housekeeping(self) -> None:
-        interval_s = max(0.05, min(self.config.flush_scheduler_interval_ms, 1000) / 1000)
+        interval_s = max(0.05, min(self.config.flush_scheduler_interval_ms,
+                                   self.config.transaction_abort_timed_out_transaction_cleanup_interval_ms, 1000) / 1000)
         last_retention = last_offsets_expiry = last_producer_expiry = last_checkpoint = wall_clock_ms()
+        last_txn_abort = last_txn_expiry = last_checkpoint
         while True:
             await asyncio.sleep(interval_s)
             now = wall_clock_ms()
@@ -360,6 +419,7 @@ class Broker:
             if now - last_producer_expiry >= self.config.producer_id_expiration_check_interval_ms:
                 last_producer_expiry = now
                 self.expire_producer_ids(now)
+            last_txn_abort, last_txn_expiry = self._transaction_housekeeping(now, last_txn_abort, last_txn_expiry)
 
     async def checkpoint_recovery_points(self) -> None:
         """Write recovery-point-offset-checkpoint on a worker thread (two fsyncs and a

@@ -100,12 +100,8 @@ _IGNORED_BY_REASON = {
         delegation.token.max.lifetime.ms delegation.token.secret.key password.encoder.cipher.algorithm
         password.encoder.iterations password.encoder.key.length password.encoder.keyfactory.algorithm
         password.encoder.old.secret password.encoder.secret""",
-    "pulllog has no transactions or share groups yet": """
-        transaction.max.timeout.ms transaction.state.log.load.buffer.size
-        transaction.state.log.num.partitions transaction.state.log.segment.bytes
-        transaction.abort.timed.out.transaction.cleanup.interval.ms
-        transaction.remove.expired.transaction.cleanup.interval.ms transaction.partition.verification.enable
-        transactional.id.expiration.ms share.coordinator.append.linger.ms share.coordinator.load.buffer.size
+    "pulllog has no share groups yet": """
+        share.coordinator.append.linger.ms share.coordinator.load.buffer.size
         share.coordinator.snapshot.update.records.per.snapshot share.coordinator.state.topic.compression.codec
         share.coordinator.state.topic.num.partitions share.coordinator.state.topic.segment.bytes
         share.coordinator.write.timeout.ms share.fetch.purgatory.purge.interval.requests""",
@@ -125,6 +121,7 @@ _IGNORED_BY_REASON = {
         log.local.retention.ms log.local.retention.bytes compression.gzip.level compression.lz4.level
         compression.zstd.level offsets.topic.segment.bytes offsets.topic.compression.codec
         offsets.load.buffer.size offsets.commit.timeout.ms offset.metadata.max.bytes
+        transaction.state.log.load.buffer.size
         delete.topic.enable fetch.max.bytes max.incremental.fetch.session.cache.slots
         max.request.partition.size.limit fetch.purgatory.purge.interval.requests
         producer.purgatory.purge.interval.requests delete.records.purgatory.purge.interval.requests
@@ -141,7 +138,7 @@ _IGNORED_PREFIXES = {
     "listener.name.": "pulllog has no security (PLAINTEXT only): no TLS, SASL, ACLs or delegation tokens",
     "remote.log.": "pulllog has no tiered storage",
     "group.consumer.": "pulllog's group coordinator has fixed limits (the classic protocol only)",
-    "group.share.": "pulllog has no transactions or share groups yet",
+    "group.share.": "pulllog has no share groups yet",
 }
 _IGNORED: dict[str, str] = {
     name: reason for reason, names in _IGNORED_BY_REASON.items() for name in names.split()
@@ -217,6 +214,19 @@ def _int(name: str, raw: Any, lo: int = 0, hi: int = 2**63 - 1) -> int:
     return value
 
 
+# Kafka's transaction settings that are integers: name -> (BrokerConfig field, min, max).
+_TRANSACTION_INTS: dict[str, tuple[str, int, int]] = {
+    "transaction.max.timeout.ms": ("transaction_max_timeout_ms", 1, 2**31 - 1),
+    "transaction.state.log.num.partitions": ("transaction_state_log_num_partitions", 1, 10_000),
+    "transaction.state.log.segment.bytes": ("transaction_state_log_segment_bytes", 1024, 2**31 - 1),
+    "transactional.id.expiration.ms": ("transactional_id_expiration_ms", 1, 2**31 - 1),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms":
+        ("transaction_abort_timed_out_transaction_cleanup_interval_ms", 1, 2**31 - 1),
+    "transaction.remove.expired.transaction.cleanup.interval.ms":
+        ("transaction_remove_expired_transaction_cleanup_interval_ms", 1, 2**31 - 1),
+}
+
+
 # Broker settings pulllog implements besides _LOG_DEFAULTS, _HOURS and _MINUTES (from_properties).
 _OWN = (
     "log.dirs", "log.dir", "listeners", "advertised.listeners", "node.id", "broker.id", "num.partitions",
@@ -226,6 +236,7 @@ _OWN = (
     "offsets.retention.minutes",
     "offsets.retention.check.interval.ms", "producer.id.expiration.ms", "producer.id.expiration.check.interval.ms",
     "group.initial.rebalance.delay.ms", "start.with.offline.partitions", "log.max.open.files", "max.broker.partitions",
+    *_TRANSACTION_INTS, "transaction.partition.verification.enable",
 )
 KNOWN_NAMES: frozenset[str] = frozenset((*_LOG_DEFAULTS, *_HOURS, *_MINUTES, *_OWN, *_IGNORED))
 
@@ -294,6 +305,21 @@ class BrokerConfig:
     offsets_retention_check_interval_ms: int = 600_000
     producer_id_expiration_ms: int = 86_400_000
     producer_id_expiration_check_interval_ms: int = 600_000
+    # The transaction coordinator (txn/), Kafka's names and defaults:
+    # transaction.max.timeout.ms: a producer asking for a longer transaction.timeout.ms gets
+    # INVALID_TRANSACTION_TIMEOUT from InitProducerId.
+    transaction_max_timeout_ms: int = 900_000
+    # transaction.state.log.num.partitions / .segment.bytes: __transaction_state, created on first use.
+    transaction_state_log_num_partitions: int = 50
+    transaction_state_log_segment_bytes: int = 100 * 1024 * 1024
+    # transactional.id.expiration.ms: an id with no transaction for this long is forgotten.
+    transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000
+    # How often open transactions past their timeout are aborted, and expired ids removed.
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
+    transaction_remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
+    # transaction.partition.verification.enable (KIP-890): a transactional Produce to a partition
+    # not added to the producer's transaction is refused (INVALID_TXN_STATE).
+    transaction_partition_verification_enable: bool = True
     # Segment files (.log/.index/.timeindex) held open at once, like RocksDB's max_open_files;
     # 0: derived at start from RLIMIT_NOFILE (see broker/limits.py). Not a Kafka setting.
     max_open_files: int = 0
@@ -390,6 +416,11 @@ class BrokerConfig:
                 kw["producer_id_expiration_ms"] = _int(name, raw, 1)
             elif name == "producer.id.expiration.check.interval.ms":
                 kw["producer_id_expiration_check_interval_ms"] = _int(name, raw, 1)
+            elif name in _TRANSACTION_INTS:
+                field_name, low, high = _TRANSACTION_INTS[name]
+                kw[field_name] = _int(name, raw, low, high)
+            elif name == "transaction.partition.verification.enable":
+                kw["transaction_partition_verification_enable"] = _bool(name, raw)
             elif name == "group.initial.rebalance.delay.ms":
                 kw["group_initial_rebalance_delay_ms"] = _int(name, raw, 0)
             elif name == "log.max.open.files":
@@ -426,7 +457,10 @@ class BrokerConfig:
             "producer.id.expiration.ms": str(self.producer_id_expiration_ms),
             "producer.id.expiration.check.interval.ms": str(self.producer_id_expiration_check_interval_ms),
             "log.max.open.files": str(self.max_open_files),
+            "transaction.partition.verification.enable": str(self.transaction_partition_verification_enable).lower(),
         }
+        for name, (field_name, _low, _high) in _TRANSACTION_INTS.items():
+            out[name] = str(getattr(self, field_name))
         topic_values = self.log_defaults.to_kafka()
         for broker_name, topic_name in _LOG_DEFAULTS.items():
             out[broker_name] = topic_values[topic_name]

@@ -35,6 +35,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("serve", "serve"),
     "tail": ("consume", "tail"),
     "topic": ("topic", "topic"),
+    "transactions": ("transactions", "transactions"),
 }
 
 

@@ -11,6 +11,17 @@ to the controller (retried once on NOT_CONTROLLER); ListOffsets, DeleteRecords a
 DescribeLogDirs to each partition's leader, one request per broker, all brokers at once;
 DescribeConfigs / AlterConfigs for a broker resource to that broker, for a topic to any.
 
+Transactions (KIP-664, what ``kafka-transactions.sh`` does): ``list_transactions`` asks every
+broker (ListTransactions), ``describe_transactions`` each transactional id's coordinator
+(FindCoordinator key type 1, DescribeTransactions), ``describe_producers`` each partition's
+leader (DescribeProducers). ``abort_transaction`` ends a *hanging* transaction, one the
+coordinator no longer knows about, so that the partition's last stable offset can move on:
+it finds the producer's open transaction with DescribeProducers (by its start offset or its
+producer id) and sends the leader WriteTxnMarkers with an abort marker for that partition
+alone, with the producer's epoch and the coordinator epoch the partition last saw.
+``find_hanging_transactions`` is the tool's ``find-hanging``: open transactions older than
+the maximum transaction timeout whose coordinator does not list the partition.
+
 Errors: a Kafka error code becomes the most specific ``KafkaError`` subclass
 (``pulllog.client.errors.error_for``) with a message that names the topic or partition,
 e.g. ``TopicAlreadyExistsError("topic 'x' already exists")``; an unknown topic is
@@ -21,7 +32,9 @@ the broker has applied the others.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import enum
+import time
 import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -49,12 +62,21 @@ __all__ = [
     "NewTopic",
     "OffsetSpec",
     "PartitionDescription",
+    "ProducerState",
     "ResourceType",
     "TopicDescription",
     "TopicListing",
+    "TransactionDescription",
+    "TransactionListing",
+    "OpenTransaction",
 ]
 
 T = TypeVar("T")
+_ONE_MS = datetime.timedelta(milliseconds=1)
+
+
+def _wall_clock_ms() -> int:
+    return int(time.time() * 1000)
 
 
 # ---------------------------------------------------------------------------- values
@@ -83,6 +105,54 @@ class GroupDescription:
     protocol_type: str
     protocol: str
     members: tuple[MemberDescription, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionListing:
+    """One transactional id in ListTransactions' answer, with the broker coordinating it."""
+
+    transactional_id: str
+    producer_id: int
+    state: str
+    coordinator: int
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionDescription:
+    """DescribeTransactions' view of a transactional id. ``partitions``: those in the ongoing
+    transaction (while it completes: those still without their marker)."""
+
+    transactional_id: str
+    coordinator: int
+    state: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    start_time_ms: int | None
+    """When the ongoing transaction started; None when there is none."""
+    partitions: tuple[TopicPartition, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerState:
+    """One producer id as a partition's leader keeps it (DescribeProducers)."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int | None
+    """The coordinator epoch of the last marker for this producer; None before any."""
+    current_txn_start_offset: int | None
+    """The first offset of the producer's open transaction in this partition; None if none."""
+
+
+@dataclass(frozen=True, slots=True)
+class OpenTransaction:
+    """A partition's open transaction (``find_hanging_transactions``)."""
+
+    partition: TopicPartition
+    producer: ProducerState
 
 
 @dataclass(frozen=True, slots=True)
@@ -559,18 +629,24 @@ class Admin:
 
     # ------------------------------------------------------------------ consumer groups
 
-    async def _coordinator(self, group_id: str) -> KafkaConnection:
-        """The broker coordinating ``group_id`` (FindCoordinator)."""
+    async def _coordinator(self, key: str, key_type: int = 0) -> KafkaConnection:
+        """The broker coordinating group ``key`` (key type 0) or transactional id ``key``
+        (key type 1): FindCoordinator."""
+        return await self._cluster.connection(await self._coordinator_id(key, key_type))
+
+    async def _coordinator_id(self, key: str, key_type: int = 0) -> int:
         conn = await self._cluster.any_connection()
-        version, resp = await self._call(conn, "find_coordinator", 0, 4, {
-            "key": group_id, "key_type": 0, "coordinator_keys": [group_id]})
+        # key type 1 (transaction) needs v1+; the transactional id must not be empty.
+        version, resp = await self._call(conn, "find_coordinator", 0 if key_type == 0 else 1, 4, {
+            "key": key, "key_type": key_type, "coordinator_keys": [key]})
         entry = resp.coordinators[0] if version >= 4 else resp
         if entry.error_code != ErrorCode.none:
-            raise error_for(entry.error_code, f"no coordinator for group {group_id!r}: {entry.error_code.name}")
+            what = "group" if key_type == 0 else "transactional id"
+            raise error_for(entry.error_code, f"no coordinator for {what} {key!r}: {entry.error_code.name}")
         node = int(entry.node_id)
         if node not in self._cluster.brokers:
             self._cluster.brokers[node] = (entry.host, int(entry.port))
-        return await self._cluster.connection(node)
+        return node
 
     async def list_groups(self) -> list[GroupListing]:
         conn = await self._cluster.any_connection()
@@ -644,6 +720,189 @@ class Admin:
                 raise error_for(code, f"group {group_id!r} does not exist")
             if code != ErrorCode.none:
                 raise error_for(code, f"deleting group {group_id!r} failed: {code.name}")
+
+    # ------------------------------------------------------------------ transactions
+
+    async def list_transactions(self, *, states: Iterable[str] = (), producer_ids: Iterable[int] = (),
+                                min_duration_ms: int | None = None) -> list[TransactionListing]:
+        """Every transactional id known to every broker (ListTransactions), optionally only
+        those in ``states`` (Kafka's names: Ongoing, PrepareCommit, ...), of ``producer_ids``, or
+        (v1+, Kafka 3.8+) whose last transaction started more than ``min_duration_ms`` ago
+        (Kafka filters by that start time whatever the state)."""
+        await self._cluster.refresh([])
+        data = {"state_filters": list(states), "producer_id_filters": [int(p) for p in producer_ids],
+                "duration_filter": -1 if min_duration_ms is None else int(min_duration_ms)}
+        lo = 0 if min_duration_ms is None else 1
+
+        async def ask(node: int) -> list[TransactionListing]:
+            _v, resp = await self._call(await self._cluster.connection(node), "list_transactions", lo, 1, data)
+            if resp.error_code != ErrorCode.none:
+                raise error_for(resp.error_code, f"listing transactions on broker {node} failed: "
+                                f"{resp.error_code.name}")
+            return [TransactionListing(t.transactional_id, int(t.producer_id), t.transaction_state, node)
+                    for t in resp.transaction_states]
+
+        listings = [t for part in await _all(*(ask(node) for node in sorted(self._cluster.brokers))) for t in part]
+        return sorted(listings, key=lambda t: t.transactional_id)
+
+    async def describe_transaction(self, transactional_id: str) -> TransactionDescription:
+        """One transactional id's state at its coordinator (TransactionalIdNotFound: unknown)."""
+        return (await self.describe_transactions([transactional_id]))[transactional_id]
+
+    async def describe_transactions(self, transactional_ids: Iterable[str]) -> dict[str, TransactionDescription]:
+        """Each transactional id's state, asked of its coordinator (DescribeTransactions);
+        raises for the first that failed (TRANSACTIONAL_ID_NOT_FOUND for an unknown id)."""
+        by_node: dict[int, list[str]] = defaultdict(list)
+        for transactional_id in dict.fromkeys(transactional_ids):
+            by_node[await self._coordinator_id(transactional_id, 1)].append(transactional_id)
+
+        async def ask(node: int, ids: list[str]) -> list[TransactionDescription]:
+            _v, resp = await self._call(await self._cluster.connection(node), "describe_transactions", 0, 0,
+                                        {"transactional_ids": ids})
+            out = []
+            for t in resp.transaction_states:
+                if t.error_code == ErrorCode.transactional_id_not_found:
+                    raise error_for(t.error_code, f"transactional id {t.transactional_id!r} is unknown to its "
+                                    "coordinator (never used, or expired)")
+                if t.error_code != ErrorCode.none:
+                    raise error_for(t.error_code, f"describing transactional id {t.transactional_id!r} failed: "
+                                    f"{t.error_code.name}")
+                start = t.transaction_start_time
+                out.append(TransactionDescription(
+                    t.transactional_id, node, t.transaction_state, int(t.producer_id), int(t.producer_epoch),
+                    int(t.transaction_timeout / _ONE_MS),
+                    None if start is None else round(start.timestamp() * 1000),
+                    tuple(TopicPartition(d.topic, int(p)) for d in t.topics for p in d.partitions)))
+            return out
+
+        found = [d for part in await _all(*(ask(n, ids) for n, ids in by_node.items())) for d in part]
+        return {d.transactional_id: d for d in found}
+
+    async def describe_producers(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, list[ProducerState]]:
+        """The active producers of each partition, as its leader keeps them (DescribeProducers)."""
+
+        async def ask(conn: KafkaConnection, tps: list[TopicPartition]) -> dict[TopicPartition, list[ProducerState]]:
+            topics = [{"name": t["name"], "partition_indexes": [p["i"] for p in t["partitions"]]}
+                      for t in _by_topic(tps, lambda tp: {"i": tp.partition})]
+            _v, resp = await self._call(conn, "describe_producers", 0, 0, {"topics": topics})
+            out: dict[TopicPartition, list[ProducerState]] = {}
+            for t in resp.topics:
+                for p in t.partitions:
+                    tp = TopicPartition(t.name, int(p.partition_index))
+                    if p.error_code != ErrorCode.none:
+                        raise _partition_error(p.error_code, tp, "describe the producers of")
+                    out[tp] = [ProducerState(
+                        int(s.producer_id), int(s.producer_epoch), int(s.last_sequence), int(s.last_timestamp),
+                        None if s.coordinator_epoch < 0 else int(s.coordinator_epoch),
+                        None if s.current_txn_start_offset < 0 else int(s.current_txn_start_offset))
+                        for s in p.active_producers]
+            return out
+
+        return await self._per_leader(list(dict.fromkeys(partitions)), ask)
+
+    async def abort_transaction(self, partition: TopicPartition, *, start_offset: int | None = None,
+                                producer_id: int | None = None, producer_epoch: int | None = None,
+                                coordinator_epoch: int | None = None) -> ProducerState | None:
+        """Abort a hanging transaction in one partition (``kafka-transactions.sh abort``).
+
+        Name the transaction by its ``start_offset`` or its ``producer_id``: DescribeProducers
+        then gives the producer's epoch and the partition's coordinator epoch (returned).
+        With ``producer_id``, ``producer_epoch`` and ``coordinator_epoch`` all given, no
+        lookup is made (brokers without DescribeProducers). Then WriteTxnMarkers, an abort
+        marker for this partition alone, to its leader."""
+        found: ProducerState | None = None
+        if start_offset is None and producer_id is None:
+            raise ValueError("name the transaction to abort: its start offset or its producer id")
+        if start_offset is not None or producer_epoch is None or coordinator_epoch is None:
+            found = await self._open_transaction(partition, start_offset, producer_id)
+            producer_id, producer_epoch = found.producer_id, found.producer_epoch
+            coordinator_epoch = found.coordinator_epoch
+        assert producer_id is not None and producer_epoch is not None
+        # A producer whose transaction hung before any marker has no coordinator epoch (-1);
+        # 0 is at most any epoch the partition can have seen (Kafka's tool does the same).
+        epoch = max(coordinator_epoch or 0, 0)
+        await self._write_abort_marker(partition, producer_id, producer_epoch, epoch)
+        return found
+
+    async def _open_transaction(self, tp: TopicPartition, start_offset: int | None,
+                                producer_id: int | None) -> ProducerState:
+        producers = (await self.describe_producers([tp]))[tp]
+        for state in producers:
+            if state.current_txn_start_offset is None:
+                continue
+            if (start_offset is None or state.current_txn_start_offset == start_offset) and \
+                    (producer_id is None or state.producer_id == producer_id):
+                return state
+        which = (f"starting at offset {start_offset}" if start_offset is not None
+                 else f"of producer id {producer_id}")
+        raise KafkaError(ErrorCode.invalid_txn_state,
+                         f"no open transaction {which} in {tp.topic}-{tp.partition}; "
+                         f"`pulllog transactions describe-producers {tp.topic} --partition {tp.partition}` lists them")
+
+    async def _write_abort_marker(self, tp: TopicPartition, producer_id: int, producer_epoch: int,
+                                  coordinator_epoch: int) -> None:
+        data = {"markers": [{"producer_id": producer_id, "producer_epoch": producer_epoch, "transaction_result": False,
+                             "topics": [{"name": tp.topic, "partition_indexes": [tp.partition]}],
+                             "coordinator_epoch": coordinator_epoch}]}
+
+        async def ask(conn: KafkaConnection, _tps: list[TopicPartition]) -> dict[TopicPartition, None]:
+            _v, resp = await self._call(conn, "write_txn_markers", 1, 2, data)
+            codes = [p.error_code for m in resp.markers for t in m.topics for p in t.partitions]
+            if len(codes) != 1:
+                raise KafkaError(ErrorCode.unknown_server_error,
+                                 f"WriteTxnMarkers answered {len(codes)} partitions for one")
+            code = codes[0]
+            if code == ErrorCode.transaction_coordinator_fenced:
+                raise error_for(code, f"cannot abort producer {producer_id}'s transaction in {tp.topic}-"
+                                f"{tp.partition}: coordinator epoch {coordinator_epoch} is older than the "
+                                "partition's; its coordinator is alive, let it finish the transaction")
+            if code in (ErrorCode.invalid_producer_epoch, ErrorCode.producer_fenced):
+                raise error_for(code, f"cannot abort producer {producer_id}'s transaction in {tp.topic}-"
+                                f"{tp.partition}: epoch {producer_epoch} is not the producer's current one")
+            if code != ErrorCode.none:
+                raise _partition_error(code, tp, f"abort producer {producer_id}'s transaction in")
+            return {tp: None}
+
+        await self._per_leader([tp], ask)
+
+    async def find_hanging_transactions(self, partitions: Iterable[TopicPartition] | None = None, *,
+                                        max_transaction_timeout_ms: int = 15 * 60_000,
+                                        now_ms: int | None = None) -> list[OpenTransaction]:
+        """Open transactions that their coordinator will never end (``kafka-transactions.sh
+        find-hanging``): open for longer than ``max_transaction_timeout_ms`` (by the producer's
+        last write) and either unknown to every coordinator, or described without this
+        partition. ``partitions``: every partition of every topic when None."""
+        if partitions is None:
+            topics = [t.name for t in await self.list_topics(include_internal=True)]
+            tps = [TopicPartition(d.name, p.partition) for d in await self.describe_topics(topics)
+                   for p in d.partitions]
+        else:
+            tps = list(partitions)
+        if not tps:
+            return []
+        now = _wall_clock_ms() if now_ms is None else now_ms
+        candidates = [OpenTransaction(tp, state) for tp, states in (await self.describe_producers(tps)).items()
+                      for state in states if state.current_txn_start_offset is not None
+                      and now - state.last_timestamp > max_transaction_timeout_ms]
+        if not candidates:
+            return []
+        listed = await self.list_transactions(producer_ids={c.producer.producer_id for c in candidates})
+        ids = {t.producer_id: t.transactional_id for t in listed}
+        descriptions: dict[str, TransactionDescription | None] = {}
+        for transactional_id in set(ids.values()):
+            try:
+                descriptions[transactional_id] = await self.describe_transaction(transactional_id)
+            except KafkaError as exc:
+                if exc.code != ErrorCode.transactional_id_not_found:
+                    raise
+                descriptions[transactional_id] = None
+        hanging = []
+        for c in candidates:
+            transactional_id = ids.get(c.producer.producer_id)
+            description = descriptions.get(transactional_id) if transactional_id is not None else None
+            if description is None or c.partition not in description.partitions:
+                hanging.append(c)
+        return sorted(hanging, key=lambda c: (c.partition.topic, c.partition.partition, c.producer.producer_id))
 
     # ------------------------------------------------------------------ plumbing
 

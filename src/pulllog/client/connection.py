@@ -54,6 +54,9 @@ _SIZE = struct.Struct(">i")
 _INITIAL_BUFFER = 256 << 10  # the read buffer's size, and what a recv_into may fill at once
 _MIN_READ = 64 << 10  # room to leave for the next recv_into, compacting the buffer if needed
 _KEEP_BUFFER = 8 << 20  # a buffer grown past this goes back to _INITIAL_BUFFER once empty
+# the admin client's transaction APIs (pulllog.client.admin)
+_API_KEYS.update({"write_txn_markers": 27, "describe_producers": 61, "describe_transactions": 65,
+                   "list_transactions": 66})
 
 
 class BrokerUnreachableError(ConnectionError):

@@ -32,6 +32,20 @@ Timeouts (the join deadline, each member's session) are delayed operations in th
 purgatory's timing wheel. Offsets are appended to ``__consumer_offsets`` (compacted,
 partition chosen by the group id's hash) and acknowledged once appended; they are cached in
 memory and replayed from the topic on startup.
+
+Offsets in transactions (KIP-98, TxnOffsetCommit): a transactional producer's offsets are
+appended as a *transactional* batch carrying its producer id and epoch, and kept *pending*
+per producer id: OffsetFetch does not see them (with ``require_stable``, v7+, a partition
+with pending offsets is UNSTABLE_OFFSET_COMMIT instead), until the transaction coordinator
+has written the marker into that ``__consumer_offsets`` partition and calls
+``handle_txn_completion``: a commit makes them the committed offsets, an abort drops them.
+When a transactional and a plain commit of one partition meet, the one whose record is later
+in the log wins (as Kafka; compaction keeps the later record, so a restart agrees). Replay at
+start follows the log: records of transactional batches are pending under the batch's
+producer id until that producer's control batch (commit or abort marker) in the same
+partition; a transaction whose marker is not in the log stays pending (the transaction
+coordinator completes it after its own restart). A tombstone of a partition's offset also
+drops the pending offsets of that partition.
 """
 
 from __future__ import annotations
@@ -49,10 +63,13 @@ from kio.schema.errors import ErrorCode
 
 from ..log import Log
 from ..log.log import wall_clock_ms
+from ..log.producer_state import InvalidProducerEpochError, increment_sequence
 from ..net.consumer_protocol import decode_subscription
 from ..purgatory import DelayedOperation, DelayedOperationPurgatory
 from ..records import build_batch
-from ..records.batch import RecordBatch, iter_batches
+from ..records.batch import NO_SEQUENCE, RecordBatch, iter_batches
+from ..records.control import ControlType, read_control_record
+from ..records.errors import InvalidRecordError
 from ..records.decoding import DecodedRecord, decode_records
 from . import records as rec
 from .state import Event, GroupState, next_state
@@ -92,6 +109,8 @@ __all__ = [
     "PartitionResult",
     "SyncRequest",
     "SyncResult",
+    "TxnOffsetCommitRequest",
+    "TxnOffsetCommitResult",
 ]
 
 log = logging.getLogger("pulllog.group")
@@ -102,8 +121,18 @@ MAX_SESSION_TIMEOUT_MS = 1_800_000
 OFFSET_METADATA_MAX_BYTES = 4096
 
 
-def _data_records(plog: Log) -> Iterable[DecodedRecord]:
-    """Every data record of ``plog`` from its log start offset, across compaction's holes."""
+@dataclass(frozen=True, slots=True)
+class _TxnMarker:
+    """A control batch of ``__consumer_offsets``: the end of a producer's transaction."""
+
+    producer_id: int
+    commit: bool
+
+
+def _log_entries(plog: Log) -> Iterable[tuple[int, DecodedRecord] | _TxnMarker]:
+    """Every record of ``plog`` from its log start offset, across compaction's holes, in log
+    order: (producer id of its batch when the batch is transactional, else -1; the record),
+    and a :class:`_TxnMarker` for each transaction marker."""
     offset = plog.log_start_offset
     while offset < plog.log_end_offset:
         piece = plog.read(offset, 4 << 20)
@@ -114,14 +143,46 @@ def _data_records(plog: Log) -> Iterable[DecodedRecord]:
         for pos, header in iter_batches(data):
             offset = header.next_offset
             moved = True
-            if header.is_control:
-                continue
             batch = RecordBatch.from_bytes(data, pos)
+            if header.is_control:
+                try:
+                    marker = read_control_record(batch)
+                except InvalidRecordError as exc:
+                    log.warning("%s: skipping an unreadable control batch at offset %d: %s",
+                                plog.directory.name, header.base_offset, exc)
+                    continue
+                if marker is not None and marker.type in (ControlType.COMMIT, ControlType.ABORT):
+                    yield _TxnMarker(header.producer_id, marker.type == ControlType.COMMIT)
+                continue
+            producer_id = header.producer_id if header.is_transactional else -1
             body = batch.payload()
-            yield from decode_records(DecodedRecord, body, 0, len(body), header.records_count,
-                                      header.base_offset, header.base_timestamp, 0, -1, OFFSETS_TOPIC, 0)
+            for record in decode_records(DecodedRecord, body, 0, len(body), header.records_count,
+                                         header.base_offset, header.base_timestamp, 0, -1, OFFSETS_TOPIC, 0):
+                yield producer_id, record
         if not moved:
             return
+
+
+def _next_sequence(plog: Log, producer_id: int, producer_epoch: int) -> int:
+    """The base sequence of the coordinator's next batch for ``producer_id`` in ``plog``.
+
+    Kafka's coordinator appends with sequence 0 and its log skips sequence checks for the
+    coordinator's own writes; pulllog's log checks every producer batch, so the coordinator,
+    the only writer of this producer id in ``__consumer_offsets``, continues the producer's
+    sequence there (0 for a new epoch or producer). An older epoch is left to the log to refuse."""
+    entry = plog.producer_state.producers.get(producer_id)
+    if entry is None or entry.epoch != producer_epoch or entry.last_seq == NO_SEQUENCE:
+        return 0
+    return increment_sequence(entry.last_seq, 1)
+
+
+def _txn_append_error(exc: Exception) -> ErrorCode:
+    """A TxnOffsetCommit's code for a failed append, as Kafka maps its coordinator's write errors."""
+    if isinstance(exc, InvalidProducerEpochError):
+        return ErrorCode.invalid_producer_epoch
+    if isinstance(exc, OSError):
+        return ErrorCode.not_coordinator  # Kafka's answer for KAFKA_STORAGE_ERROR: look it up again
+    return ErrorCode.unknown_server_error
 
 
 class GroupError(Exception):
@@ -245,6 +306,22 @@ class OffsetCommitRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class TxnOffsetCommitRequest:
+    """A TxnOffsetCommit: offsets committed inside ``producer_id``'s transaction (pending until
+    its marker). v0-v2 carry no member id and generation (-1 / "" here): the group's members
+    are then not checked, as Kafka does; v3+ are checked like an OffsetCommit's."""
+
+    transactional_id: str
+    group_id: str
+    producer_id: int
+    producer_epoch: int
+    generation: int
+    member_id: str
+    group_instance_id: str | None
+    offsets: tuple[OffsetCommit, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionResult:
     """One partition's answer in an OffsetCommit or OffsetDelete."""
 
@@ -256,6 +333,13 @@ class PartitionResult:
 @dataclass(frozen=True, slots=True)
 class OffsetCommitResult:
     """An OffsetCommit's answer: one code per partition, in the request's order."""
+
+    partitions: tuple[PartitionResult, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TxnOffsetCommitResult:
+    """A TxnOffsetCommit's answer: one code per partition, in the request's order."""
 
     partitions: tuple[PartitionResult, ...]
 
@@ -309,6 +393,9 @@ class OffsetFetchRequest:
     group_id: str
     partitions: tuple[tuple[str, int], ...] | None
     """(topic, partition) pairs; None asks for every partition the group has committed."""
+    require_stable: bool = False
+    """v7+ (KIP-447): a partition with offsets pending in a transaction is answered
+    UNSTABLE_OFFSET_COMMIT (the consumer retries) instead of its last committed offset."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,6 +404,8 @@ class FetchedOffset:
     partition: int
     committed: "CommittedOffset | None"
     """None: nothing committed (answered as offset -1)."""
+    error: ErrorCode = ErrorCode.none
+    """UNSTABLE_OFFSET_COMMIT for a partition with pending transactional offsets (require_stable)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -410,6 +499,9 @@ class CommittedOffset:
     leader_epoch: int
     metadata: str
     commit_timestamp: int
+    record_offset: int = field(default=-1, compare=False)
+    """Where the commit's record is in ``__consumer_offsets`` (-1: unknown). When a transaction
+    commits, its offset replaces a partition's committed one only if its record is later."""
 
 
 @dataclass(eq=False)
@@ -424,6 +516,8 @@ class Group:
     static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
     pending_members: set[str] = field(default_factory=set)
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
+    pending: dict[int, dict[tuple[str, int], CommittedOffset]] = field(default_factory=dict)
+    """Offsets committed in ongoing transactions: producer id -> partition -> offset."""
     join_op: "DelayedJoin | None" = None
     new_member_added: bool = False  # during the initial rebalance delay
     state_timestamp: int = 0
@@ -446,6 +540,17 @@ class Group:
                     votes[name] = votes.get(name, 0) + 1
                     break
         return max(votes, key=lambda n: votes[n])
+
+    def has_pending(self, tp: tuple[str, int]) -> bool:
+        """True while some transaction has an offset for ``tp`` pending."""
+        return any(tp in offsets for offsets in self.pending.values())
+
+    def drop_pending(self, tp: tuple[str, int]) -> None:
+        """A tombstone of ``tp`` drops its pending offsets too (as Kafka's replay does)."""
+        for producer_id, offsets in list(self.pending.items()):
+            offsets.pop(tp, None)
+            if not offsets:
+                del self.pending[producer_id]
 
     def subscribed_topics(self) -> set[str] | None:
         """Topics the members subscribe to (consumer protocol), or None if unknown."""
@@ -557,6 +662,8 @@ class GroupCoordinator:
         self.offsets_retention_ms = offsets_retention_ms
         self.clock = clock
         self.groups: dict[str, Group] = {}
+        self._open_txns: dict[int, set[str]] = {}
+        """producer id -> the groups holding offsets pending in its transaction."""
 
     # ------------------------------------------------------------------ offsets topic
 
@@ -573,25 +680,54 @@ class GroupCoordinator:
             assert logs is not None
         return logs[rec.partition_for(group_id, len(logs))]
 
-    def _append(self, group_id: str, pairs: list[tuple[bytes, bytes | None]]) -> None:
+    def _append(self, group_id: str, pairs: Sequence[tuple[bytes, bytes | None]]) -> int:
+        """Append one batch of records; returns the offset of the first."""
         now = self.clock()
-        self._offsets_log(group_id).append(build_batch([(k, v, now) for k, v in pairs]))
+        return self._offsets_log(group_id).append(build_batch([(k, v, now) for k, v in pairs])).first_offset
+
+    def _append_transactional(self, group_id: str, producer_id: int, producer_epoch: int,
+                              pairs: list[tuple[bytes, bytes]]) -> int:
+        """Append one transactional batch of ``producer_id``; returns the offset of the first
+        record. Raises the log's errors (an epoch older than the log knows for this producer
+        is ``InvalidProducerEpochError``)."""
+        plog = self._offsets_log(group_id)
+        now = self.clock()
+        batch = build_batch([(k, v, now) for k, v in pairs], producer_id=producer_id,
+                            producer_epoch=producer_epoch,
+                            base_sequence=_next_sequence(plog, producer_id, producer_epoch),
+                            transactional=True)
+        info = plog.append(batch)
+        if info.duplicate:  # cannot happen with the sequence above: never answer a commit not written
+            raise InvalidRecordError(f"producer {producer_id}'s offsets batch was taken for a retry")
+        return info.first_offset
+
+    def _offsets_partition_count(self) -> int:
+        """How many partitions ``__consumer_offsets`` has (as ``_offsets_log`` hashes group ids)."""
+        logs = self.topics.partition_logs(OFFSETS_TOPIC)
+        return len(logs) if logs else self.offsets_partitions
 
     def load(self) -> int:
         """Replay ``__consumer_offsets`` into memory; returns how many groups were loaded.
 
         Runs before the broker listens, so it delays no request; records are decoded by
-        the C decoder (``records.decoding``) when it is built."""
+        the C decoder (``records.decoding``) when it is built. A transaction marker completes
+        the producer's pending offsets of the groups in its partition, as it did live."""
         logs = self.topics.partition_logs(OFFSETS_TOPIC)
         if logs is None:
             return 0
         self.offsets_partitions = len(logs)
-        for plog in logs:
-            for record in _data_records(plog):
-                self._replay(record.key, record.value)
+        for index, plog in enumerate(logs):
+            for entry in _log_entries(plog):
+                if isinstance(entry, _TxnMarker):
+                    self._complete_txn(entry.producer_id, {index}, entry.commit, len(logs))
+                else:
+                    producer_id, record = entry
+                    self._replay(record.key, record.value, record.offset, producer_id)
         return len(self.groups)
 
-    def _replay(self, key: bytes | None, value: bytes | None) -> None:
+    def _replay(self, key: bytes | None, value: bytes | None, record_offset: int = -1,
+                producer_id: int = -1) -> None:
+        """Apply one record; ``producer_id`` >= 0 for a record of a transactional batch."""
         if key is None:
             return
         try:
@@ -603,13 +739,18 @@ class GroupCoordinator:
             tp = (decoded.topic, decoded.partition)
             if value is None:
                 group.offsets.pop(tp, None)
+                group.drop_pending(tp)
+                return
+            v = rec.decode_offset_value(value)
+            committed = CommittedOffset(v.offset, v.leader_epoch, v.metadata, v.commit_timestamp, record_offset)
+            if producer_id >= 0:
+                self._add_pending(group, producer_id, {tp: committed})
             else:
-                v = rec.decode_offset_value(value)
-                group.offsets[tp] = CommittedOffset(v.offset, v.leader_epoch, v.metadata, v.commit_timestamp)
+                group.offsets[tp] = committed
         else:
             if value is None:
                 group = self.groups.get(decoded)
-                if group is not None and not group.offsets:
+                if group is not None and not group.offsets and not group.pending:
                     del self.groups[decoded]
                 return
             meta = rec.decode_group_value(value)
@@ -997,12 +1138,13 @@ class GroupCoordinator:
             accepted.append(((topic, partition), CommittedOffset(offset, epoch, metadata or "", now)))
         if pairs:
             try:
-                self._append(group_id, pairs)
+                first = self._append(group_id, pairs)
             except OSError as exc:
                 log.error("offset commit for group %s failed: %s", group_id, exc)
                 for tp, _ in accepted:
                     results[tp] = ErrorCode.kafka_storage_error
                 return results
+            accepted = [(tp, replace(c, record_offset=first + i)) for i, (tp, c) in enumerate(accepted)]
         for tp, committed in accepted:
             group.offsets[tp] = committed
             results[tp] = ErrorCode.none
@@ -1032,12 +1174,113 @@ class GroupCoordinator:
 
     def fetch_offsets(self, request: OffsetFetchRequest) -> OffsetFetchResult:
         """The committed offsets asked for (None for a partition without one), in the request's
-        order; with no partitions named, every partition the group has committed."""
+        order; with no partitions named, every partition the group has committed. Offsets
+        pending in a transaction are never answered; with ``require_stable`` a partition that
+        has some is UNSTABLE_OFFSET_COMMIT."""
         group = self.groups.get(request.group_id)
         offsets = group.offsets if group is not None else {}
         wanted = offsets if request.partitions is None else request.partitions
-        return OffsetFetchResult(ErrorCode.none, tuple(
-            FetchedOffset(topic, partition, offsets.get((topic, partition))) for topic, partition in wanted))
+        fetched = []
+        for topic, partition in wanted:
+            if request.require_stable and group is not None and group.has_pending((topic, partition)):
+                fetched.append(FetchedOffset(topic, partition, None, ErrorCode.unstable_offset_commit))
+            else:
+                fetched.append(FetchedOffset(topic, partition, offsets.get((topic, partition))))
+        return OffsetFetchResult(ErrorCode.none, tuple(fetched))
+
+    # ------------------------------------------------------------------ offsets in transactions
+
+    def txn_offset_commit(self, request: TxnOffsetCommitRequest) -> TxnOffsetCommitResult:
+        """Append the offsets as a transactional batch of the request's producer and keep them
+        pending until ``handle_txn_completion``. One code per partition, in the request's order."""
+        codes = self._txn_offset_commit(request)
+        return TxnOffsetCommitResult(tuple(PartitionResult(o.topic, o.partition, codes[(o.topic, o.partition)])
+                                           for o in request.offsets))
+
+    def _txn_offset_commit(self, request: TxnOffsetCommitRequest) -> dict[tuple[str, int], ErrorCode]:
+        group_id, offsets = request.group_id, request.offsets
+        group = self._group(group_id)
+        error = self._txn_commit_error(group, request)
+        if error is not ErrorCode.none:
+            return {(o.topic, o.partition): error for o in offsets}
+        if group is None:
+            # A producer committing for a consumer without group management: a "simple" group.
+            group = self.groups[group_id] = Group(group_id)
+        results: dict[tuple[str, int], ErrorCode] = {}
+        pairs: list[tuple[bytes, bytes]] = []
+        accepted: list[tuple[tuple[str, int], CommittedOffset]] = []
+        now = self.clock()
+        for o in offsets:
+            tp = (o.topic, o.partition)
+            if o.metadata is not None and len(o.metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
+                results[tp] = ErrorCode.offset_metadata_too_large
+                continue
+            value = rec.OffsetValue(o.offset, o.leader_epoch, o.metadata or "", now)
+            pairs.append((rec.encode_offset_key(group_id, o.topic, o.partition), rec.encode_offset_value(value)))
+            accepted.append((tp, CommittedOffset(o.offset, o.leader_epoch, o.metadata or "", now)))
+        if not pairs:
+            return results
+        try:
+            first = self._append_transactional(group_id, request.producer_id, request.producer_epoch, pairs)
+        except (OSError, InvalidRecordError) as exc:
+            code = _txn_append_error(exc)
+            log.warning("transactional offset commit of group %s (producer %d, epoch %d) failed: %s (%s)",
+                        group_id, request.producer_id, request.producer_epoch, exc, code.name)
+            results.update({tp: code for tp, _ in accepted})
+            return results
+        self._add_pending(group, request.producer_id,
+                          {tp: replace(c, record_offset=first + i) for i, (tp, c) in enumerate(accepted)})
+        results.update({tp: ErrorCode.none for tp, _ in accepted})
+        return results
+
+    def _txn_commit_error(self, group: Group | None, request: TxnOffsetCommitRequest) -> ErrorCode:
+        """Kafka's checks of a TxnOffsetCommit, in Kafka's order. Unlike OffsetCommit, the group's
+        state is not checked, and without member id and generation (v0-v2) neither are members."""
+        generation, member_id, instance_id = request.generation, request.member_id, request.group_instance_id
+        if not request.group_id:
+            return ErrorCode.invalid_group_id
+        if group is None:
+            # Kafka: -1 creates a simple group; a generation for a group it does not know is stale.
+            return ErrorCode.none if generation < 0 else ErrorCode.illegal_generation
+        if generation < 0 and group.state is GroupState.EMPTY:
+            return ErrorCode.none
+        if generation >= 0 or member_id or instance_id is not None:
+            error = self._validate_member(group, member_id, instance_id)
+            if error is not ErrorCode.none:
+                return error
+            if generation != group.generation:
+                return ErrorCode.illegal_generation
+        return ErrorCode.none
+
+    def _add_pending(self, group: Group, producer_id: int, offsets: Mapping[tuple[str, int], CommittedOffset]) -> None:
+        group.pending.setdefault(producer_id, {}).update(offsets)
+        self._open_txns.setdefault(producer_id, set()).add(group.group_id)
+
+    def handle_txn_completion(self, producer_id: int, offsets_partitions: Iterable[int], commit: bool) -> None:
+        """The transaction coordinator wrote ``producer_id``'s marker into these
+        ``__consumer_offsets`` partitions: its pending offsets in the groups they hold become
+        the committed ones (commit) or are dropped (abort). A partition's offset committed by
+        a record later in the log than the transaction's stays (Kafka's rule)."""
+        if producer_id in self._open_txns:
+            self._complete_txn(producer_id, set(offsets_partitions), commit, self._offsets_partition_count())
+
+    def _complete_txn(self, producer_id: int, partitions: set[int], commit: bool, partition_count: int) -> None:
+        group_ids = self._open_txns.get(producer_id)
+        if not group_ids:
+            return
+        done = {g for g in group_ids if rec.partition_for(g, partition_count) in partitions}
+        for group_id in done:
+            group = self.groups.get(group_id)
+            pending = group.pending.pop(producer_id, None) if group is not None else None
+            if group is None or pending is None or not commit:
+                continue
+            for tp, offset in pending.items():
+                current = group.offsets.get(tp)
+                if current is None or offset.record_offset > current.record_offset:
+                    group.offsets[tp] = offset
+        group_ids -= done
+        if not group_ids:
+            del self._open_txns[producer_id]
 
     def delete_offsets(self, request: OffsetDeleteRequest) -> OffsetDeleteResult:
         """Tombstone the group's offsets of partitions it does not consume (those are refused
@@ -1059,7 +1302,7 @@ class GroupCoordinator:
             if subscribed and topic in subscribed:
                 results[(topic, partition)] = ErrorCode.group_subscribed_to_topic
                 continue
-            if (topic, partition) in group.offsets:
+            if (topic, partition) in group.offsets or group.has_pending((topic, partition)):
                 tombstones.append((rec.encode_offset_key(group_id, topic, partition), None))
             results[(topic, partition)] = ErrorCode.none
         if tombstones:
@@ -1068,6 +1311,7 @@ class GroupCoordinator:
                 decoded = rec.decode_key(key)
                 assert isinstance(decoded, rec.OffsetKey)
                 group.offsets.pop((decoded.topic, decoded.partition), None)
+                group.drop_pending((decoded.topic, decoded.partition))
         return ErrorCode.none, results
 
     # ------------------------------------------------------------------ admin
@@ -1109,8 +1353,10 @@ class GroupCoordinator:
             return ErrorCode.group_id_not_found
         if group.state is not GroupState.EMPTY:
             return ErrorCode.non_empty_group
+        # Pending transactional offsets get a tombstone too: replay drops them with it.
+        partitions = set(group.offsets).union(*group.pending.values())
         tombstones: list[tuple[bytes, bytes | None]] = [
-            (rec.encode_offset_key(group_id, t, p), None) for (t, p) in group.offsets]
+            (rec.encode_offset_key(group_id, t, p), None) for (t, p) in partitions]
         tombstones.append((rec.encode_group_key(group_id), None))
         self._append(group_id, tombstones)
         group.transition(Event.DELETE)
@@ -1126,13 +1372,15 @@ class GroupCoordinator:
         for group in list(self.groups.values()):
             if group.state is not GroupState.EMPTY:
                 continue
-            old = [tp for tp, c in group.offsets.items() if now - c.commit_timestamp > self.offsets_retention_ms]
+            # An offset with a transaction's offset pending for its partition is kept (as Kafka).
+            old = [tp for tp, c in group.offsets.items()
+                   if now - c.commit_timestamp > self.offsets_retention_ms and not group.has_pending(tp)]
             if old:
                 self._append(group.group_id, [(rec.encode_offset_key(group.group_id, t, p), None) for t, p in old])
                 for tp in old:
                     del group.offsets[tp]
                 expired += len(old)
-            if not group.offsets:
+            if not group.offsets and not group.pending:
                 self._append(group.group_id, [(rec.encode_group_key(group.group_id), None)])
                 group.transition(Event.DELETE)
                 del self.groups[group.group_id]

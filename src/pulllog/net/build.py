@@ -42,9 +42,18 @@ def response_class(api: int | str, version: int) -> type:
     """``response_class(ApiKey.METADATA, 12)`` (or ``"metadata"``) ->
     kio.schema.metadata.v12.response.MetadataResponse."""
     if isinstance(api, int):
-        return load_response_schema(api, version)  # type: ignore[no-any-return]
-    module = importlib.import_module(f"kio.schema.{api}.v{version}.response")
-    return _entity_in(module, "Response")
+        cls: type = load_response_schema(api, version)
+    else:
+        cls = _entity_in(importlib.import_module(f"kio.schema.{api}.v{version}.response"), "Response")
+    if cls.__api_key__ in _FIXED_APIS:  # type: ignore[attr-defined]
+        from .kio_fixes import fixed_response_class  # imported only when needed (start-up cost)
+
+        return fixed_response_class(cls)  # kio's schema where it cannot carry what Kafka sends
+    return cls
+
+
+_FIXED_APIS = frozenset({65})
+"""Api keys with a response schema corrected in :mod:`.kio_fixes` (DescribeTransactions)."""
 
 
 @functools.cache

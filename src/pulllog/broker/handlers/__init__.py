@@ -112,10 +112,17 @@ _MODULES = (
     "leave_group",
     "offset_commit",
     "offset_fetch",
+    "txn_offset_commit",
     "list_groups",
     "describe_groups",
     "delete_groups",
     "offset_delete",
+    "add_partitions_to_txn",
+    "add_offsets_to_txn",
+    "end_txn",
+    "write_txn_markers",
+    "describe_transactions",
+    "list_transactions",
     "describe_producers",
 )
 

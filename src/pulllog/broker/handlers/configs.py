@@ -59,6 +59,11 @@ CONFIG_TYPES: dict[str, int] = {
     "log.cleaner.min.cleanable.ratio": DOUBLE, "message.max.bytes": INT,
     "log.message.timestamp.type": STRING, "log.segment.delete.delay.ms": LONG,
     "max.broker.partitions": INT,  # pulllog's (KIP-578's name)
+    "transaction.max.timeout.ms": INT, "transaction.state.log.num.partitions": INT,
+    "transaction.state.log.segment.bytes": INT, "transactional.id.expiration.ms": INT,
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": INT,
+    "transaction.remove.expired.transaction.cleanup.interval.ms": INT,
+    "transaction.partition.verification.enable": BOOLEAN,
 }
 
 

@@ -1,9 +1,7 @@
-"""FindCoordinator (10): on a single broker, this broker coordinates every group.
-
-Transaction coordinators (key type 1) do not exist yet: TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-which librdkafka and the Java client treat as fatal, so a transactional producer fails at
-once with the message instead of retrying COORDINATOR_NOT_AVAILABLE until its own timeout. Clients also read FindCoordinator's presence in ApiVersions as
-a feature flag (librdkafka only compresses with lz4 when the broker serves it).
+"""FindCoordinator (10): on a single broker, this broker coordinates every group (key type 0)
+and every transactional id (key type 1). An empty key, or another key type (2: share groups),
+answers INVALID_REQUEST, as Kafka. Clients also read FindCoordinator's presence in ApiVersions
+as a feature flag (librdkafka only compresses with lz4 when the broker serves it).
 """
 
 from __future__ import annotations
@@ -20,15 +18,15 @@ if TYPE_CHECKING:
     from ..api import BrokerApi
 
 GROUP, TRANSACTION = 0, 1
-NO_TRANSACTIONS = ("pulllog does not support transactions yet: produce without transactional.id "
-                   "(idempotence works without it)")
 
 
 def _answer(broker: "BrokerApi", key: str, key_type: int) -> dict[str, Any]:
     host, port = broker.advertised
-    if key_type != GROUP:
-        return {"key": key, "error_code": ErrorCode.transactional_id_authorization_failed,
-                "error_message": NO_TRANSACTIONS, "node_id": -1, "host": "", "port": -1}
+    if key_type not in (GROUP, TRANSACTION) or (key_type == TRANSACTION and not key):
+        why = "a transactional id must not be empty" if key_type == TRANSACTION else \
+            f"coordinator key type {key_type} is not served (0: group, 1: transaction)"
+        return {"key": key, "error_code": ErrorCode.invalid_request, "error_message": why,
+                "node_id": -1, "host": "", "port": -1}
     return {"key": key, "error_code": 0, "error_message": None, "node_id": broker.config.node_id,
             "host": host, "port": port}
 

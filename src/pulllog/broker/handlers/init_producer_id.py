@@ -1,18 +1,25 @@
-"""InitProducerId (22): hand out producer ids so idempotent producers (the default in
-librdkafka and the Java client) start. The logs check their sequences (log/producer_state.py);
-transactions come later. Ids are unique per broker run and across restarts (seeded from the
+"""InitProducerId (22): producer ids for idempotent producers, and for transactional ones
+(with a transactional.id) the transaction coordinator's id and epoch (txn/coordinator.py).
+
+Without a transactional id: ids are unique per broker run and across restarts (seeded from the
 clock). A producer that gives its id and epoch (KIP-360) gets the next epoch, or a new id
-when the int16 epoch would overflow, as Kafka does."""
+when the int16 epoch would overflow, as Kafka does.
+
+With one: the coordinator bumps the epoch (fencing older instances of the id; an open
+transaction of theirs is aborted first and this request answers CONCURRENT_TRANSACTIONS, which
+clients retry), and answers INVALID_TRANSACTION_TIMEOUT for a transaction.timeout.ms over
+transaction.max.timeout.ms. Versions before 4 hear INVALID_PRODUCER_EPOCH for PRODUCER_FENCED.
+"""
 
 from __future__ import annotations
 
+import datetime
 from typing import TYPE_CHECKING, Any
-
-from kio.schema.errors import ErrorCode
 
 from ...net.apis import ApiKey
 from ...net.build import build, response_class
 from . import RequestContext, handler
+from .txn_errors import for_version
 
 if TYPE_CHECKING:
     from ..api import BrokerApi
@@ -23,14 +30,17 @@ _MAX_EPOCH = 2**15 - 1
 @handler(ApiKey.INIT_PRODUCER_ID, 0, 4)
 async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     body = ctx.body
-    if body.transactional_id is not None:
-        # No transaction coordinator yet: an error clients treat as fatal, not a retriable one
-        # (see find_coordinator.py).
-        data = {"throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed,
-                "producer_id": -1, "producer_epoch": -1}
-        return build(response_class(ApiKey.INIT_PRODUCER_ID, ctx.version), data)
     existing = int(getattr(body, "producer_id", -1))
     existing_epoch = int(getattr(body, "producer_epoch", -1))
+    if body.transactional_id is not None:
+        from ...txn.coordinator import InitProducerIdRequest
+
+        timeout_ms = body.transaction_timeout // datetime.timedelta(milliseconds=1)
+        result = broker.transactions.init_producer_id(
+            InitProducerIdRequest(body.transactional_id, timeout_ms, existing, existing_epoch))
+        data = {"throttle_time": 0, "error_code": for_version(result.error, ctx.version, fenced_since=4),
+                "producer_id": result.producer_id, "producer_epoch": result.producer_epoch}
+        return build(response_class(ApiKey.INIT_PRODUCER_ID, ctx.version), data)
     if existing >= 0 and existing_epoch < _MAX_EPOCH - 1:
         producer_id, epoch = existing, max(existing_epoch, -1) + 1
     else:

@@ -1,5 +1,11 @@
 """OffsetFetch (9): committed offsets (-1 when none) with their metadata; one group (v1-v7)
-or several (v8+). Null topics means every partition the group has committed."""
+or several (v8+). Null topics means every partition the group has committed.
+
+Offsets pending in a transaction (TxnOffsetCommit) are never answered. v7+ carry
+``require_stable`` (KIP-447: a read_committed consumer sets it): a partition with pending
+transactional offsets is then answered UNSTABLE_OFFSET_COMMIT with offset -1, and the
+consumer retries until the transaction ends. Older versions get the last committed offset.
+"""
 
 from __future__ import annotations
 
@@ -14,9 +20,9 @@ if TYPE_CHECKING:
     from ..api import BrokerApi
 
 
-def _group_answer(broker: "BrokerApi", group_id: str, topics: Any) -> list[dict[str, Any]]:
+def _group_answer(broker: "BrokerApi", group_id: str, topics: Any, require_stable: bool) -> list[dict[str, Any]]:
     wanted = None if topics is None else tuple((t.name, p) for t in topics for p in t.partition_indexes)
-    result = broker.groups.fetch_offsets(OffsetFetchRequest(group_id, wanted))
+    result = broker.groups.fetch_offsets(OffsetFetchRequest(group_id, wanted, require_stable))
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for found in result.partitions:
         committed = found.committed
@@ -25,7 +31,7 @@ def _group_answer(broker: "BrokerApi", group_id: str, topics: Any) -> list[dict[
             "committed_offset": committed.offset if committed else -1,
             "committed_leader_epoch": committed.leader_epoch if committed else -1,
             "metadata": committed.metadata if committed else "",
-            "error_code": 0,
+            "error_code": found.error,
         })
     return [{"name": name, "partitions": parts} for name, parts in by_topic.items()]
 
@@ -33,9 +39,10 @@ def _group_answer(broker: "BrokerApi", group_id: str, topics: Any) -> list[dict[
 @handler(ApiKey.OFFSET_FETCH, 1, 9)
 async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     b = ctx.body
+    require_stable = bool(getattr(b, "require_stable", False))  # v7+
     if ctx.version >= 8:
-        groups = [{"group_id": g.group_id, "topics": _group_answer(broker, g.group_id, g.topics), "error_code": 0}
-                  for g in b.groups]
+        groups = [{"group_id": g.group_id, "topics": _group_answer(broker, g.group_id, g.topics, require_stable),
+                   "error_code": 0} for g in b.groups]
         return build(response_class(ApiKey.OFFSET_FETCH, ctx.version), {"throttle_time": 0, "groups": groups})
     return build(response_class(ApiKey.OFFSET_FETCH, ctx.version), {
-        "throttle_time": 0, "topics": _group_answer(broker, b.group_id, b.topics), "error_code": 0})
+        "throttle_time": 0, "topics": _group_answer(broker, b.group_id, b.topics, require_stable), "error_code": 0})

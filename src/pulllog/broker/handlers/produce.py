@@ -31,6 +31,7 @@ from . import RequestContext, handler
 from .errors import error_code_for
 
 if TYPE_CHECKING:
+    from ...records.batch import BatchHeader
     from ..api import BrokerApi
 
 log = logging.getLogger(__name__)
@@ -60,14 +61,41 @@ def handle(broker: "BrokerApi", ctx: RequestContext) -> list[TopicProduceRespons
                                  f"{name} is an internal topic: clients cannot produce to it")
                 for p in topic_data.partition_data]))
             continue
-        responses.append(TopicProduceResponse(name, [append_partition(broker, name, p.index, p.records)
+        responses.append(TopicProduceResponse(name, [append_partition(broker, name, p.index, p.records,
+                                                                      body.transactional_id)
                                                      for p in topic_data.partition_data]))
     if acks == 0:
         return None
     return responses
 
 
-def append_partition(broker: "BrokerApi", topic_name: str, index: int, records: bytes | None) -> PartitionProduceResponse:
+def _unverified(broker: "BrokerApi", transactional_id: str, topic_name: str, index: int,
+                header: "BatchHeader") -> PartitionProduceResponse | None:
+    """Kafka 4's check of a transactional batch (KIP-890 part 1, transaction.partition.
+    verification.enable): the partition must be in the producer's ongoing transaction, or a
+    hanging transaction could hold the partition's LSO back for ever. Kafka's answers to
+    Produce below v11: INVALID_TXN_STATE for a partition not added, INVALID_PRODUCER_EPOCH for
+    a fenced producer, NOT_ENOUGH_REPLICAS (which older clients retry) while the transaction
+    is being completed."""
+    if not broker.config.transaction_partition_verification_enable:
+        return None
+    code = broker.transactions.verify(transactional_id, header.producer_id, header.producer_epoch,
+                                      ((topic_name, index),))[(topic_name, index)]
+    if code == ErrorCode.none:
+        return None
+    if code in (ErrorCode.transaction_abortable, ErrorCode.invalid_txn_state):
+        return _partition_error(index, ErrorCode.invalid_txn_state,
+                                "the partition was not added to the transaction (AddPartitionsToTxn)")
+    if code == ErrorCode.producer_fenced:
+        return _partition_error(index, ErrorCode.invalid_producer_epoch, "the producer's epoch is fenced")
+    if code in (ErrorCode.concurrent_transactions, ErrorCode.coordinator_not_available, ErrorCode.not_coordinator):
+        return _partition_error(index, ErrorCode.not_enough_replicas,
+                                f"unable to verify the partition is in the transaction: {code.name}")
+    return _partition_error(index, code)
+
+
+def append_partition(broker: "BrokerApi", topic_name: str, index: int, records: bytes | None,
+                     transactional_id: str | None = None) -> PartitionProduceResponse:
     partition_log = broker.partition(topic_name, index)
     if isinstance(partition_log, PartitionError):
         # As Kafka: only Metadata creates topics (auto.create.topics.enable). Every
@@ -87,6 +115,10 @@ def append_partition(broker: "BrokerApi", topic_name: str, index: int, records: 
         if any(header.records_count == 0 for _pos, header in batches):
             # Kafka refuses a batch of no records (INVALID_RECORD): it would take no offset.
             return _partition_error(index, ErrorCode.invalid_record, "a record batch must hold at least one record")
+        if transactional_id is not None and batches[0][1].is_transactional:
+            refused = _unverified(broker, transactional_id, topic_name, index, batches[0][1])
+            if refused is not None:
+                return refused
         info = partition_log.append(records, validated=batches)
     except RecordErrors as exc:
         errors = [(rec, why) for _b, rec, why in exc.errors]

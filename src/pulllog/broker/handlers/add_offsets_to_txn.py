@@ -1,0 +1,34 @@
+"""AddOffsetsToTxn (25): a producer will commit a group's offsets in its transaction
+(``send_offsets_to_transaction``). The coordinator adds the group's ``__consumer_offsets``
+partition to the transaction, so the commit or abort marker goes there too; the offsets
+themselves come next in TxnOffsetCommit, to the group coordinator. PRODUCER_FENCED is
+INVALID_PRODUCER_EPOCH before v2.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ...group.coordinator import OFFSETS_TOPIC
+from ...group.records import partition_for
+from ...net.apis import ApiKey
+from ...net.build import build, response_class
+from . import RequestContext, handler
+from .txn_errors import for_version
+
+if TYPE_CHECKING:
+    from ..api import BrokerApi
+
+
+@handler(ApiKey.ADD_OFFSETS_TO_TXN, 0, 4)
+async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
+    from ...txn.coordinator import AddPartitionsRequest
+
+    body = ctx.body
+    existing = broker.topics.find(OFFSETS_TOPIC)
+    partitions = len(existing.partitions) if existing is not None else broker.config.offsets_topic_num_partitions
+    offsets_partition = (OFFSETS_TOPIC, partition_for(body.group_id, partitions))
+    codes = broker.transactions.add_partitions(AddPartitionsRequest(
+        body.transactional_id, int(body.producer_id), int(body.producer_epoch), (offsets_partition,)))
+    code = for_version(codes[offsets_partition], ctx.version)
+    return build(response_class(ApiKey.ADD_OFFSETS_TO_TXN, ctx.version), {"throttle_time": 0, "error_code": code})

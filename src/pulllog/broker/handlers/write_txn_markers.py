@@ -1,0 +1,33 @@
+"""WriteTxnMarkers (27), v1-2: write commit or abort markers, as a transaction coordinator
+asks a partition leader to. Inside one broker the coordinator calls the same function
+(broker/txn_markers.py) directly; this API is what kafka-transactions.sh ``abort`` sends to
+end a hanging transaction, and what the cluster issue's coordinators will send each other.
+Kafka 4 removed v0.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ...net.apis import ApiKey
+from ...net.build import build, response_class
+from ..txn_markers import write_txn_markers
+from . import RequestContext, handler
+
+if TYPE_CHECKING:
+    from ..api import BrokerApi
+
+
+@handler(ApiKey.WRITE_TXN_MARKERS, 1, 2)
+async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
+    markers = []
+    for marker in ctx.body.markers:
+        partitions = [(t.name, int(p)) for t in marker.topics for p in t.partition_indexes]
+        codes = write_txn_markers(broker, int(marker.producer_id), int(marker.producer_epoch),
+                                  bool(marker.transaction_result), int(marker.coordinator_epoch), partitions)
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for (topic, index), code in codes.items():
+            topics.setdefault(topic, []).append({"partition_index": index, "error_code": code})
+        markers.append({"producer_id": marker.producer_id,
+                        "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()]})
+    return build(response_class(ApiKey.WRITE_TXN_MARKERS, ctx.version), {"markers": markers})
