@@ -196,6 +196,11 @@ def test_a_transactional_produce_to_a_partition_not_added_is_refused(pulllog_bro
 
         assert produce(1) == ErrorCode.invalid_txn_state
         assert produce(0) == ErrorCode.none
+        anonymous = c.call("produce", 9, {"transactional_id": None, "acks": -1, "timeout": 5000, "topic_data": [
+            {"name": "strict", "partition_data": [{"index": 0, "records": build_batch(
+                [(None, b"v")], producer_id=pid, producer_epoch=epoch, base_sequence=1, transactional=True)}]}]})
+        assert anonymous.responses[0].partition_responses[0].error_code == \
+            ErrorCode.transactional_id_authorization_failed
 
         described = c.call("describe_transactions", 0, {"transactional_ids": ["strict-tx", "nobody"]})
         mine, unknown = described.transaction_states

@@ -115,7 +115,11 @@ def append_partition(broker: "BrokerApi", topic_name: str, index: int, records: 
         if any(header.records_count == 0 for _pos, header in batches):
             # Kafka refuses a batch of no records (INVALID_RECORD): it would take no offset.
             return _partition_error(index, ErrorCode.invalid_record, "a record batch must hold at least one record")
-        if transactional_id is not None and batches[0][1].is_transactional:
+        if batches[0][1].is_transactional:
+            if transactional_id is None:
+                # Kafka refuses transactional records from a request without a transactional id.
+                return _partition_error(index, ErrorCode.transactional_id_authorization_failed,
+                                        "transactional records need the request's transactional id")
             refused = _unverified(broker, transactional_id, topic_name, index, batches[0][1])
             if refused is not None:
                 return refused
