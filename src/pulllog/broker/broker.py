@@ -12,9 +12,12 @@ leaving ``async with Broker()`` joins them all):
 
 1. lock the data directory (``.lock``: a second broker on it is refused before it reads
    anything), then load topics, running log recovery where a partition was not shut down
-   cleanly; a topic that cannot be opened stops the start (see broker/topics.py);
+   cleanly; a topic that cannot be opened stops the start (see broker/topics.py); then
+   replay ``__consumer_offsets`` and, when it exists, ``__transaction_state`` (the
+   transaction coordinator writes the markers a crash left unwritten, see txn/coordinator.py);
 2. listen, enter the task group and start in it the purgatory drivers, the housekeeping
-   loop (flush.ms, retention) and the shutdown task, and start the log cleaner's thread
+   loop (flush.ms, retention, offsets and producer id expiry, transaction timeouts) and the
+   shutdown task, and start the log cleaner's thread
    (compaction in its worker process, see log/cleaner.py); each accepted connection's
    task joins the same group;
 3. on :meth:`Broker.stop` (or a clean exit from the block): stop accepting, cancel long
