@@ -65,8 +65,9 @@ def _open_transaction(c: WireClient, transactional_id: str) -> tuple[int, int]:
     for p in range(PARTITIONS):
         batch = build_batch([(None, f"value-{p}".encode())], producer_id=pid, producer_epoch=epoch, base_sequence=0,
                             transactional=True)
+        topic_data = [{"name": TOPIC, "partition_data": [{"index": p, "records": batch}]}]
         resp = c.call("produce", 9, {"transactional_id": transactional_id, "acks": -1, "timeout": 5000,
-                                     "topic_data": [{"name": TOPIC, "partition_data": [{"index": p, "records": batch}]}]})
+                                     "topic_data": topic_data})
         assert resp.responses[0].partition_responses[0].error_code == 0
     return pid, epoch
 

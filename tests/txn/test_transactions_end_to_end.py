@@ -209,7 +209,8 @@ def test_a_transactional_produce_to_a_partition_not_added_is_refused(pulllog_bro
         assert unknown.error_code == ErrorCode.transactional_id_not_found
         listed = c.call("list_transactions", 1, {"state_filters": ["Ongoing"], "producer_id_filters": [],
                                                  "duration_filter": -1})
-        assert [(t.transactional_id, t.transaction_state) for t in listed.transaction_states] == [("strict-tx", "Ongoing")]
+        assert [(t.transactional_id, t.transaction_state) for t in listed.transaction_states] == \
+            [("strict-tx", "Ongoing")]
         ended = c.call("end_txn", 3, {"transactional_id": "strict-tx", "producer_id": pid, "producer_epoch": epoch,
                                       "committed": False})
         assert ended.error_code == 0

@@ -39,7 +39,8 @@ log = logging.getLogger("pulllog.broker.txn_markers")
 
 
 def write_txn_markers(broker: "BrokerApi", producer_id: int, producer_epoch: int, commit: bool,
-                      coordinator_epoch: int, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
+                      coordinator_epoch: int,
+                      partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
     results: dict[tuple[str, int], ErrorCode] = {}
     offsets_partitions: list[int] = []
     for topic, index in partitions:

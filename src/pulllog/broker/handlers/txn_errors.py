@@ -11,7 +11,8 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 
-def for_version(code: ErrorCode, version: int, *, fenced_since: int = 2, abortable_since: int | None = None) -> ErrorCode:
+def for_version(code: ErrorCode, version: int, *, fenced_since: int = 2,
+                abortable_since: int | None = None) -> ErrorCode:
     if code == ErrorCode.producer_fenced and version < fenced_since:
         return ErrorCode.invalid_producer_epoch
     if code == ErrorCode.transaction_abortable and (abortable_since is None or version < abortable_since):
