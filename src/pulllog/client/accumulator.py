@@ -98,6 +98,7 @@ _CRC_START = 21
 _PRODUCER_FIELDS = struct.Struct(">qhi")
 _PRODUCER_FIELDS_AT = 43
 _MAGIC = 2
+_TRANSACTIONAL = 0x10  # attributes bit 4: the batch belongs to a transaction
 
 # The record encoder below looks small sizes and deltas up in records.varint's ZIGZAG table
 # (``vt[n] if n < size else encode_varint(n)``) rather than calling encode_varint, which does
@@ -278,8 +279,10 @@ class ProducerBatch:
         if future is not None:
             self.set_futures.append((first, od - first, timestamp, future))
 
-    def seal(self, compression: Compression, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
-        """Compress, write the header, CRC once: the bytes a Produce request carries."""
+    def seal(self, compression: Compression, producer_id: int, producer_epoch: int, base_sequence: int,
+             transactional: bool = False) -> bytes:
+        """Compress, write the header, CRC once: the bytes a Produce request carries (with the
+        transactional attribute, bit 4, for a transactional producer's batch)."""
         assert self.records is not None and self.count > 0
         body = bytes(self.records)
         payload = compress(compression, body) if compression is not Compression.NONE else body
@@ -291,7 +294,7 @@ class ProducerBatch:
             -1,  # partitionLeaderEpoch: the broker's to set
             _MAGIC,
             0,  # crc, below
-            int(compression),  # attributes: codec; CreateTime; not transactional, not control
+            int(compression) | (_TRANSACTIONAL if transactional else 0),  # attributes: codec; CreateTime; not control
             self.count - 1,
             self.base_timestamp,
             self.max_timestamp,
@@ -621,6 +624,18 @@ class RecordAccumulator:
         self.incomplete.discard(batch)
         self.pool.release(batch.reserved)
         batch.reserved = 0
+
+    def abort_unsent(self) -> list[ProducerBatch]:
+        """Drop every batch not sent yet (open, ready, waiting for a retry) and return them,
+        for the caller to fail: a transaction that failed or is aborted sends nothing more."""
+        unsent: list[ProducerBatch] = []
+        for q in self.queues.values():
+            unsent.extend(q.ready)
+            q.ready.clear()
+            if q.open is not None:
+                unsent.append(q.open)
+                q.open = None
+        return unsent
 
     def abort(self) -> list[ProducerBatch]:
         """Drop every unsent batch; return every incomplete one (the caller fails them)."""

@@ -50,6 +50,8 @@ _API_KEYS = {
     "delete_records": 21, "init_producer_id": 22, "describe_configs": 32, "alter_configs": 33,
     "describe_log_dirs": 35, "create_partitions": 37, "delete_groups": 42, "incremental_alter_configs": 44, "offset_delete": 47,
 }
+# a transactional producer's requests (pulllog.client.txn_coordinator)
+_API_KEYS.update({"add_partitions_to_txn": 24, "add_offsets_to_txn": 25, "end_txn": 26, "txn_offset_commit": 28})
 _SIZE = struct.Struct(">i")
 _INITIAL_BUFFER = 256 << 10  # the read buffer's size, and what a recv_into may fill at once
 _MIN_READ = 64 << 10  # room to leave for the next recv_into, compacting the buffer if needed

@@ -72,7 +72,7 @@ from .membership import (
 )
 from .subscription_state import PartitionState, SubscriptionState
 from .task_scope import TaskScope, cancel_and_join
-from .types import ConsumerRecord, TopicPartition
+from .types import ConsumerGroupMetadata, ConsumerRecord, TopicPartition
 
 __all__ = [
     "BrokerUnreachableError",
@@ -349,6 +349,14 @@ class Consumer:
     def generation(self) -> int:
         """The group generation this consumer's assignment belongs to (-1 when not in one)."""
         return self._membership.generation if self._membership is not None else -1
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """This member's group id, generation, member id and instance id, for
+        ``producer.send_offsets_to_transaction(offsets, consumer.group_metadata())``."""
+        if self._group_config is None:
+            raise ValueError("group_metadata() needs a consumer with a group_id")
+        return ConsumerGroupMetadata(self._group_config.group_id, self.generation, self.member_id,
+                                     self._group_config.group_instance_id)
 
     async def commit(self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None) -> None:
         """Commit offsets for the group, and return once they are durable.

@@ -3,8 +3,9 @@
 ``IdempotenceManager`` is the idempotent half of Kafka's TransactionManager, and like it
 does no I/O: it decides, and the sender (``pulllog.client.sender``) sends the
 InitProducerId requests it asks for and feeds the answers back. Transactions (a
-transactional id, the transaction states, AddPartitionsToTxn, EndTxn) will grow on top of
-it as a ``TransactionManager`` that keeps this state and these rules.
+transactional id, the transaction states, AddPartitionsToTxn, EndTxn) are its subclass
+``TransactionManager`` (``pulllog.client.transactions``), which keeps this state and these
+rules.
 
 What it keeps, and the rules:
 
@@ -76,6 +77,8 @@ class IdempotenceManager:
     """Producer id, epoch and per-partition sequences of one idempotent producer (the module
     docstring has the rules). With ``enabled=False`` it stamps every batch with -1s and
     never asks for an epoch bump, so the sender needs no second code path."""
+
+    transactional = False  # TransactionManager (pulllog.client.transactions) is the transactional one
 
     def __init__(self, *, enabled: bool, transaction_timeout_ms: int = 60_000) -> None:
         self.enabled = enabled
@@ -157,7 +160,8 @@ class IdempotenceManager:
 
     # ------------------------------------------------------------ what answers mean
 
-    def batch_failed(self, batch: SequencedBatch, *, closing: bool = False) -> None:
+    def batch_failed(self, batch: SequencedBatch, *, closing: bool = False,
+                     error: BaseException | None = None) -> None:
         """``batch`` failed for good. If it was sealed, its sequences will never be written:
         a gap every later batch of its partition would be refused for, so the epoch must
         change (not when the producer is closing: nothing is sent after)."""

@@ -88,9 +88,10 @@ How records move (see ``pulllog.client.accumulator`` for the batch states):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -108,6 +109,17 @@ from .accumulator import (
 from .cluster import DEFAULT_BOOTSTRAP, Cluster
 from .errors import KafkaError, UnknownTopicError
 from .idempotence import IdempotenceManager
+from .transactions import (
+    AbortableTransactionError,
+    FatalTransactionError,
+    ProducerFencedError,
+    TransactionAbortedError,
+    TransactionManager,
+    TransactionState,
+    TransactionStateError,
+)
+from .txn_coordinator import TxnCoordinatorClient
+from .types import ConsumerGroupMetadata
 from .partitioner import (
     Partitioner,
     PartitionerCallable,
@@ -122,8 +134,14 @@ from .types import RecordMetadata
 
 __all__ = [
     "MAX_IDEMPOTENT_IN_FLIGHT",
+    "AbortableTransactionError",
     "BatchMetadata",
     "BufferExhaustedError",
+    "ConsumerGroupMetadata",
+    "FatalTransactionError",
+    "ProducerFencedError",
+    "TransactionAbortedError",
+    "TransactionStateError",
     "DeliveryTimeoutError",
     "Producer",
     "ProducerClosedError",
@@ -166,6 +184,8 @@ class Producer:
         partitioner: str | PartitionerCallable | Partitioner = "sticky",
         enable_idempotence: bool | None = None,
         metadata_max_age_ms: int = 300_000,
+        transactional_id: str | None = None,
+        transaction_timeout_ms: int = 60_000,
     ) -> None:
         """A producer for ``bootstrap_servers`` (host:port, one or several).
 
@@ -173,7 +193,8 @@ class Producer:
         (``acks``, ``compression``, ``batch_size``, ``linger_ms``, ``buffer_memory``,
         ``max_block_ms``, ``max_request_size``, ``retries``, ``retry_backoff_ms``,
         ``delivery_timeout_ms``, ``request_timeout_ms``, ``max_in_flight``, ``partitioner``,
-        ``enable_idempotence``, ``metadata_max_age_ms``); a bad one is a ValueError here.
+        ``enable_idempotence``, ``metadata_max_age_ms``, ``transactional_id``,
+        ``transaction_timeout_ms``); a bad one is a ValueError here.
         ``producer.config`` is the resolved ``ProducerConfig``.
         """
         config = ProducerConfig(
@@ -182,7 +203,8 @@ class Producer:
             max_request_size=max_request_size, retries=retries, retry_backoff_ms=retry_backoff_ms,
             delivery_timeout_ms=delivery_timeout_ms, request_timeout_ms=request_timeout_ms,
             max_in_flight=max_in_flight, partitioner=partitioner, enable_idempotence=enable_idempotence,
-            metadata_max_age_ms=metadata_max_age_ms)
+            metadata_max_age_ms=metadata_max_age_ms, transactional_id=transactional_id,
+            transaction_timeout_ms=transaction_timeout_ms)
         self.config = config
         # the resolved settings, as attributes (send() reads some on every record)
         self.client_id = client_id
@@ -204,7 +226,15 @@ class Producer:
         self._sticky = isinstance(self._partitioner, StickyPartitioner)
         self._cluster = Cluster(bootstrap_servers, client_id=client_id, request_timeout_ms=request_timeout_ms,
                                 metadata_max_age_ms=metadata_max_age_ms)
-        self._idempotence = IdempotenceManager(enabled=self.enable_idempotence)
+        # a transactional producer's state (None otherwise), the same object as _idempotence
+        self._txn: TransactionManager | None = None
+        self._idempotence: IdempotenceManager
+        if transactional_id is not None:
+            self._txn = self._idempotence = TransactionManager(
+                transactional_id, transaction_timeout_ms=transaction_timeout_ms)
+        else:
+            self._idempotence = IdempotenceManager(enabled=self.enable_idempotence)
+        self._txn_client: TxnCoordinatorClient | None = None
         self._state = _NEW
         self._accepting = False  # running, and the sender is healthy: send() may queue
         self._max_record_size = config.max_record_size
@@ -255,7 +285,11 @@ class Producer:
         try:
             await self._cluster.refresh([])
             self._sender.last_metadata = time.monotonic()
-            if self.enable_idempotence:
+            if self._txn is not None:
+                self._txn_client = self._sender.txn_coordinator = TxnCoordinatorClient(
+                    self._cluster, self._txn, request_timeout_ms=self.request_timeout_ms,
+                    retry_backoff_ms=self.config.retry_backoff_ms, max_block_ms=self.config.max_block_ms)
+            elif self.enable_idempotence:  # a transactional producer's comes with init_transactions()
                 await self._sender.init_producer_id()
             await self._tasks.open()
         except BaseException:
@@ -318,6 +352,8 @@ class Producer:
         if self._state in (_CLOSING, _CLOSED):
             return
         was_running = self._state == _RUNNING
+        if was_running and self._txn is not None and self._sender_error is None:
+            await self._abort_on_close(timeout)
         self._state = _CLOSING
         self._accepting = False
         try:
@@ -350,6 +386,134 @@ class Producer:
         """The task that runs the sender, a child of the producer's supervisor (None before
         start and after close)."""
         return self._sender_task
+
+    # ------------------------------------------------------------------ transactions
+
+    def _transactional(self, what: str) -> TransactionManager:
+        self._check_running()
+        if self._txn is None:
+            raise TransactionStateError(f"{what} needs a transactional producer: create it with "
+                                        "Producer(..., transactional_id='...')")
+        return self._txn
+
+    @property
+    def transaction_state(self) -> TransactionState | None:
+        """The transactional state (Kafka's names), None for a producer without a transactional_id."""
+        return self._txn.state if self._txn is not None else None
+
+    async def init_transactions(self) -> None:
+        """Register the transactional id with its coordinator (once, before the first
+        transaction): takes the id's producer id with a new epoch, which fences any older
+        producer with the same transactional_id, after the coordinator finished (aborted)
+        that producer's open transaction. Raises ProducerFencedError and other
+        FatalTransactionErrors, or TimeoutError after max_block_ms (call it again)."""
+        txn = self._transactional("init_transactions()")
+        if txn.state is TransactionState.UNINITIALIZED:
+            txn.transition(TransactionState.INITIALIZING)
+        else:
+            txn.require("init_transactions()", TransactionState.INITIALIZING)
+        await self._new_epoch(txn)
+
+    async def _new_epoch(self, txn: TransactionManager) -> None:
+        producer_id, epoch = await self._txn_client.init_producer_id()  # type: ignore[union-attr]
+        txn.set_producer_id_and_epoch(producer_id, epoch, self._acc.waiting() if self._acc else ())
+        txn.transition(TransactionState.READY)
+
+    def begin_transaction(self) -> None:
+        """Start a transaction: the records sent from now on, and the offsets given to
+        send_offsets_to_transaction(), are written all or nothing."""
+        self._transactional("begin_transaction()").begin()
+
+    async def send_offsets_to_transaction(
+            self, offsets: Mapping[Any, Any],
+            group_metadata: ConsumerGroupMetadata | str) -> None:
+        """Commit ``offsets`` ({TopicPartition: offset or OffsetAndMetadata}) for the consumer
+        group of ``group_metadata`` (``consumer.group_metadata()``; a group id alone skips the
+        coordinator's generation check) as part of the transaction: they become the group's
+        committed offsets if and only if the transaction commits (consume-transform-produce)."""
+        txn = self._transactional("send_offsets_to_transaction()")
+        if txn.state is not TransactionState.IN_TRANSACTION:
+            _raise_state_error(txn, "send_offsets_to_transaction()")
+        if isinstance(group_metadata, str):
+            group_metadata = ConsumerGroupMetadata(group_metadata)
+        wanted: dict[tuple[str, int], tuple[int, str | None]] = {}
+        for tp, value in offsets.items():
+            offset = value if isinstance(value, int) else int(value.offset)
+            metadata = None if isinstance(value, int) else getattr(value, "metadata", None)
+            wanted[(tp[0], int(tp[1]))] = (offset, metadata or "")
+        client = self._txn_client
+        assert client is not None
+        await client.add_offsets(group_metadata.group_id)
+        txn.offsets_added()
+        if wanted:
+            await client.txn_offset_commit(wanted, group_metadata.group_id, group_metadata.generation_id,
+                                           group_metadata.member_id, group_metadata.group_instance_id)
+
+    async def commit_transaction(self) -> None:
+        """Send every record of the transaction, then commit it (EndTxn): its records become
+        visible to read_committed consumers and its offsets the group's committed ones.
+        A failed record makes it raise AbortableTransactionError (then abort_transaction());
+        ProducerFencedError and other FatalTransactionErrors mean: close the producer.
+        TimeoutError after max_block_ms: call it again to resume."""
+        txn = self._transactional("commit_transaction()")
+        if txn.state is TransactionState.ABORTABLE_ERROR:
+            _raise_state_error(txn, "commit_transaction()")
+        txn.start_commit()
+        self._wakeup.set()
+        await self.flush()
+        if txn.state is not TransactionState.COMMITTING_TRANSACTION:
+            _raise_state_error(txn, "commit_transaction()")  # a record failed: abortable (or fatal)
+        if txn.transaction_started:
+            await self._txn_client.end_txn(commit=True)  # type: ignore[union-attr]
+        txn.completed()
+
+    async def abort_transaction(self) -> None:
+        """Abort the transaction: records not sent yet fail with TransactionAbortedError, the
+        coordinator writes abort markers, so no read_committed consumer ever sees its records,
+        and its offsets are dropped. Also the way out of an AbortableTransactionError."""
+        txn = self._transactional("abort_transaction()")
+        txn.start_abort()
+        self._wakeup.set()  # the sender fails the unsent batches
+        await self.flush()  # and those in flight are answered
+        if txn.transaction_started:
+            await self._txn_client.end_txn(commit=False)  # type: ignore[union-attr]
+        if txn.epoch_bump_required:
+            # a batch failed after it had sequence numbers: they would be a gap (KIP-360)
+            txn.transition(TransactionState.INITIALIZING)
+            await self._new_epoch(txn)
+            txn.completed()
+        else:
+            txn.completed()
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator["Producer"]:
+        """``async with producer.transaction():`` begins a transaction, commits it when the
+        block ends, and aborts it when the block (or the commit) raises; the error goes on."""
+        self.begin_transaction()
+        try:
+            yield self
+            await self.commit_transaction()
+        except BaseException as exc:
+            txn = self._txn
+            if txn is not None and txn.state in (TransactionState.IN_TRANSACTION, TransactionState.ABORTABLE_ERROR,
+                                                 TransactionState.ABORTING_TRANSACTION):
+                try:
+                    await self.abort_transaction()
+                except Exception as abort_error:
+                    log.warning("aborting the transaction after %r failed: %s", exc, abort_error)
+            raise
+
+    async def _abort_on_close(self, timeout: float | None) -> None:
+        """close() in the middle of a transaction aborts it, as Kafka's producer does."""
+        txn = self._txn
+        if txn is None or txn.state not in (TransactionState.IN_TRANSACTION, TransactionState.ABORTABLE_ERROR):
+            return
+        log.info("aborting the open transaction of %r at close", txn.transactional_id)
+        try:
+            async with asyncio.timeout(timeout):
+                await self.abort_transaction()
+        except Exception as exc:
+            log.warning("aborting the open transaction at close failed: %s", exc)
 
     def _check_running(self) -> None:
         if self._state == _RUNNING:
@@ -407,6 +571,8 @@ class Producer:
                     raise _no_such_partition(topic, partition, parts[0])
         except TypeError as exc:
             raise _bad_record(key, value, exc) from None
+        if self._txn is not None:
+            self._txn.check_send(topic, partition)  # in a transaction; a new partition gets added
         if timestamp is None:
             timestamp = _time_ns() // 1_000_000
         if size > self._max_record_size:
@@ -424,6 +590,8 @@ class Producer:
             future = acc.append(topic, partition, key, value, hdrs, timestamp, size, sticky)
             if future is None:  # the sticky partition's batch was full: it moved on
                 partition = self._partitioner.partition(topic, key, parts[0], parts[1])
+                if self._txn is not None:
+                    self._txn.check_send(topic, partition)
                 future = acc.append(topic, partition, key, value, hdrs, timestamp, size)
                 assert future is not None
         except TypeError as exc:
@@ -482,6 +650,8 @@ class Producer:
             partition = self._partitioner.partition(topic, None, parts[0], parts[1])
         elif not 0 <= partition < len(parts[0]):
             raise _no_such_partition(topic, partition, parts[0])
+        if self._txn is not None:
+            self._txn.check_send(topic, partition)
         if timestamp is None:
             timestamp = time.time_ns() // 1_000_000
         future: asyncio.Future[BatchMetadata] = self._loop.create_future()  # type: ignore[union-attr]
@@ -496,6 +666,8 @@ class Producer:
             outcome = acc.append_set(topic, partition, items, timestamp, future, size, sticky)
             if outcome == REROUTE:
                 partition = self._partitioner.partition(topic, None, parts[0], parts[1])
+                if self._txn is not None:
+                    self._txn.check_send(topic, partition)
                 outcome = acc.append_set(topic, partition, items, timestamp, future, size)
         except (TypeError, IndexError):
             acc.pool.release(size)
@@ -587,6 +759,14 @@ class Producer:
         parts = self._partitions.get(topic)
         if parts is not None:
             self._partitioner.batch_closed(topic, partition, parts[0], parts[1])
+
+
+def _raise_state_error(txn: TransactionManager, what: str) -> None:
+    """Raise the transaction's own error (abortable or fatal), else a TransactionStateError."""
+    if txn.has_error and isinstance(txn.last_error, KafkaError):
+        error = txn.last_error
+        raise type(error)(error.code, str(error))
+    txn.require(what)  # raises: no state was allowed
 
 
 def _no_such_partition(topic: str, partition: int, partitions: list[int]) -> KafkaError:

@@ -41,7 +41,7 @@ _REQUEST_FRAMING = 256
 _WHOLE_NUMBERS = (
     ("batch_size", 0), ("buffer_memory", 1), ("max_block_ms", 0), ("max_request_size", 1),
     ("retries", 0), ("retry_backoff_ms", 0), ("delivery_timeout_ms", 1), ("request_timeout_ms", 1),
-    ("max_in_flight", 1), ("metadata_max_age_ms", 0),
+    ("max_in_flight", 1), ("metadata_max_age_ms", 0), ("transaction_timeout_ms", 1),
 )
 
 
@@ -80,6 +80,12 @@ class ProducerConfig:
         Resolved to a bool.
     metadata_max_age_ms (metadata.max.age.ms): refresh partition leaders at least this often
         while sending.
+    transactional_id (transactional.id): makes the producer transactional
+        (``pulllog.client.transactions``); needs idempotence, so with it enable_idempotence
+        None means True, and False (or acks 0 or 1) is a ValueError, as in Kafka.
+    transaction_timeout_ms (transaction.timeout.ms): how long the coordinator lets a
+        transaction stay open before it aborts it (at most the broker's
+        transaction.max.timeout.ms, 15 minutes by default).
     """
 
     bootstrap_servers: str | Iterable[str] = DEFAULT_BOOTSTRAP
@@ -99,6 +105,8 @@ class ProducerConfig:
     partitioner: str | PartitionerCallable | Partitioner = "sticky"
     enable_idempotence: bool | None = None  # a bool after resolving
     metadata_max_age_ms: int = 300_000
+    transactional_id: str | None = None
+    transaction_timeout_ms: int = 60_000
 
     def __post_init__(self) -> None:
         for name, lo in _WHOLE_NUMBERS:
@@ -107,7 +115,14 @@ class ProducerConfig:
                 raise ValueError(f"{name}={value!r}: must be a whole number >= {lo}")
         if self.linger_ms < 0:
             raise ValueError(f"linger_ms={self.linger_ms!r}: must be >= 0")
-        acks, idempotent = resolve_idempotence(self.acks, self.enable_idempotence, self.max_in_flight)
+        if self.transactional_id is not None:
+            if not isinstance(self.transactional_id, str) or not self.transactional_id:
+                raise ValueError(f"transactional_id={self.transactional_id!r}: must be a non-empty string")
+            if self.enable_idempotence is False:
+                raise ValueError("transactional_id needs idempotence: drop enable_idempotence=False "
+                                 "(a transactional producer is idempotent)")
+        acks, idempotent = resolve_idempotence(
+            self.acks, True if self.transactional_id is not None else self.enable_idempotence, self.max_in_flight)
         # frozen: the resolved values replace what was given, once, here
         object.__setattr__(self, "acks", acks)
         object.__setattr__(self, "enable_idempotence", idempotent)

@@ -52,6 +52,8 @@ from .errors import KafkaError
 from .idempotence import IdempotenceManager
 from .producer_config import ProducerConfig
 from .record_future import BatchMetadata, DeliveryTimeoutError, ProducerClosedError
+from .transactions import Outcome, TransactionManager
+from .txn_coordinator import TxnCoordinatorClient
 
 __all__ = ["Sender"]
 
@@ -113,6 +115,10 @@ class Sender:
         self._connect_retry_at: dict[int, float] = {}
         self._connect_errors: dict[int, BaseException] = {}
         self._sent_on: dict[ProducerBatch, KafkaConnection] = {}  # each batch in flight: its connection
+        # a transactional producer: its coordinator's requests, and the AddPartitionsToTxn running
+        self.txn_coordinator: TxnCoordinatorClient | None = None
+        self._transactional_id: str | None = getattr(idempotence, "transactional_id", None)
+        self._add_partitions_task: asyncio.Task[None] | None = None
         # what every pass reads, in seconds, computed once
         self._linger_s = config.linger_s
         self._delivery_timeout_s = config.delivery_timeout_s
@@ -192,6 +198,9 @@ class Sender:
         topics = self._cluster.topics
         partition_limit = self._partition_limit
         idempotence = self._idempotence
+        txn = idempotence if idempotence.transactional else None
+        if txn is not None and self._txn_pass(tg):
+            return None  # the transaction failed or is aborting: nothing more is sent
         if not idempotence.may_send():
             # send nothing under the old epoch; bump it once every answer is in (their wake-up)
             if self._epoch_bump_task is None and not any(self._in_flight_by_node.values()):
@@ -208,6 +217,8 @@ class Sender:
             flying = len(flying_batches) if flying_batches else 0
             if flying >= partition_limit:
                 continue  # its answers wake us
+            if txn is not None and not txn.may_produce_to(q.key):  # type: ignore[attr-defined]
+                continue  # AddPartitionsToTxn first (_txn_pass started it); its end wakes us
             batch = acc.next_ready(q, now, timeout, expire)
             if batch is not None:
                 if batch.retry_at > now:
@@ -265,7 +276,7 @@ class Sender:
             self._sent_on[batch] = conn
             if batch.wire is None:
                 if idempotence.enabled:
-                    batch.seal(config.compression, *idempotence.stamp(batch))  # type: ignore[arg-type]
+                    batch.seal(config.compression, *idempotence.stamp(batch), txn is not None)  # type: ignore[arg-type]
                 else:
                     batch.seal(config.compression, -1, -1, -1)  # type: ignore[arg-type]
             requests.setdefault(node, []).append(batch)
@@ -281,6 +292,41 @@ class Sender:
             else:
                 wake_in = _sooner(wake_in, self._metadata_retry_at - now)
         return wake_in
+
+    # ------------------------------------------------------------------ transactions
+
+    def _txn_pass(self, tg: asyncio.TaskGroup) -> bool:
+        """A transactional producer's part of a pass: fail the unsent batches of a transaction
+        that failed or is being aborted (True: send nothing), else start AddPartitionsToTxn for
+        the partitions new to the transaction (their batches wait for it)."""
+        txn: TransactionManager = self._idempotence  # type: ignore[assignment]
+        error = txn.unsent_batches_fail_with()
+        if error is not None:
+            for batch in self._acc.abort_unsent():
+                self._fail(batch, error)
+            return True
+        if self._add_partitions_task is None and self.txn_coordinator is not None:
+            partitions = txn.partitions_to_add()
+            if partitions:
+                self._add_partitions_task = tg.create_task(self._add_partitions(partitions),
+                                                           name="pulllog-producer-add-partitions")
+        return False
+
+    async def _add_partitions(self, partitions: list[tuple[str, int]]) -> None:
+        """AddPartitionsToTxn for every partition new to the transaction, in one request (a
+        failure puts the transaction in its abortable or fatal state: the next pass fails the
+        batches waiting)."""
+        txn: TransactionManager = self._idempotence  # type: ignore[assignment]
+        try:
+            await self.txn_coordinator.add_partitions(partitions)  # type: ignore[union-attr]
+            txn.partitions_added(partitions)
+        except KafkaError as exc:
+            log.info("adding %s to the transaction failed: %s", partitions, exc)
+        except TimeoutError as exc:
+            txn.fail(Outcome.ABORTABLE, KafkaError(ErrorCode.request_timed_out, str(exc)))
+        finally:
+            self._add_partitions_task = None
+            self._wakeup.set()
 
     # ------------------------------------------------------------------ batches in flight
 
@@ -439,7 +485,8 @@ class Sender:
                         # as much as the rest of a one-record request
                         topic_data = list(by_topic.items())
                         response = await conn.request_encoded("produce", version, partial(
-                            _encode_produce, version, config.acks, config.request_timeout_ms, topic_data))
+                            _encode_produce, version, self._transactional_id, config.acks,
+                            config.request_timeout_ms, topic_data))
             except asyncio.CancelledError:
                 for batch in batches:
                     self._fail(batch, ProducerClosedError("the producer was closed while the record was in flight"))
@@ -507,7 +554,8 @@ class Sender:
             pe = self._idempotence.producer_id_and_epoch
             sequence = batch.base_sequence
             for piece in pieces:
-                piece.seal(compression, pe.producer_id, pe.epoch, sequence)  # type: ignore[arg-type]
+                piece.seal(compression, pe.producer_id, pe.epoch, sequence,  # type: ignore[arg-type]
+                           self._idempotence.transactional)
                 sequence = (sequence + piece.count) % 2**31
         self._acc.reenqueue_split(pieces)
         return True
@@ -574,7 +622,7 @@ class Sender:
     def _fail(self, batch: ProducerBatch, error: BaseException) -> None:
         if batch.done.done():
             return
-        self._idempotence.batch_failed(batch, closing=self.closed)
+        self._idempotence.batch_failed(batch, closing=self.closed, error=error)
         self._landed(batch)
         self._acc.deallocate(batch)
         batch.result.set_failed(error)
@@ -596,10 +644,10 @@ def _insert_by_order(batches: list[ProducerBatch], batch: ProducerBatch) -> None
     batches.append(batch)
 
 
-def _encode_produce(version: int, acks: int, timeout_ms: int,
+def _encode_produce(version: int, transactional_id: str | None, acks: int, timeout_ms: int,
                     topic_data: Sequence[tuple[str, Sequence[tuple[int, bytes | None]]]],
                     correlation_id: int, client_id: str | None) -> bytes:
-    return encode_produce_frame(version, correlation_id, client_id, None, acks, timeout_ms, topic_data)
+    return encode_produce_frame(version, correlation_id, client_id, transactional_id, acks, timeout_ms, topic_data)
 
 
 def _sooner(current: float | None, candidate: float) -> float:

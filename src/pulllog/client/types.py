@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ConsumerRecord", "RecordMetadata", "TopicPartition"]
+__all__ = ["ConsumerGroupMetadata", "ConsumerRecord", "RecordMetadata", "TopicPartition"]
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -37,3 +37,15 @@ class ConsumerRecord:
     @property
     def topic_partition(self) -> TopicPartition:
         return TopicPartition(self.topic, self.partition)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMetadata:
+    """A group member's identity, what ``producer.send_offsets_to_transaction`` needs
+    (``consumer.group_metadata()``): the group coordinator refuses the transaction's offsets
+    from a member that is no longer in the group's current generation (a zombie)."""
+
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None

@@ -1,0 +1,405 @@
+"""The transactional producer's state and rules: Kafka's TransactionManager, with no I/O.
+
+A producer with a ``transactional_id`` writes to several partitions (and commits a consumer
+group's offsets) all or nothing (KIP-98). ``TransactionManager`` keeps what the Java
+client's TransactionManager keeps and decides what it decides; the producer
+(``pulllog.client.producer``), its sender and ``pulllog.client.txn_coordinator`` send the
+requests and feed the answers back. It is an ``IdempotenceManager``: a transactional
+producer is idempotent, with the same producer id, epoch and sequences.
+
+The requests, in the order a transaction makes them (Kafka's order)::
+
+    init_transactions()      FindCoordinator(TRANSACTION, id) -> InitProducerId(id, timeout)
+    begin_transaction()      nothing on the wire
+    send(...) to a partition AddPartitionsToTxn (every partition new to the transaction since
+                             the last one, in one request) before its first Produce
+    send_offsets_to_...()    AddOffsetsToTxn(group) -> FindCoordinator(GROUP) ->
+                             TxnOffsetCommit (to the group coordinator)
+    commit_transaction()     flush every batch, then EndTxn(commit)
+    abort_transaction()      fail the unsent batches, wait for those in flight, EndTxn(abort)
+
+EndTxn goes only if the transaction reached the coordinator (a partition or an offset was
+added); an empty transaction ends locally. A transaction's batches carry the
+transactional bit (attributes bit 4) and the Produce request the transactional id.
+
+States (Kafka's names) and the moves between them, as the table ``_ENTERED_FROM`` says::
+
+    state                  entered from
+    UNINITIALIZED          (start)
+    INITIALIZING           UNINITIALIZED, ABORTING_TRANSACTION (an epoch bump after an abort)
+    READY                  INITIALIZING, COMMITTING_TRANSACTION, ABORTING_TRANSACTION
+    IN_TRANSACTION         READY
+    COMMITTING_TRANSACTION IN_TRANSACTION
+    ABORTING_TRANSACTION   IN_TRANSACTION, ABORTABLE_ERROR
+    ABORTABLE_ERROR        IN_TRANSACTION, COMMITTING_TRANSACTION, ABORTABLE_ERROR, INITIALIZING
+    FATAL_ERROR            any
+
+A move the table does not allow raises ``TransactionStateError`` naming the call and the
+state (begin_transaction() twice, send() outside a transaction, commit after an error...).
+
+Errors, by the Java client's rules (``outcome(api, code)``):
+
+* **fatal** (FATAL_ERROR; every later call raises it; close the producer):
+  PRODUCER_FENCED and INVALID_PRODUCER_EPOCH from the coordinator (another instance with
+  the same transactional id took over: ``ProducerFencedError``),
+  TRANSACTIONAL_ID_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED, UNSUPPORTED_VERSION,
+  INVALID_TXN_STATE, and an error a request's rules do not expect (for AddPartitionsToTxn
+  such an error is abortable, as in Kafka);
+* **abortable** (ABORTABLE_ERROR; ``abort_transaction()`` and go on): everything else that
+  fails inside a transaction: a record that failed (also INVALID_PRODUCER_EPOCH from a
+  partition: the coordinator aborted the transaction on its timeout, KIP-588), group
+  errors of TxnOffsetCommit (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID),
+  TOPIC/GROUP_AUTHORIZATION_FAILED, TRANSACTION_ABORTABLE. UNKNOWN_PRODUCER_ID and
+  INVALID_PRODUCER_ID_MAPPING also need a new epoch: the abort then ends with
+  InitProducerId(id, producer id, epoch) (KIP-360), which restarts the sequences; so does a
+  batch that failed after it was given sequence numbers (they would be a gap);
+* **retriable**: CONCURRENT_TRANSACTIONS (the previous transaction is still completing),
+  COORDINATOR_LOAD_IN_PROGRESS and other retriable codes: the same request again after
+  ``retry_backoff_ms``; NOT_COORDINATOR and COORDINATOR_NOT_AVAILABLE (and a lost
+  connection): find the coordinator again first.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from .errors import KafkaError
+from .idempotence import IdempotenceManager, SequencedBatch
+
+__all__ = [
+    "AbortableTransactionError",
+    "FatalTransactionError",
+    "Outcome",
+    "ProducerFencedError",
+    "TransactionAbortedError",
+    "TransactionManager",
+    "TransactionState",
+    "TransactionStateError",
+    "outcome",
+]
+
+
+class TransactionState(enum.Enum):
+    UNINITIALIZED = "UNINITIALIZED"
+    INITIALIZING = "INITIALIZING"
+    READY = "READY"
+    IN_TRANSACTION = "IN_TRANSACTION"
+    COMMITTING_TRANSACTION = "COMMITTING_TRANSACTION"
+    ABORTING_TRANSACTION = "ABORTING_TRANSACTION"
+    ABORTABLE_ERROR = "ABORTABLE_ERROR"
+    FATAL_ERROR = "FATAL_ERROR"
+
+
+S = TransactionState
+
+# target state -> the states it may be entered from (Kafka's isTransitionValid); FATAL_ERROR
+# may be entered from any state and is left by closing the producer.
+_ENTERED_FROM: dict[TransactionState, frozenset[TransactionState]] = {
+    S.UNINITIALIZED: frozenset(),
+    S.INITIALIZING: frozenset({S.UNINITIALIZED, S.ABORTING_TRANSACTION}),
+    S.READY: frozenset({S.INITIALIZING, S.COMMITTING_TRANSACTION, S.ABORTING_TRANSACTION}),
+    S.IN_TRANSACTION: frozenset({S.READY}),
+    S.COMMITTING_TRANSACTION: frozenset({S.IN_TRANSACTION}),
+    S.ABORTING_TRANSACTION: frozenset({S.IN_TRANSACTION, S.ABORTABLE_ERROR}),
+    S.ABORTABLE_ERROR: frozenset({S.IN_TRANSACTION, S.COMMITTING_TRANSACTION, S.ABORTABLE_ERROR,
+                                  S.INITIALIZING}),
+    S.FATAL_ERROR: frozenset(TransactionState),
+}
+
+
+class TransactionStateError(RuntimeError):
+    """A transactional call made in a state that does not allow it (Kafka's IllegalStateException)."""
+
+
+class TransactionError(KafkaError):
+    """A transaction failed; ``fatal`` says whether the producer can go on."""
+
+    fatal = False
+
+
+class FatalTransactionError(TransactionError):
+    """The producer cannot make transactions any more: close it (and create a new one)."""
+
+    fatal = True
+
+    def __init__(self, code: ErrorCode | int, message: str | None = None) -> None:
+        super().__init__(code, message)
+        self.retriable = False
+
+
+class ProducerFencedError(FatalTransactionError):
+    """Another producer with the same transactional id initialized after this one (a newer
+    epoch): this one is a zombie and must close."""
+
+
+class AbortableTransactionError(TransactionError):
+    """The transaction cannot commit: call ``abort_transaction()``, then start a new one."""
+
+    def __init__(self, code: ErrorCode | int, message: str | None = None) -> None:
+        super().__init__(code, message)
+        self.retriable = False
+
+
+class TransactionAbortedError(KafkaError):
+    """A record's transaction was aborted before the record was sent (Kafka's
+    TransactionAbortedException): it was never written."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.unknown_server_error, message)
+        self.retriable = False
+
+
+class Outcome(enum.Enum):
+    """What an error answer to a transactional request means."""
+
+    RETRY = "retry"  # the same request after retry_backoff_ms
+    REDISCOVER = "rediscover"  # FindCoordinator again, then the same request
+    ABORTABLE = "abortable"
+    ABORTABLE_EPOCH_BUMP = "abortable, then a new epoch"  # Kafka's abortableErrorIfPossible
+    FATAL = "fatal"
+    FENCED = "fenced"
+
+
+O = Outcome
+E = ErrorCode
+
+# What every coordinator request's answer means, before the per-request rules.
+_COMMON: dict[ErrorCode, Outcome] = {
+    E.not_coordinator: O.REDISCOVER,
+    E.coordinator_not_available: O.REDISCOVER,
+    E.producer_fenced: O.FENCED,
+    E.invalid_producer_epoch: O.FENCED,  # an older coordinator's PRODUCER_FENCED
+    E.transactional_id_authorization_failed: O.FATAL,
+    E.cluster_authorization_failed: O.FATAL,
+    E.unsupported_version: O.FATAL,
+    E.transaction_abortable: O.ABORTABLE,
+}
+_NEW_EPOCH = {E.unknown_producer_id: O.ABORTABLE_EPOCH_BUMP, E.invalid_producer_id_mapping: O.ABORTABLE_EPOCH_BUMP}
+
+# api -> (its own rules, the outcome of a non-retriable code no rule names)
+_RULES: dict[str, tuple[dict[ErrorCode, Outcome], Outcome]] = {
+    "find_coordinator": ({E.group_authorization_failed: O.ABORTABLE}, O.FATAL),
+    "init_producer_id": ({}, O.FATAL),
+    "add_partitions_to_txn": ({E.invalid_txn_state: O.FATAL, E.topic_authorization_failed: O.ABORTABLE,
+                               E.operation_not_attempted: O.ABORTABLE, **_NEW_EPOCH}, O.ABORTABLE),
+    "add_offsets_to_txn": ({E.invalid_txn_state: O.FATAL, E.group_authorization_failed: O.ABORTABLE, **_NEW_EPOCH},
+                           O.FATAL),
+    "txn_offset_commit": ({E.request_timed_out: O.REDISCOVER, E.group_authorization_failed: O.ABORTABLE,
+                           E.fenced_instance_id: O.ABORTABLE, E.unknown_member_id: O.ABORTABLE,
+                           E.illegal_generation: O.ABORTABLE, E.unsupported_for_message_format: O.FATAL},
+                          O.FATAL),
+    "end_txn": ({E.invalid_txn_state: O.FATAL, **_NEW_EPOCH}, O.FATAL),
+}
+
+# A Produce answer's error inside a transaction: these are fatal, any other abortable.
+_FATAL_FOR_RECORDS = frozenset({E.producer_fenced, E.transactional_id_authorization_failed,
+                                E.cluster_authorization_failed, E.unsupported_version})
+
+# When one answer holds several errors (per partition), the gravest decides.
+_GRAVITY = (O.FENCED, O.FATAL, O.ABORTABLE_EPOCH_BUMP, O.ABORTABLE, O.REDISCOVER, O.RETRY)
+
+
+def outcome(api: str, code: ErrorCode) -> Outcome:
+    """What error ``code`` in an answer to ``api`` means (the module docstring's rules)."""
+    own, default = _RULES[api]
+    if code in own:
+        return own[code]
+    if code in _COMMON:
+        return _COMMON[code]
+    return O.RETRY if code.retriable else default
+
+
+def gravest(outcomes: Iterable[Outcome]) -> Outcome | None:
+    found = set(outcomes)
+    return next((o for o in _GRAVITY if o in found), None)
+
+
+class TransactionManager(IdempotenceManager):
+    """The transactional state of one producer (see the module docstring)."""
+
+    transactional = True
+
+    def __init__(self, transactional_id: str, *, transaction_timeout_ms: int = 60_000) -> None:
+        super().__init__(enabled=True, transaction_timeout_ms=transaction_timeout_ms)
+        self.transactional_id = transactional_id
+        self.state = S.UNINITIALIZED
+        self.last_error: BaseException | None = None
+        self.in_transaction: set[tuple[str, int]] = set()  # added to the transaction: may be produced to
+        self.to_add: set[tuple[str, int]] = set()  # new in this transaction: AddPartitionsToTxn pending
+        self.transaction_started = False  # the coordinator knows of it (a partition or offsets added)
+        self.epoch_bump_required = False  # InitProducerId after the abort (KIP-360)
+
+    # ------------------------------------------------------------ states
+
+    def transition(self, target: TransactionState, error: BaseException | None = None) -> None:
+        if self.state not in _ENTERED_FROM[target]:
+            raise TransactionStateError(f"cannot move from {self.state.value} to {target.value}")
+        self.state = target
+        if error is not None:
+            self.last_error = error
+        elif target in (S.INITIALIZING, S.READY, S.IN_TRANSACTION):
+            self.last_error = None
+
+    def require(self, what: str, *states: TransactionState) -> None:
+        """Raise unless the state is one of ``states``: the fatal error itself once fatal,
+        else a TransactionStateError that says what to do."""
+        if self.state in states:
+            return
+        if self.state is S.FATAL_ERROR and self.last_error is not None:
+            raise self.last_error
+        hint = {
+            S.UNINITIALIZED: "call init_transactions() first",
+            S.READY: "call begin_transaction() first",
+            S.IN_TRANSACTION: "commit_transaction() or abort_transaction() first",
+            S.ABORTABLE_ERROR: f"the transaction failed ({self.last_error}); call abort_transaction()",
+            S.COMMITTING_TRANSACTION: "the transaction is being committed",
+            S.ABORTING_TRANSACTION: "the transaction is being aborted",
+        }.get(self.state, "")
+        raise TransactionStateError(f"cannot {what} in state {self.state.value}" + (f": {hint}" if hint else ""))
+
+    def fail(self, result: Outcome, error: KafkaError) -> KafkaError:
+        """Enter the error state ``result`` calls for; return the error to raise."""
+        if result is O.FENCED:
+            error = ProducerFencedError(E.producer_fenced, (
+                f"PRODUCER_FENCED: another producer with transactional_id={self.transactional_id!r} "
+                f"initialized after this one ({error}); close this producer"))
+        if result in (O.FENCED, O.FATAL):
+            if not isinstance(error, FatalTransactionError):
+                error = FatalTransactionError(error.code, f"{error}; the producer cannot go on: close it")
+            self.transition(S.FATAL_ERROR, error)
+            return error
+        if result is O.ABORTABLE_EPOCH_BUMP:
+            self.epoch_bump_required = True
+        if not isinstance(error, AbortableTransactionError):
+            error = AbortableTransactionError(error.code, f"{error}; call abort_transaction()")
+        if self.state in _ENTERED_FROM[S.ABORTABLE_ERROR]:
+            self.transition(S.ABORTABLE_ERROR, error)
+        # else already aborting (or fatal): the error changes nothing, as in Kafka
+        return error
+
+    @property
+    def has_error(self) -> bool:
+        return self.state in (S.ABORTABLE_ERROR, S.FATAL_ERROR)
+
+    def unsent_batches_fail_with(self) -> BaseException | None:
+        """While the transaction is failing or aborting, batches not sent yet fail at once
+        with this (Kafka's abortUndrainedBatches); None otherwise."""
+        if self.state in (S.ABORTABLE_ERROR, S.FATAL_ERROR):
+            return self.last_error or TransactionAbortedError("the transaction failed before the record was sent")
+        if self.state is S.ABORTING_TRANSACTION:
+            return TransactionAbortedError("the transaction was aborted before the record was sent")
+        return None
+
+    # ------------------------------------------------------------ the transaction
+
+    def begin(self) -> None:
+        self.require("begin_transaction()", S.READY)
+        self.transition(S.IN_TRANSACTION)
+
+    def check_send(self, topic: str, partition: int) -> None:
+        """send() to ``topic``-``partition``: allowed only in a transaction, and a partition new
+        to it is added (AddPartitionsToTxn before its first batch goes)."""
+        state = self.state
+        if state is not S.IN_TRANSACTION:
+            if state in (S.ABORTABLE_ERROR, S.FATAL_ERROR) and isinstance(self.last_error, KafkaError):
+                raise _again(self.last_error)
+            self.require("send()", S.IN_TRANSACTION)
+        key = (topic, partition)
+        if key not in self.in_transaction:
+            self.to_add.add(key)
+
+    def partitions_to_add(self) -> list[tuple[str, int]]:
+        """The partitions to put in the next AddPartitionsToTxn (none while an error stands)."""
+        if not self.to_add or self.state not in (S.IN_TRANSACTION, S.COMMITTING_TRANSACTION):
+            return []
+        return sorted(self.to_add)
+
+    def partitions_added(self, partitions: Iterable[tuple[str, int]]) -> None:
+        for key in partitions:
+            self.to_add.discard(key)
+            self.in_transaction.add(key)
+        self.transaction_started = True
+
+    def offsets_added(self) -> None:
+        self.transaction_started = True
+
+    def may_produce_to(self, key: tuple[str, int]) -> bool:
+        return key in self.in_transaction
+
+    def start_commit(self) -> None:
+        if self.state is S.COMMITTING_TRANSACTION:
+            return  # a commit that timed out, called again
+        self.require("commit_transaction()", S.IN_TRANSACTION)
+        self.transition(S.COMMITTING_TRANSACTION)
+
+    def start_abort(self) -> None:
+        if self.state is S.ABORTING_TRANSACTION:
+            return
+        if self.state is S.FATAL_ERROR and self.last_error is not None:
+            raise self.last_error
+        self.require("abort_transaction()", S.IN_TRANSACTION, S.ABORTABLE_ERROR)
+        self.transition(S.ABORTING_TRANSACTION)
+
+    def completed(self) -> None:
+        """EndTxn succeeded (or the transaction was empty): ready for the next one."""
+        self.in_transaction.clear()
+        self.to_add.clear()
+        self.transaction_started = False
+        self.transition(S.READY)
+
+    # ------------------------------------------------------------ InitProducerId
+
+    def init_producer_id_request(self) -> tuple[int, int, dict[str, Any]]:
+        """InitProducerId with the transactional id: a new epoch of the id's producer at start
+        (the coordinator fences the previous instance), or after an abort that needs a new
+        epoch, the next one of ours (KIP-360: v3+, with our id and epoch)."""
+        bump = self.epoch_bump_required and self.producer_id_and_epoch.is_valid
+        pe = self.producer_id_and_epoch if bump else None
+        return (3 if bump else 0), 4, {
+            "transactional_id": self.transactional_id, "transaction_timeout": self.transaction_timeout_ms,
+            "producer_id": pe.producer_id if pe else -1, "producer_epoch": pe.epoch if pe else -1}
+
+    def set_producer_id_and_epoch(self, producer_id: int, epoch: int,
+                                  waiting: Iterable[SequencedBatch] = ()) -> None:
+        super().set_producer_id_and_epoch(producer_id, epoch, waiting)
+        self.epoch_bump_required = False
+
+    # ------------------------------------------------------------ what the sender asks
+
+    def may_send(self) -> bool:
+        # the sender never bumps a transactional producer's epoch itself: the abort does
+        return True
+
+    def batch_failed(self, batch: SequencedBatch, *, closing: bool = False,
+                     error: BaseException | None = None) -> None:
+        """A record batch failed for good: fatal for a fenced producer, else the transaction
+        must abort (and if the batch had sequences, the abort takes a new epoch)."""
+        if closing:
+            return
+        if isinstance(error, TransactionAbortedError):
+            return  # failed by the abort itself
+        code = error.code if isinstance(error, KafkaError) else None
+        if batch.wire is not None:
+            self.epoch_bump_required = True
+        if code in _FATAL_FOR_RECORDS:
+            self.fail(O.FENCED if code == E.producer_fenced else O.FATAL,
+                      error if isinstance(error, KafkaError) else KafkaError(E.unknown_server_error, str(error)))
+        elif self.state in _ENTERED_FROM[S.ABORTABLE_ERROR]:
+            wrapped = error if isinstance(error, KafkaError) else KafkaError(E.unknown_server_error, repr(error))
+            self.fail(O.ABORTABLE, AbortableTransactionError(
+                wrapped.code, f"a record of the transaction failed ({error}); call abort_transaction()"))
+
+    def out_of_order_retriable(self, earlier_unacknowledged: bool) -> bool:
+        return earlier_unacknowledged
+
+
+def _again(error: KafkaError) -> KafkaError:
+    """A fresh exception like ``error`` (raising one instance from many places chains tracebacks)."""
+    again = type(error).__new__(type(error))
+    again.__dict__.update(error.__dict__)
+    again.args = error.args
+    return again
