@@ -24,6 +24,10 @@ _EXPORTS = {
     "KafkaError": "pulllog.client.errors",
     "CommitFailedError": "pulllog.client.membership",
     "OffsetAndMetadata": "pulllog.client.membership",
+    "ConsumerGroupMetadata": "pulllog.client.types",
+    "ProducerFencedError": "pulllog.client.transactions",
+    "AbortableTransactionError": "pulllog.client.transactions",
+    "FatalTransactionError": "pulllog.client.transactions",
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -119,7 +119,7 @@ from .transactions import (
     TransactionStateError,
 )
 from .txn_coordinator import TxnCoordinatorClient
-from .types import ConsumerGroupMetadata
+from .types import ConsumerGroupMetadata, TopicPartition
 from .partitioner import (
     Partitioner,
     PartitionerCallable,
@@ -440,7 +440,8 @@ class Producer:
         for tp, value in offsets.items():
             offset = value if isinstance(value, int) else int(value.offset)
             metadata = None if isinstance(value, int) else getattr(value, "metadata", None)
-            wanted[(tp[0], int(tp[1]))] = (offset, metadata or "")
+            topic, partition = (tp.topic, tp.partition) if isinstance(tp, TopicPartition) else tp
+            wanted[(topic, int(partition))] = (offset, metadata or "")
         client = self._txn_client
         assert client is not None
         await client.add_offsets(group_metadata.group_id)
@@ -479,9 +480,9 @@ class Producer:
             await self._txn_client.end_txn(commit=False)  # type: ignore[union-attr]
         if txn.epoch_bump_required:
             # a batch failed after it had sequence numbers: they would be a gap (KIP-360)
+            txn.forget_transaction()
             txn.transition(TransactionState.INITIALIZING)
-            await self._new_epoch(txn)
-            txn.completed()
+            await self._new_epoch(txn)  # then READY
         else:
             txn.completed()
 

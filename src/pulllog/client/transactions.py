@@ -346,10 +346,13 @@ class TransactionManager(IdempotenceManager):
 
     def completed(self) -> None:
         """EndTxn succeeded (or the transaction was empty): ready for the next one."""
+        self.forget_transaction()
+        self.transition(S.READY)
+
+    def forget_transaction(self) -> None:
         self.in_transaction.clear()
         self.to_add.clear()
         self.transaction_started = False
-        self.transition(S.READY)
 
     # ------------------------------------------------------------ InitProducerId
 

@@ -1,0 +1,145 @@
+"""The transactional producer's state table and error rules, with no broker
+(``pulllog.client.transactions``); tests/reference/test_transactions.py runs them against
+real brokers."""
+
+from __future__ import annotations
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from pulllog.client.errors import KafkaError
+from pulllog.client.transactions import (
+    AbortableTransactionError,
+    FatalTransactionError,
+    Outcome,
+    ProducerFencedError,
+    TransactionManager,
+    TransactionState,
+    TransactionStateError,
+    outcome,
+)
+
+S = TransactionState
+
+
+def ready() -> TransactionManager:
+    txn = TransactionManager("tx")
+    txn.transition(S.INITIALIZING)
+    txn.set_producer_id_and_epoch(7, 0)
+    txn.transition(S.READY)
+    return txn
+
+
+class _Batch:
+    topic, partition, count = "t", 0, 1
+
+    def __init__(self, sealed: bool) -> None:
+        self.wire = b"sealed" if sealed else None
+
+    def restamp(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
+        pass
+
+
+def test_a_transaction_goes_ready_in_transaction_committing_ready() -> None:
+    txn = ready()
+    txn.begin()
+    txn.check_send("t", 0)
+    assert txn.partitions_to_add() == [("t", 0)] and not txn.may_produce_to(("t", 0))
+    txn.partitions_added([("t", 0)])
+    assert txn.may_produce_to(("t", 0)) and txn.transaction_started
+    txn.start_commit()
+    assert txn.state is S.COMMITTING_TRANSACTION
+    txn.completed()
+    assert txn.state is S.READY and not txn.in_transaction and not txn.transaction_started
+
+
+@pytest.mark.parametrize("call", ["begin twice", "send outside", "commit outside", "abort outside", "uninitialized"])
+def test_calls_out_of_order_raise_a_state_error_that_says_what_to_do(call: str) -> None:
+    txn = ready()
+    with pytest.raises(TransactionStateError) as raised:
+        if call == "begin twice":
+            txn.begin()
+            txn.begin()
+        elif call == "send outside":
+            txn.check_send("t", 0)
+        elif call == "commit outside":
+            txn.start_commit()
+        elif call == "abort outside":
+            txn.start_abort()
+        else:
+            TransactionManager("tx").begin()
+    assert "cannot" in str(raised.value) and ":" in str(raised.value)
+
+
+def test_fenced_is_fatal_and_every_later_call_raises_it() -> None:
+    txn = ready()
+    txn.begin()
+    error = txn.fail(outcome("end_txn", ErrorCode.producer_fenced), KafkaError(ErrorCode.producer_fenced))
+    assert isinstance(error, ProducerFencedError) and error.fatal
+    assert txn.state is S.FATAL_ERROR
+    for call in (txn.begin, txn.start_abort, lambda: txn.check_send("t", 0)):
+        with pytest.raises(ProducerFencedError):
+            call()
+
+
+def test_an_abortable_error_allows_only_abort() -> None:
+    txn = ready()
+    txn.begin()
+    error = txn.fail(outcome("txn_offset_commit", ErrorCode.illegal_generation), KafkaError(ErrorCode.illegal_generation))
+    assert isinstance(error, AbortableTransactionError) and not error.fatal
+    assert txn.state is S.ABORTABLE_ERROR
+    with pytest.raises(AbortableTransactionError):
+        txn.check_send("t", 0)
+    with pytest.raises(TransactionStateError):
+        txn.start_commit()
+    txn.start_abort()
+    assert txn.state is S.ABORTING_TRANSACTION
+
+
+def test_a_sealed_batch_that_fails_needs_a_new_epoch_after_the_abort() -> None:
+    txn = ready()
+    txn.begin()
+    txn.batch_failed(_Batch(sealed=True), error=KafkaError(ErrorCode.message_too_large))
+    assert txn.state is S.ABORTABLE_ERROR and txn.epoch_bump_required
+    lowest, _highest, data = txn.init_producer_id_request()
+    assert lowest == 3 and (data["producer_id"], data["producer_epoch"]) == (7, 0)
+    txn.set_producer_id_and_epoch(7, 1)
+    assert not txn.epoch_bump_required
+
+
+def test_a_batch_failing_while_aborting_changes_nothing() -> None:
+    txn = ready()
+    txn.begin()
+    txn.start_abort()
+    txn.batch_failed(_Batch(sealed=False), error=KafkaError(ErrorCode.not_leader_or_follower))
+    assert txn.state is S.ABORTING_TRANSACTION
+
+
+def test_a_fenced_produce_is_fatal_but_an_old_epoch_on_a_partition_is_abortable() -> None:
+    txn = ready()
+    txn.begin()
+    txn.batch_failed(_Batch(sealed=True), error=KafkaError(ErrorCode.invalid_producer_epoch))
+    assert txn.state is S.ABORTABLE_ERROR  # KIP-588: the coordinator aborted on its timeout
+    txn.batch_failed(_Batch(sealed=True), error=KafkaError(ErrorCode.producer_fenced))
+    assert txn.state is S.FATAL_ERROR and isinstance(txn.last_error, FatalTransactionError)
+
+
+@pytest.mark.parametrize(("api", "code", "expected"), [
+    ("init_producer_id", ErrorCode.concurrent_transactions, Outcome.RETRY),
+    ("add_partitions_to_txn", ErrorCode.concurrent_transactions, Outcome.RETRY),
+    ("end_txn", ErrorCode.coordinator_load_in_progress, Outcome.RETRY),
+    ("end_txn", ErrorCode.not_coordinator, Outcome.REDISCOVER),
+    ("txn_offset_commit", ErrorCode.request_timed_out, Outcome.REDISCOVER),
+    ("end_txn", ErrorCode.invalid_producer_epoch, Outcome.FENCED),
+    ("init_producer_id", ErrorCode.producer_fenced, Outcome.FENCED),
+    ("find_coordinator", ErrorCode.transactional_id_authorization_failed, Outcome.FATAL),
+    ("end_txn", ErrorCode.invalid_txn_state, Outcome.FATAL),
+    ("add_offsets_to_txn", ErrorCode.unsupported_version, Outcome.FATAL),
+    ("end_txn", ErrorCode.unknown_producer_id, Outcome.ABORTABLE_EPOCH_BUMP),
+    ("add_partitions_to_txn", ErrorCode.topic_authorization_failed, Outcome.ABORTABLE),
+    ("add_partitions_to_txn", ErrorCode.invalid_record, Outcome.ABORTABLE),  # unexpected: abortable here
+    ("end_txn", ErrorCode.invalid_record, Outcome.FATAL),  # unexpected: fatal here
+    ("txn_offset_commit", ErrorCode.unknown_member_id, Outcome.ABORTABLE),
+])
+def test_error_rules_follow_kafkas_transaction_manager(api: str, code: ErrorCode, expected: Outcome) -> None:
+    assert outcome(api, code) is expected
