@@ -8,6 +8,8 @@ clients were built against it first. The ``txn_broker`` fixture names the broker
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -300,3 +302,29 @@ async def test_a_pulllog_transaction_read_by_librdkafka_read_committed(txn_broke
         await producer.close()
     (end,) = (await settled_ends(txn_broker, [TopicPartition(topic, 0)])).values()
     assert await asyncio.to_thread(_rd_read_committed, txn_broker, topic, end) == [b"c1", b"c2", b"c3"]
+
+
+# ---------------------------------------------------------------------------- the CLI
+
+
+async def test_cli_consume_isolation_level(txn_broker: str) -> None:
+    topic = await new_topic(txn_broker, "cli", partitions=1)
+    producer = await transactional(txn_broker, f"{topic}-tx")
+    try:
+        async with producer.transaction():
+            await producer.send(topic, b"committed", partition=0)
+        producer.begin_transaction()
+        await producer.send(topic, b"aborted", partition=0)
+        await producer.flush()
+        await producer.abort_transaction()
+    finally:
+        await producer.close()
+    await settled_ends(txn_broker, [TopicPartition(topic, 0)])
+
+    def consume(*extra: str) -> bytes:
+        result = subprocess.run([sys.executable, "-m", "pulllog.cli.main", "consume", topic,
+                                 "--bootstrap-server", txn_broker, *extra], capture_output=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+    assert await asyncio.to_thread(consume, "--isolation-level", "read_committed") == b"committed\n"
+    assert await asyncio.to_thread(consume) == b"committed\naborted\n"

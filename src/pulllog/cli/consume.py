@@ -15,6 +15,11 @@ where a group *without* committed offsets starts: ``earliest`` or ``latest``. An
 after each batch and on the way out, also on Ctrl-C / SIGTERM, and the member leaves the
 group, so ``group reset-offsets`` and ``group delete`` work at once.
 
+``--isolation-level read_committed`` prints only records of committed transactions (and
+records written outside transactions), skipping aborted ones and the commit/abort markers, and
+stops at the last stable offset rather than the log end; ``read_uncommitted`` (the default, as
+in Kafka) prints every record.
+
 Output formats: ``value`` (one value per line), ``kv`` (key TAB value), ``json`` (one object
 per line, bytes as in ``pulllog.cli.json_bytes``). In ``value`` and ``kv`` a missing key or
 value (null) prints as ``null``, as Kafka's console consumer does, and an empty one as nothing.
@@ -115,14 +120,15 @@ async def _targets(consumer: Consumer, tps: list[TopicPartition], how: str, arg:
 
 
 async def _consume(topic: str, from_offset: str, partitions: tuple[int, ...], max_messages: int | None,
-                   follow: bool, fmt: str, group: str | None, bootstrap_server: str) -> int:
+                   follow: bool, fmt: str, group: str | None, bootstrap_server: str,
+                   isolation_level: str = "read_uncommitted") -> int:
     how, arg = _parse_from(from_offset)
     if group is not None:
         _refuse_with_group(from_offset, how, topic, group)
     out = sys.stdout.buffer
     reset = "latest" if how == "latest" else "earliest"
     async with Consumer(bootstrap_server, client_id="pulllog-cli", group_id=group, enable_auto_commit=False,
-                        auto_offset_reset=reset) as consumer:
+                        auto_offset_reset=reset, isolation_level=isolation_level) as consumer:
         available = sorted(await consumer.partitions_for_topic(topic))
         chosen = list(partitions) if partitions else available
         missing = sorted(set(chosen) - set(available))
@@ -223,9 +229,10 @@ async def _at_end(consumer: Consumer, stop_at: dict[TopicPartition, int]) -> boo
 
 
 def _run(topic: str, from_offset: str, partitions: tuple[int, ...], max_messages: int | None, follow: bool,
-         fmt: str, group: str | None, bootstrap_server: str) -> None:
+         fmt: str, group: str | None, bootstrap_server: str, isolation_level: str = "read_uncommitted") -> None:
     try:
-        count = run_async(_consume, topic, from_offset, partitions, max_messages, follow, fmt, group, bootstrap_server)
+        count = run_async(_consume, topic, from_offset, partitions, max_messages, follow, fmt, group, bootstrap_server,
+                          isolation_level)
     except BrokenPipeError:  # `pulllog consume ... | head`
         sys.stderr.close()
         return
@@ -236,6 +243,10 @@ _FORMAT = click.option("--format", "fmt", type=click.Choice(["value", "kv", "jso
                        show_default=True,
                        help="value: one value per line; kv: key TAB value; json: one object per line, binary as "
                             "{\"base64\": ...}. A null key or value prints as null (in json: null).")
+_ISOLATION = click.option("--isolation-level", type=click.Choice(["read_uncommitted", "read_committed"]),
+                          default="read_uncommitted", show_default=True,
+                          help="read_committed: only records of committed transactions (and non-transactional "
+                               "ones), up to the last stable offset; read_uncommitted: every record, as in Kafka.")
 
 
 @click.command(epilog=examples(
@@ -243,6 +254,7 @@ _FORMAT = click.option("--format", "fmt", type=click.Choice(["value", "kv", "jso
     "pulllog consume orders --from-offset -10 --format kv",
     "pulllog consume orders --from-offset 2026-11-22T14:00:00+00:00 --partition 0 --partition 2",
     "pulllog consume orders --group billing --follow  # resume where the group committed",
+    "pulllog consume orders --isolation-level read_committed  # skip aborted transactions",
 ))
 @click.argument("topic")
 @click.option("--from-offset", default="earliest", show_default=True, metavar="earliest|latest|N|-N|ISO-TIME",
@@ -258,13 +270,14 @@ _FORMAT = click.option("--format", "fmt", type=click.Choice(["value", "kv", "jso
               help="Consume as a member of this consumer group, committing what was printed; it leaves the group "
                    "on exit, also on Ctrl-C.")
 @_FORMAT
+@_ISOLATION
 @bootstrap_server_option
 def consume(topic: str, from_offset: str, partitions: tuple[int, ...], max_messages: int | None, follow: bool,
-            group: str | None, fmt: str, bootstrap_server: str) -> None:
+            group: str | None, fmt: str, isolation_level: str, bootstrap_server: str) -> None:
     """Print TOPIC's records to stdout, from any offset (rewind at will), up to the log end or --follow."""
     if group is not None and partitions:
         raise CliError("--group and --partition do not go together: the group assigns partitions", EXIT_USAGE)
-    _run(topic, from_offset, partitions, max_messages, follow, fmt, group, bootstrap_server)
+    _run(topic, from_offset, partitions, max_messages, follow, fmt, group, bootstrap_server, isolation_level)
 
 
 @click.command(epilog=examples("pulllog tail orders", "pulllog tail orders -n 20 --format json"))
@@ -272,7 +285,8 @@ def consume(topic: str, from_offset: str, partitions: tuple[int, ...], max_messa
 @click.option("-n", "--lines", type=click.IntRange(min=0), default=0, show_default=True,
               help="Start this many records before the end of each partition.")
 @_FORMAT
+@_ISOLATION
 @bootstrap_server_option
-def tail(topic: str, lines: int, fmt: str, bootstrap_server: str) -> None:
+def tail(topic: str, lines: int, fmt: str, isolation_level: str, bootstrap_server: str) -> None:
     """Follow TOPIC from its end, like tail -f."""
-    _run(topic, f"-{lines}" if lines > 0 else "latest", (), None, True, fmt, None, bootstrap_server)
+    _run(topic, f"-{lines}" if lines > 0 else "latest", (), None, True, fmt, None, bootstrap_server, isolation_level)
