@@ -1,4 +1,5 @@
-"""The reference broker: Apache Kafka itself, started once per test session.
+"""Fixtures of the reference tests. The reference broker itself, Apache Kafka started once per
+test session (``kafka_reference_broker``), is in tests/conftest.py: tests/spark uses it too.
 
 Skips (with the reason) only when Java or Maven is missing; scripts/test.sh installs both, so
 CI runs these tests. Jars come from Maven into a cache outside the repository
@@ -18,18 +19,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import kafka_reference  # noqa: E402
 
 from pulllog.testing import BrokerThread  # noqa: E402
-
-
-@pytest.fixture(scope="session")
-def kafka_reference_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[kafka_reference.KafkaReference]:
-    why = kafka_reference.missing_tools()
-    if why:
-        pytest.skip(why)
-    ref = kafka_reference.start_reference(tmp_path_factory.mktemp("kafka-reference"))
-    try:
-        yield ref
-    finally:
-        ref.stop()
 
 
 @pytest.fixture(scope="session")

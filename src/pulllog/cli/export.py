@@ -3,7 +3,9 @@
 The work is ``pulllog.spark.export`` (the protocol is in ``pulllog.spark.progress``); this
 module parses options, starts Spark when there is something to do, shows progress on a
 terminal and prints the summary. Run it again to export only what is new; ``--full`` starts
-over. ``--engine arrow`` does the same in this process with pyarrow, no JVM.
+over. ``--engine arrow`` does the same in this process with pyarrow, no JVM. It reads committed
+data by default (``--isolation-level read_committed``): an aborted transaction never reaches
+Parquet, and an open one waits for a later run.
 
 Exit codes (``pulllog.cli.errors``): 0 success (also when nothing is new); 1 the export could
 not run or finish (Java missing, Spark failing to start, unknown topic, a directory that holds
@@ -57,7 +59,8 @@ __all__ = ["export"]
               help="Where a new export starts: earliest (default), an offset, P:O[,P:O...], a JSON map, "
                    "or an ISO datetime. Partitions the export already has progress for continue from it.")
 @click.option("--to", metavar="WHERE", default=None,
-              help="Where to stop (exclusive): latest (default, the high watermark now), or as --from.")
+              help="Where to stop (exclusive): latest (default, the last stable offset now, or the high watermark "
+                   "with --isolation-level read_uncommitted), or as --from.")
 @click.option("--full", is_flag=True, help="Start over: delete what an earlier export wrote to DIR.")
 @click.option("--partition-by", type=click.Choice(["topic", "date"]), default="topic", show_default=True,
               help="Directory layout: topic=T/partition=P/, or date=YYYY-MM-DD/ (UTC record timestamp).")
@@ -75,9 +78,15 @@ __all__ = ["export"]
 @click.option("--value-schema", default=None, metavar="'NAME TYPE, ...'",
               help="The value_json fields, e.g. 'id long, name string, paid boolean' (types: string, long, int, "
                    "double, float, boolean, json). Default: inferred from the first 1000 records.")
+@click.option("--isolation-level", type=click.Choice(["read_committed", "read_uncommitted"]),
+              default="read_committed", show_default=True,
+              help="read_committed: records of committed transactions (and non-transactional ones) up to the last "
+                   "stable offset, so an aborted transaction never reaches Parquet; read_uncommitted: every record "
+                   "up to the high watermark.")
 def export(out: Path, topic: str, bootstrap_server: str, from_: str | None, to: str | None, full: bool,
            partition_by: str, engine: str, master: str, spark_conf: tuple[str, ...],
-           max_offsets_per_file: int | None, value_format: str, value_schema: str | None) -> None:
+           max_offsets_per_file: int | None, value_format: str, value_schema: str | None,
+           isolation_level: str) -> None:
     """Export TOPIC's records to Parquet in DIR, exactly once: only what earlier runs did not."""
     from ..spark.export import DEFAULT_MAX_OFFSETS_PER_FILE, ExportError
     from ..spark.export import export as run_export
@@ -133,7 +142,8 @@ def export(out: Path, topic: str, bootstrap_server: str, from_: str | None, to: 
         result = run_export(bootstrap_server, topic, out, start=start, end=end, full=full,
                             partition_by=partition_by, engine=engine, spark=_Lazy(session),
                             max_offsets_per_file=per_file, on_plan=on_plan, on_progress=on_progress,
-                            value_format=value_format, value_schema=value_schema)
+                            value_format=value_format, value_schema=value_schema,
+                            read_committed=isolation_level == "read_committed")
     except (ExportError, ExportDirError, SparkStartError, OffsetSpecError) as exc:
         raise CliError(str(exc), EXIT_PROBLEM) from None
     except BrokerUnreachableError as exc:

@@ -23,6 +23,12 @@ With ``value_format="json"`` each file also has a ``value_json`` struct column, 
 parsed with one schema per export (``pulllog.spark.json_values``: given or inferred from a
 sample, fixed by the first run, a value that does not fit fails the run).
 
+Transactions: by default (``read_committed=True``) the export reads committed data only:
+the ends are the last stable offsets, and the records of aborted transactions (and every
+commit/abort marker) never reach Parquet; records of a transaction still open are exported
+by a later run, once it commits. ``read_committed=False`` (``--isolation-level
+read_uncommitted``) exports every record up to the high watermark.
+
 Both engines write with the same pyarrow code from the same plan, so their output is
 identical, file names and bytes. Parquet details: snappy, row groups of ``ROW_GROUP_ROWS``
 rows, timestamps in microseconds UTC (Spark rejects nanoseconds), statistics on (so a reader
@@ -86,6 +92,7 @@ class RangeTask:
     partition_by: str
     fetch_max_bytes: int = wire.DEFAULT_FETCH_MAX_BYTES
     value_schema: str | None = None  # --value-format json: the json_values.ValueSchema, as text
+    read_committed: bool = True  # without the records of aborted transactions
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +182,8 @@ def write_range(task: RangeTask) -> RangeResult:
 
     records = value_bytes = 0
     try:
-        for batch in wire.read_range(task.bootstrap, r, fetch_max_bytes=task.fetch_max_bytes):
+        for batch in wire.read_range(task.bootstrap, r, fetch_max_bytes=task.fetch_max_bytes,
+                                     read_committed=task.read_committed):
             records += batch.num_rows
             value_bytes += _value_bytes(batch)
             if values is not None:
@@ -219,9 +227,9 @@ class ExportPlan:
         return sum(r.size for r in self.ranges)
 
 
-def describe(bootstrap: str, topic: str) -> list[wire.PartitionOffsets]:
+def describe(bootstrap: str, topic: str, read_committed: bool = True) -> list[wire.PartitionOffsets]:
     try:
-        return wire.describe(bootstrap, topic)
+        return wire.describe(bootstrap, topic, read_committed=read_committed)
     except wire.UnknownTopicError as exc:
         raise ExportError(str(exc)) from None
 
@@ -298,13 +306,14 @@ def export(bootstrap: str, topic: str, out: str | Path, *, start: OffsetSpec | N
            engine: str = "spark", spark: Any = None, max_offsets_per_file: int = DEFAULT_MAX_OFFSETS_PER_FILE,
            on_plan: Callable[[ExportPlan], None] | None = None,
            on_progress: ProgressCallback | None = None, value_format: str = "raw",
-           value_schema: str | None = None) -> ExportResult:
+           value_schema: str | None = None, read_committed: bool = True) -> ExportResult:
     """Export the new records of ``topic`` to ``out``; see the module docstring.
 
     ``spark`` is a SparkSession for the spark engine (``pulllog.spark.session.start`` makes
     one); ``on_plan`` sees the plan before any task runs (and may start Spark then).
     ``value_format="json"`` adds the parsed values (``pulllog.spark.json_values``), with
-    ``value_schema`` or one inferred from the first records.
+    ``value_schema`` or one inferred from the first records. ``read_committed=False`` also
+    exports the records of open and aborted transactions.
     """
     if engine not in ENGINES:
         raise ExportError(f"--engine {engine!r}: expected one of {', '.join(ENGINES)}")
@@ -318,15 +327,16 @@ def export(bootstrap: str, topic: str, out: str | Path, *, start: OffsetSpec | N
         raise ExportError(str(exc)) from None
     began = time.monotonic()
     root = Path(out).resolve()
-    parts = describe(bootstrap, topic)  # an unknown topic fails before the directory is touched
+    parts = describe(bootstrap, topic, read_committed)  # an unknown topic fails before the directory is touched
     with ExportDir.open(root, topic, partition_by, full=full) as outdir:
         the_plan = plan(outdir, parts, bootstrap, topic, start, end, max_offsets_per_file)
-        values = _value_schema(outdir, value_format, given, bootstrap, the_plan)
+        values = _value_schema(outdir, value_format, given, bootstrap, the_plan, read_committed)
         if on_plan is not None:
             on_plan(the_plan)
         run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
         tasks = [RangeTask(bootstrap, r, str(root), run_id, partition_by,
-                           value_schema=None if values is None else str(values)) for r in the_plan.ranges]
+                           value_schema=None if values is None else str(values), read_committed=read_committed)
+                 for r in the_plan.ranges]
         if not tasks:
             results: list[RangeResult] = []
         elif engine == "arrow":
@@ -352,7 +362,7 @@ def export(bootstrap: str, topic: str, out: str | Path, *, start: OffsetSpec | N
 
 
 def _value_schema(outdir: ExportDir, value_format: str, given: json_values.ValueSchema | None, bootstrap: str,
-                  the_plan: ExportPlan) -> json_values.ValueSchema | None:
+                  the_plan: ExportPlan, read_committed: bool = True) -> json_values.ValueSchema | None:
     """The schema this run writes values with: the export's own once it has one (json_values'
     first rule), else the one given, else one inferred from the first records to export."""
     stored = outdir.value_schema
@@ -369,20 +379,20 @@ def _value_schema(outdir: ExportDir, value_format: str, given: json_values.Value
         return kept
     if given is not None or not the_plan.ranges:
         return given
-    values, where = _sample(bootstrap, the_plan.ranges, json_values.SAMPLE_RECORDS)
+    values, where = _sample(bootstrap, the_plan.ranges, json_values.SAMPLE_RECORDS, read_committed)
     try:
         return json_values.infer(values, where)
     except json_values.ValueSchemaError as exc:
         raise ExportError(str(exc)) from None
 
 
-def _sample(bootstrap: str, ranges: Sequence[OffsetRange], limit: int
+def _sample(bootstrap: str, ranges: Sequence[OffsetRange], limit: int, read_committed: bool = True
             ) -> tuple[list[bytes | None], list[tuple[int, int]]]:
     """Up to ``limit`` values from the start of the ranges, with their (partition, offset)."""
     values: list[bytes | None] = []
     where: list[tuple[int, int]] = []
     for r in ranges:
-        reader = wire.read_range(bootstrap, r)
+        reader = wire.read_range(bootstrap, r, read_committed=read_committed)
         try:
             for batch in reader:
                 values += batch.column("value").to_pylist()

@@ -16,6 +16,10 @@ Options (names as Spark's Kafka source spells them where there is one):
                              partitions in proportion to their backlog (also honoured by
                              trigger(availableNow=True), which then takes several batches)
     fetchMaxBytes            bytes per Fetch request (default 16 MiB)
+    isolationLevel           read_committed (default): only records of committed transactions
+                             (and non-transactional ones), up to the last stable offsets;
+                             read_uncommitted: every record, up to the high watermarks
+                             (kafka.isolation.level too, Spark's Kafka source's spelling)
 
 Columns: ``pulllog.spark.columns.SPARK_DDL``. Each input partition is an ``OffsetRange``
 and is read over the wire by the executor that runs it (``pulllog.spark.wire``), so this
@@ -103,9 +107,13 @@ class _Options:
         self.max_per_partition = _positive(opt("maxOffsetsPerPartition"), "maxOffsetsPerPartition")
         self.max_per_trigger = _positive(opt("maxOffsetsPerTrigger"), "maxOffsetsPerTrigger")
         self.fetch_max_bytes = _positive(opt("fetchMaxBytes"), "fetchMaxBytes") or wire.DEFAULT_FETCH_MAX_BYTES
+        isolation = opt("isolationLevel", "kafka.isolation.level", "isolation.level") or "read_committed"
+        if isolation not in ("read_committed", "read_uncommitted"):
+            raise ValueError(f"option isolationLevel must be read_committed or read_uncommitted, not {isolation!r}")
+        self.read_committed = isolation == "read_committed"
 
     def describe(self) -> list[wire.PartitionOffsets]:
-        return wire.describe(self.bootstrap, self.topics, pattern=self.pattern)
+        return wire.describe(self.bootstrap, self.topics, pattern=self.pattern, read_committed=self.read_committed)
 
 
 def _positive(text: str | None, name: str) -> int | None:
@@ -120,9 +128,10 @@ def _positive(text: str | None, name: str) -> int | None:
     return value
 
 
-def _read(bootstrap: str, partition: InputPartition, fetch_max_bytes: int) -> Iterator[pa.RecordBatch]:
+def _read(options: _Options, partition: InputPartition) -> Iterator[pa.RecordBatch]:
     assert isinstance(partition, RangePartition)
-    yield from wire.read_range(bootstrap, partition.range, fetch_max_bytes=fetch_max_bytes)
+    yield from wire.read_range(options.bootstrap, partition.range, fetch_max_bytes=options.fetch_max_bytes,
+                               read_committed=options.read_committed)
 
 
 class PulllogDataSource(DataSource):
@@ -163,7 +172,7 @@ class PulllogBatchReader(DataSourceReader):
         return [RangePartition(r) for r in planned] or [RangePartition(OffsetRange(parts[0].topic, 0, 0, 0))]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return _read(self.options.bootstrap, partition, self.options.fetch_max_bytes)
+        return _read(self.options, partition)
 
 
 class PulllogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -215,7 +224,7 @@ class PulllogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [RangePartition(r) for r in split(ranges, self.options.max_per_partition)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return _read(self.options.bootstrap, partition, self.options.fetch_max_bytes)
+        return _read(self.options, partition)
 
     def commit(self, end: _Offsets) -> None:
         """Nothing to do: progress lives in Spark's checkpoint, not in the broker."""
