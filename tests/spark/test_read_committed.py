@@ -1,7 +1,7 @@
 """Transactions and Spark: the ``pulllog`` data source and the export read committed data by
 default, so an aborted transaction never reaches a DataFrame or Parquet, and an open one waits
-for a later run. The transactions are written by pulllog's transactional producer to the
-reference Kafka broker (one JVM per run, tests/conftest.py)."""
+for a later run. The transactions are written by pulllog's transactional producer, to the
+reference Kafka broker (one JVM per run, tests/conftest.py) and to pulllog."""
 
 from __future__ import annotations
 
@@ -19,9 +19,11 @@ from pulllog.client.admin import NewTopic, OffsetSpec
 from pulllog.spark.export import export
 
 
-@pytest.fixture
-def kafka(kafka_reference_broker: Any) -> str:
-    return kafka_reference_broker.bootstrap_servers
+@pytest.fixture(params=["kafka", "pulllog"])
+def kafka(request: pytest.FixtureRequest) -> str:
+    """A broker with transactions: Apache Kafka (one JVM per run) or pulllog."""
+    fixture = "kafka_reference_broker" if request.param == "kafka" else "pulllog_broker"
+    return request.getfixturevalue(fixture).bootstrap_servers
 
 
 @pytest.fixture

@@ -46,7 +46,8 @@ from kio.schema.errors import ErrorCode
 
 from ..client.cluster import Cluster
 from ..client.types import ConsumerRecord
-from ..records.batch import BATCH_HEADER_SIZE, BatchHeader, ControlType, iter_batches
+from ..records.batch import BATCH_HEADER_SIZE, BatchHeader, iter_batches
+from ..records.control import ControlType
 from ..records.decoding import decode_records
 from .columns import ColumnBuilder
 from .offsets import EARLIEST, LATEST, OffsetRange, OffsetSpec, OffsetSpecError
