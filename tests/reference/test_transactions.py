@@ -181,6 +181,18 @@ async def test_a_failed_record_makes_the_transaction_abortable_then_the_producer
     assert await read_to_end(txn_broker, topic, 1, "read_committed") == [(0, b"after")]
 
 
+async def test_close_aborts_an_open_transaction(txn_broker: str) -> None:
+    topic = await new_topic(txn_broker, "close-aborts", partitions=1)
+    # a timeout far beyond the test's wait: only the abort at close() can settle the partition
+    producer = await transactional(txn_broker, f"{topic}-tx", transaction_timeout_ms=600_000)
+    try:
+        producer.begin_transaction()
+        await (await producer.send(topic, b"left open", partition=0))
+    finally:
+        await producer.close()
+    assert await read_to_end(txn_broker, topic, 1, "read_committed") == []
+
+
 async def test_a_second_instance_fences_the_first(txn_broker: str) -> None:
     topic = await new_topic(txn_broker, "fencing", partitions=1)
     first = await transactional(txn_broker, f"{topic}-tx")
