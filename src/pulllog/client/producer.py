@@ -462,6 +462,7 @@ class Producer:
         txn.start_commit()
         self._wakeup.set()
         await self.flush()
+        await self._sender.add_partitions_done()  # type: ignore[union-attr]
         if txn.state is not TransactionState.COMMITTING_TRANSACTION:
             _raise_state_error(txn, "commit_transaction()")  # a record failed: abortable (or fatal)
         if txn.transaction_started:
@@ -476,6 +477,7 @@ class Producer:
         txn.start_abort()
         self._wakeup.set()  # the sender fails the unsent batches
         await self.flush()  # and those in flight are answered
+        await self._sender.add_partitions_done()  # type: ignore[union-attr]
         if txn.transaction_started:
             await self._txn_client.end_txn(commit=False)  # type: ignore[union-attr]
         if txn.epoch_bump_required:

@@ -312,6 +312,13 @@ class Sender:
                                                            name="pulllog-producer-add-partitions")
         return False
 
+    async def add_partitions_done(self) -> None:
+        """Wait for the AddPartitionsToTxn in flight, if any: a commit or an abort must know
+        whether the coordinator has the transaction before it decides to send EndTxn."""
+        task = self._add_partitions_task
+        if task is not None:
+            await asyncio.wait([task])
+
     async def _add_partitions(self, partitions: list[tuple[str, int]]) -> None:
         """AddPartitionsToTxn for every partition new to the transaction, in one request (a
         failure puts the transaction in its abortable or fatal state: the next pass fails the

@@ -249,8 +249,8 @@ class TransactionManager(IdempotenceManager):
         else a TransactionStateError that says what to do."""
         if self.state in states:
             return
-        if self.state is S.FATAL_ERROR and self.last_error is not None:
-            raise self.last_error
+        if self.state is S.FATAL_ERROR and isinstance(self.last_error, KafkaError):
+            raise _again(self.last_error)
         hint = {
             S.UNINITIALIZED: "call init_transactions() first",
             S.READY: "call begin_transaction() first",
@@ -319,6 +319,8 @@ class TransactionManager(IdempotenceManager):
         return sorted(self.to_add)
 
     def partitions_added(self, partitions: Iterable[tuple[str, int]]) -> None:
+        """AddPartitionsToTxn succeeded (commit and abort wait for it, so the transaction it
+        belongs to is still the current one)."""
         for key in partitions:
             self.to_add.discard(key)
             self.in_transaction.add(key)
@@ -339,8 +341,6 @@ class TransactionManager(IdempotenceManager):
     def start_abort(self) -> None:
         if self.state is S.ABORTING_TRANSACTION:
             return
-        if self.state is S.FATAL_ERROR and self.last_error is not None:
-            raise self.last_error
         self.require("abort_transaction()", S.IN_TRANSACTION, S.ABORTABLE_ERROR)
         self.transition(S.ABORTING_TRANSACTION)
 
