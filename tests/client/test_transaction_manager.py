@@ -1,5 +1,5 @@
 """The transactional producer's state table and error rules, with no broker
-(``pulllog.client.transactions``); tests/reference/test_transactions.py runs them against
+(``pulllog.client.transactions``); tests/reference/test_transactional_clients.py runs them against
 real brokers."""
 
 from __future__ import annotations
