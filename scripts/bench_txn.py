@@ -146,6 +146,7 @@ def main() -> int:
     starters: dict[str, Callable[[Path], bench_vs_kafka.Served]] = {
         "pulllog": bench_vs_kafka.start_pulllog, "kafka": bench_vs_kafka.start_kafka}
     rows = []
+    machine = bench_paper.machine()  # its load average is the one at the start
     for broker in args.brokers.split(","):
         with tempfile.TemporaryDirectory(prefix=f"bench-txn-{broker}-") as tmp:
             served = starters[broker](Path(tmp) / "data")
@@ -164,7 +165,7 @@ def main() -> int:
             finally:
                 served.stop()  # type: ignore[operator]
     mib = args.record_size / 2**20
-    print(f"\n{bench_paper.machine()}; {args.record_size}-byte records, one partition, acks=all, "
+    print(f"\n{machine}; {args.record_size}-byte records, one partition, acks=all, "
           f"commit every {args.commit_ms} ms, {args.seconds:g} s per measurement, median of {args.runs}\n")
     print("| broker | client | idempotent records/s (MiB/s) | transactional records/s (MiB/s) | transactional / idempotent |")
     print("|---|---|---|---|---|")
