@@ -34,6 +34,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import replace
@@ -47,7 +48,6 @@ from ..log.handles import HANDLES
 from ..log.log import PendingFlush, wall_clock_ms
 from ..net.protocol import RequestDecoder
 from .config import BrokerConfig
-from .faults import Faults
 from .handlers import registry
 from .limits import open_files_budget
 from .listener import Listener, listen_sockets
@@ -58,6 +58,7 @@ from .topics import OFFSETS_TOPIC, Topic, TopicManager
 
 if TYPE_CHECKING:
     from ..group.coordinator import GroupCoordinator
+    from .faults import Faults
 
 if TYPE_CHECKING:
     from ..txn.coordinator import TransactionCoordinator
@@ -104,7 +105,8 @@ class Broker:
         self.handlers = registry()
         self.supported_apis = {k: (h.min_version, h.max_version) for k, h in sorted(self.handlers.items())}
         self.decoder = RequestDecoder(self.supported_apis)
-        self.faults = Faults(self.handlers)  # injected failures and delays, for tests (none by default)
+        # injected failures and delays, for tests (none by default; built on first use)
+        self.faults: Faults = _FaultsOnFirstUse(self)  # type: ignore[assignment]
         self.connections: set[Connection] = set()
         self.accepting = False
         self.port = self.config.port
@@ -497,6 +499,31 @@ class Broker:
     def next_producer_id(self) -> int:
         self._next_producer_id += 1
         return self._next_producer_id
+
+
+class _FaultsOnFirstUse:
+    """``broker.faults`` until something uses it: false, as a :class:`~pulllog.broker.faults.Faults`
+    with no rule is (the one check the server makes per request), and on first use replaced
+    by the real one, which it then forwards to. A broker that never injects a fault never
+    imports broker/faults.py (its rule classes are a few ms of every start)."""
+
+    __slots__ = ("_broker",)
+    _lock = threading.Lock()
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+
+    def __bool__(self) -> bool:
+        real = self._broker.faults
+        return real is not self and bool(real)  # (someone may hold on to this one)
+
+    def __getattr__(self, name: str) -> Any:
+        with self._lock:  # a test's thread may set the first rule while the loop runs
+            if isinstance(self._broker.faults, _FaultsOnFirstUse):
+                from .faults import Faults
+
+                self._broker.faults = Faults(self._broker.handlers)
+        return getattr(self._broker.faults, name)
 
 
 def _report_failure(ready: "asyncio.Future[Broker] | None", exc: BaseException) -> None:

@@ -61,7 +61,6 @@ from ..net.framing import FrameDecoder
 from ..net.protocol import encode_response
 from ..purgatory.delayed import OperationCancelled
 from .api import BrokerApi
-from .faults import encoded_error_answer
 from .handlers import Handler, RequestContext
 
 if TYPE_CHECKING:
@@ -308,6 +307,8 @@ class Connection(asyncio.Protocol):
         way one log line, no traceback: the OS refused, the broker did nothing wrong."""
         log.error("%s v%d from %s (%s:%d) failed on storage: %s", name, request.api_version, request.client_id,
                   *self.peer, exc)
+        from .faults import encoded_error_answer  # imported on the first storage failure, not by every start
+
         try:
             return encoded_error_answer(request, ErrorCode.kafka_storage_error)
         except ValueError:
