@@ -11,6 +11,8 @@ cannot be opened) ends with the broker's one-line reason and exit code 1, never 
 
 from __future__ import annotations
 
+from . import _asyncio_without_ssl  # noqa: F401  (first: see there)
+
 import asyncio
 import logging
 import os
