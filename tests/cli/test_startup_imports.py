@@ -109,3 +109,19 @@ def test_a_broker_with_consumer_offsets_on_disk_loads_its_groups_before_it_serve
         "assert broker._groups is not None and set(broker._groups.groups) == {'billing'}\n"
         "        assert broker._groups.groups['billing'].offsets[('orders', 0)].offset == 42"))
     assert "pulllog.group.coordinator" in loaded
+
+
+def test_a_fresh_brokers_first_request_at_an_unserved_api_versions_version_is_answered(tmp_path: Path) -> None:
+    # ApiVersions' handler is imported with the first request that needs it; one at a version
+    # outside the served range is still answered UNSUPPORTED_VERSION (KIP-511), not dropped.
+    loaded = _modules_when_serving(tmp_path, while_serving=(
+        "import struct\n"
+        "        assert 'pulllog.broker.handlers.api_versions' not in sys.modules\n"
+        "        reader, writer = await asyncio.open_connection('127.0.0.1', broker.port)\n"
+        "        writer.write(struct.pack('>ihhih', 10, 18, 99, 42, -1))\n"
+        "        size, = struct.unpack('>i', await reader.readexactly(4))\n"
+        "        frame = await reader.readexactly(size)\n"
+        "        assert struct.unpack_from('>ih', frame) == (42, 35)\n"
+        "        writer.close()"))
+    assert "pulllog.broker.handlers.api_versions" in loaded
+    assert "pulllog.broker.handlers.fetch" not in loaded

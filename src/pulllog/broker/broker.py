@@ -48,7 +48,7 @@ from ..log.handles import HANDLES
 from ..log.log import PendingFlush, wall_clock_ms
 from ..net.protocol import RequestDecoder
 from .config import BrokerConfig
-from .handlers import registry
+from .handlers import HandlerTable
 from .limits import open_files_budget
 from .listener import Listener, listen_sockets
 from .lock import DataDirLock
@@ -102,8 +102,8 @@ class Broker:
         # once, not wrapped: Produce and Fetch call them per partition / per long poll.
         self.partition = self.topics.partition_log
         self.wait_for_fetch = self.fetch_purgatory.wait
-        self.handlers = registry()
-        self.supported_apis = {k: (h.min_version, h.max_version) for k, h in sorted(self.handlers.items())}
+        self.handlers = HandlerTable()  # a handler's module is imported with its API's first request
+        self.supported_apis = self.handlers.supported
         self.decoder = RequestDecoder(self.supported_apis)
         # injected failures and delays, for tests (none by default; built on first use)
         self.faults: Faults = _FaultsOnFirstUse(self)  # type: ignore[assignment]
@@ -522,7 +522,7 @@ class _FaultsOnFirstUse:
             if isinstance(self._broker.faults, _FaultsOnFirstUse):
                 from .faults import Faults
 
-                self._broker.faults = Faults(self._broker.handlers)
+                self._broker.faults = Faults(self._broker.handlers.complete())
         return getattr(self._broker.faults, name)
 
 

@@ -216,7 +216,7 @@ class Connection(asyncio.Protocol):
         try:
             request = broker.decoder.decode(frame)
         except UnsupportedVersionError as exc:
-            refused = broker.handlers.get(exc.api_key) if exc.api_key is not None else None
+            refused = broker.handlers[exc.api_key] if exc.api_key in broker.supported_apis else None
             if refused is not None and refused.unsupported_version is not None:
                 body = refused.unsupported_version(broker, exc.api_version or 0)
                 await self._write(encode_response(exc.correlation_id, body))
