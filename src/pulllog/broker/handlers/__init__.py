@@ -161,6 +161,7 @@ SERVED: dict[int, tuple[str, int, int]] = {
     ApiKey.DESCRIBE_GROUPS: ("describe_groups", 0, 5),
     ApiKey.DELETE_GROUPS: ("delete_groups", 0, 2),
     ApiKey.OFFSET_DELETE: ("offset_delete", 0, 0),
+    ApiKey.DESCRIBE_PRODUCERS: ("describe_producers", 0, 0),
 }
 
 
