@@ -79,6 +79,7 @@ def test_a_fresh_broker_serves_before_importing_the_group_coordinator_faults_ric
     assert "pulllog.broker.server" in loaded
     # built with the first group request / the first injected fault / the first log record
     assert "pulllog.group.coordinator" not in loaded
+    assert not {m for m in loaded if m.startswith(("pulllog.txn", "pulllog.broker.handlers."))}
     assert "pulllog.broker.faults" not in loaded
     assert not {m for m in loaded if m == "rich" or m.startswith("rich.")}
     # asyncio's TLS (the broker has no TLS listener), and the crc32c package's __init__

@@ -157,10 +157,17 @@ SERVED: dict[int, tuple[str, int, int]] = {
     ApiKey.LEAVE_GROUP: ("leave_group", 0, 5),
     ApiKey.OFFSET_COMMIT: ("offset_commit", 2, 9),
     ApiKey.OFFSET_FETCH: ("offset_fetch", 1, 9),
+    ApiKey.TXN_OFFSET_COMMIT: ("txn_offset_commit", 0, 4),
     ApiKey.LIST_GROUPS: ("list_groups", 0, 5),
     ApiKey.DESCRIBE_GROUPS: ("describe_groups", 0, 5),
     ApiKey.DELETE_GROUPS: ("delete_groups", 0, 2),
     ApiKey.OFFSET_DELETE: ("offset_delete", 0, 0),
+    ApiKey.ADD_PARTITIONS_TO_TXN: ("add_partitions_to_txn", 0, 5),
+    ApiKey.ADD_OFFSETS_TO_TXN: ("add_offsets_to_txn", 0, 4),
+    ApiKey.END_TXN: ("end_txn", 0, 4),
+    ApiKey.WRITE_TXN_MARKERS: ("write_txn_markers", 1, 2),
+    ApiKey.DESCRIBE_TRANSACTIONS: ("describe_transactions", 0, 0),
+    ApiKey.LIST_TRANSACTIONS: ("list_transactions", 0, 2),
     ApiKey.DESCRIBE_PRODUCERS: ("describe_producers", 0, 0),
 }
 
