@@ -5,8 +5,10 @@ Both brokers start from scratch for each run, in turns (pulllog, Kafka, pulllog,
 spell of the shared machine hits both alike. Per broker and run:
 
 * **start to serving**: from starting the process to the first Metadata answer that lists the
-  broker (``pulllog serve``; Kafka 4.1.1 as a single-node KRaft broker from its jars, after
-  formatting its storage, which is not counted);
+  broker (``pulllog serve --log-level warning``, its package byte-compiled first as
+  ``pip install`` does, so that no start compiles sources even where PYTHONDONTWRITEBYTECODE
+  is set; Kafka 4.1.1 as a single-node KRaft broker from its jars, after formatting its
+  storage, which is not counted);
 * **resident memory** (VmRSS from /proc) once serving, and after the whole workload;
 * then 20,000 messages produced and read back, not recorded (a JVM compiles its hot paths first);
 * for librdkafka producing 200-byte messages to one partition with acks=1 at batch 1, batch 50
@@ -22,7 +24,9 @@ Prints a Markdown table with the machine and the date.
 from __future__ import annotations
 
 import argparse
+import compileall
 import datetime as dt
+import importlib.util
 import os
 import platform
 import statistics
@@ -74,7 +78,20 @@ def _wait_serving(port: int, proc: subprocess.Popen[bytes], started: float) -> f
     return time.monotonic() - started
 
 
+def compile_pulllog() -> None:
+    """Byte-compile the pulllog package that ``python -m pulllog.cli.main`` will import, as
+    ``pip install`` does: a Kafka broker starts from compiled classes, and a pulllog started
+    where PYTHONDONTWRITEBYTECODE is set (or from a read-only tree) would otherwise compile
+    every module it imports at every start. Up-to-date files are skipped."""
+    spec = importlib.util.find_spec("pulllog")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("pulllog is not importable: pip install -e . (or set PYTHONPATH=src)")
+    for directory in spec.submodule_search_locations:
+        compileall.compile_dir(directory, quiet=1)
+
+
 def start_pulllog(data_dir: Path) -> Served:
+    compile_pulllog()
     port = bench_paper.free_port()
     started = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "pulllog.cli.main", "serve", "--data-dir", str(data_dir),

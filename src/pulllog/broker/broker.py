@@ -34,6 +34,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import replace
@@ -41,21 +42,23 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from ..group.coordinator import GroupCoordinator
 from ..log.cleaner import LogCleaner, run_on_loop
 from ..log import Log
 from ..log.handles import HANDLES
 from ..log.log import PendingFlush, wall_clock_ms
 from ..net.protocol import RequestDecoder
 from .config import BrokerConfig
-from .faults import Faults
-from .handlers import registry
+from .handlers import HandlerTable
 from .limits import open_files_budget
 from .listener import Listener, listen_sockets
 from .lock import DataDirLock
 from ..purgatory.delayed import DelayedOperationPurgatory
 from .server import Connection
-from .topics import Topic, TopicManager
+from .topics import OFFSETS_TOPIC, Topic, TopicManager
+
+if TYPE_CHECKING:
+    from ..group.coordinator import GroupCoordinator
+    from .faults import Faults
 
 if TYPE_CHECKING:
     from ..txn.coordinator import TransactionCoordinator
@@ -94,20 +97,16 @@ class Broker:
         self.data_dir_lock = DataDirLock(self.config.data_dir)
         self.fetch_purgatory: DelayedOperationPurgatory[Any, Any] = DelayedOperationPurgatory("Fetch")
         self.group_purgatory: DelayedOperationPurgatory[Any, Any] = DelayedOperationPurgatory("Rebalance")
-        self.groups = GroupCoordinator(
-            self.topics, self.group_purgatory,
-            offsets_partitions=self.config.offsets_topic_num_partitions,
-            initial_rebalance_delay_ms=self.config.group_initial_rebalance_delay_ms,
-            offsets_retention_ms=self.config.offsets_retention_ms,
-        )
+        self._groups: GroupCoordinator | None = None  # built on first use, see groups
         # Handlers see the broker through pulllog.broker.api.BrokerApi. These two are bound
         # once, not wrapped: Produce and Fetch call them per partition / per long poll.
         self.partition = self.topics.partition_log
         self.wait_for_fetch = self.fetch_purgatory.wait
-        self.handlers = registry()
-        self.supported_apis = {k: (h.min_version, h.max_version) for k, h in sorted(self.handlers.items())}
+        self.handlers = HandlerTable()  # a handler's module is imported with its API's first request
+        self.supported_apis = self.handlers.supported
         self.decoder = RequestDecoder(self.supported_apis)
-        self.faults = Faults(self.handlers)  # injected failures and delays, for tests (none by default)
+        # injected failures and delays, for tests (none by default; built on first use)
+        self.faults: Faults = _FaultsOnFirstUse(self)  # type: ignore[assignment]
         self.connections: set[Connection] = set()
         self.accepting = False
         self.port = self.config.port
@@ -137,6 +136,23 @@ class Broker:
     def bootstrap_servers(self) -> str:
         host, port = self.advertised
         return f"{host}:{port}"
+
+    @property
+    def groups(self) -> "GroupCoordinator":
+        """The group coordinator, built when first needed: at start when the data directory
+        holds ``__consumer_offsets`` (its groups are loaded before the broker listens), else on
+        the first group request. Until then there is no group state to keep, and importing
+        the coordinator (its request and result dataclasses) is a large part of a fresh start."""
+        if self._groups is None:
+            from ..group.coordinator import GroupCoordinator
+
+            self._groups = GroupCoordinator(
+                self.topics, self.group_purgatory,
+                offsets_partitions=self.config.offsets_topic_num_partitions,
+                initial_rebalance_delay_ms=self.config.group_initial_rebalance_delay_ms,
+                offsets_retention_ms=self.config.offsets_retention_ms,
+            )
+        return self._groups
 
     # ------------------------------------------------------------------ running
 
@@ -214,7 +230,7 @@ class Broker:
             self.recovery_report = self.topics.load(offline_ok=self.config.start_with_offline_partitions)
             for line in self.recovery_report:
                 log.warning("recovery: %s", line)
-            loaded = self.groups.load()
+            loaded = self.groups.load() if self.topics.partition_logs(OFFSETS_TOPIC) is not None else 0
         except BaseException:
             self.topics.close()
             self.data_dir_lock.release()
@@ -276,7 +292,8 @@ class Broker:
         for listener in self._listeners:
             listener.close()
         self.fetch_purgatory.shutdown()  # long polls answer now (cancelled), not in 30 s
-        self.groups.shutdown()
+        if self._groups is not None:
+            self._groups.shutdown()
         self.group_purgatory.shutdown()
         for conn in list(self.connections):
             conn.begin_close()
@@ -297,7 +314,8 @@ class Broker:
         for listener in self._listeners:
             listener.close()
         self.fetch_purgatory.shutdown()
-        self.groups.shutdown()
+        if self._groups is not None:
+            self._groups.shutdown()
         self.group_purgatory.shutdown()
         for conn in list(self.connections):
             if conn.task is not None:
@@ -316,7 +334,8 @@ class Broker:
             if conn.transport is not None:
                 conn.transport.abort()
         self.fetch_purgatory.shutdown()
-        self.groups.shutdown()
+        if self._groups is not None:
+            self._groups.shutdown()
         self.group_purgatory.shutdown()
         if self.cleaner is not None:
             self.cleaner.shutdown()  # one batch at most, then the worker's exit; a pending swap is cancelled
@@ -414,7 +433,7 @@ class Broker:
             if now - last_offsets_expiry >= self.config.offsets_retention_check_interval_ms:
                 last_offsets_expiry = now
                 try:
-                    expired = self.groups.expire_offsets(now)
+                    expired = self._groups.expire_offsets(now) if self._groups is not None else 0
                     if expired:
                         log.info("expired %d committed offset(s) past offsets.retention.minutes", expired)
                 except OSError as exc:
@@ -480,6 +499,31 @@ class Broker:
     def next_producer_id(self) -> int:
         self._next_producer_id += 1
         return self._next_producer_id
+
+
+class _FaultsOnFirstUse:
+    """``broker.faults`` until something uses it: false, as a :class:`~pulllog.broker.faults.Faults`
+    with no rule is (the one check the server makes per request), and on first use replaced
+    by the real one, which it then forwards to. A broker that never injects a fault never
+    imports broker/faults.py (its rule classes are a few ms of every start)."""
+
+    __slots__ = ("_broker",)
+    _lock = threading.Lock()
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+
+    def __bool__(self) -> bool:
+        real = self._broker.faults
+        return real is not self and bool(real)  # (someone may hold on to this one)
+
+    def __getattr__(self, name: str) -> Any:
+        with self._lock:  # a test's thread may set the first rule while the loop runs
+            if isinstance(self._broker.faults, _FaultsOnFirstUse):
+                from .faults import Faults
+
+                self._broker.faults = Faults(self._broker.handlers.complete())
+        return getattr(self._broker.faults, name)
 
 
 def _report_failure(ready: "asyncio.Future[Broker] | None", exc: BaseException) -> None:

@@ -61,7 +61,6 @@ from ..net.framing import FrameDecoder
 from ..net.protocol import encode_response
 from ..purgatory.delayed import OperationCancelled
 from .api import BrokerApi
-from .faults import encoded_error_answer
 from .handlers import Handler, RequestContext
 
 if TYPE_CHECKING:
@@ -217,7 +216,7 @@ class Connection(asyncio.Protocol):
         try:
             request = broker.decoder.decode(frame)
         except UnsupportedVersionError as exc:
-            refused = broker.handlers.get(exc.api_key) if exc.api_key is not None else None
+            refused = broker.handlers[exc.api_key] if exc.api_key in broker.supported_apis else None
             if refused is not None and refused.unsupported_version is not None:
                 body = refused.unsupported_version(broker, exc.api_version or 0)
                 await self._write(encode_response(exc.correlation_id, body))
@@ -308,6 +307,8 @@ class Connection(asyncio.Protocol):
         way one log line, no traceback: the OS refused, the broker did nothing wrong."""
         log.error("%s v%d from %s (%s:%d) failed on storage: %s", name, request.api_version, request.client_id,
                   *self.peer, exc)
+        from .faults import encoded_error_answer  # imported on the first storage failure, not by every start
+
         try:
             return encoded_error_answer(request, ErrorCode.kafka_storage_error)
         except ValueError:

@@ -11,6 +11,8 @@ cannot be opened) ends with the broker's one-line reason and exit code 1, never 
 
 from __future__ import annotations
 
+from . import _asyncio_without_ssl  # noqa: F401  (first: see there)
+
 import asyncio
 import logging
 import os
@@ -52,14 +54,30 @@ def _load_broker() -> "type[Broker]":
 
 
 def _setup_logging(level: str) -> None:
-    from rich.logging import RichHandler
-
     logging.basicConfig(
         level=level.upper(),
         format="%(message)s",
         datefmt="[%X]",
-        handlers=[RichHandler(show_path=False, rich_tracebacks=False, markup=False)],
+        handlers=[_RichOnFirstRecord()],
     )
+
+
+class _RichOnFirstRecord(logging.Handler):
+    """rich's log handler, built when the first record comes: importing rich is a tenth of
+    a broker's start, and at ``--log-level warning`` a start logs nothing. The records look
+    the same as with a RichHandler installed up front."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._rich: logging.Handler | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self._rich is None:  # under this handler's lock (Handler.handle): built once
+            from rich.logging import RichHandler
+
+            self._rich = RichHandler(show_path=False, rich_tracebacks=False, markup=False)
+            self._rich.setFormatter(self.formatter)
+        self._rich.emit(record)
 
 
 @click.command(epilog=examples(

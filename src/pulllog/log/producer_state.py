@@ -92,10 +92,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from crc32c import crc32c
-
 from ..records.batch import CONTROL_MASK, NO_SEQUENCE, TRANSACTIONAL_MASK, BatchHeader, InvalidRecordError, RecordBatch
 from ..records.control import ControlRecord, ControlType, read_control_record
+from ..records.crc import crc32c
 from .swap import fsync_dir
 from .txn_index import AbortedTxn
 

@@ -4,9 +4,10 @@
 of Kafka's message definitions: ``ApiKey.JOIN_GROUP`` is JoinGroup, api key 11). Every
 other place takes its names from here:
 
-- the broker's handler registry registers each handler under an ``ApiKey`` and adds the
-  versions that handler serves; that registry is what ApiVersions advertises and what
-  the request decoder enforces, so the versions are stated once too (with the handler);
+- the broker's handler registry registers each handler under an ``ApiKey`` with the
+  versions that handler serves; the registry's table of served versions (``SERVED``,
+  checked against the handlers by a test) is what ApiVersions advertises and what the
+  request decoder enforces, before any handler is imported;
 - log lines and protocol errors name an api key with :func:`api_name`;
 - kio's request and response classes are looked up by api key
   (:func:`pulllog.net.build.response_class`).

@@ -2,6 +2,7 @@
 
 - :mod:`.batch`: the batch header, validation, CRC-32C, building and iterating batches;
 - :mod:`.control`: control batches, the transaction markers (commit / abort);
+- :mod:`.crc`: the CRC-32C function (the crc32c package's C code, loaded without its __init__);
 - :mod:`.varint`: Kafka's varints, zigzag and unsigned (the one implementation);
 - :mod:`.compression`: the four codecs (gzip, snappy, lz4, zstd);
 - :mod:`.decoding`: records decoded for the consumer and Spark, in C (``_crecords.c``) when

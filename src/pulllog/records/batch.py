@@ -42,9 +42,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from crc32c import crc32c
-
 from .compression import Compression, CompressionError, compress, decompress
+from .crc import crc32c
 from .errors import CorruptRecordError, InvalidRecordError, UnsupportedMagicError
 from .varint import VarintError, decode_varint, encode_varint, write_varint
 

@@ -1,8 +1,10 @@
 """One module per Kafka API, each registering its handler and the versions it serves.
 
-A newcomer finds the Fetch code in ``fetch.py``. ApiVersions is derived from this registry,
-so what the broker advertises cannot drift from what it implements. Names come from the one
-table of APIs, :class:`pulllog.net.apis.ApiKey`.
+A newcomer finds the Fetch code in ``fetch.py``. ApiVersions advertises the versions of the
+:data:`SERVED` table, which names each API's module and versions so that a broker imports a
+handler only with its API's first request; each module's ``@handler`` line states the same
+versions, and a test checks that the two agree, so what the broker advertises cannot drift
+from what it implements. Names come from the one table of APIs, :class:`pulllog.net.apis.ApiKey`.
 
 The boundary: a handler is ``fn(broker, ctx)``, where ``broker`` is the
 :class:`~pulllog.broker.api.BrokerApi` interface (never the Broker class) and ``ctx.body`` is
@@ -43,7 +45,7 @@ if TYPE_CHECKING:
     from ...net.protocol import Request
     from ..api import BrokerApi
 
-__all__ = ["Encoder", "Handler", "RequestContext", "encode_kio", "handler", "registry"]
+__all__ = ["SERVED", "Encoder", "Handler", "HandlerTable", "RequestContext", "encode_kio", "handler", "registry"]
 
 
 class RequestContext(NamedTuple):
@@ -125,6 +127,82 @@ _MODULES = (
     "list_transactions",
     "describe_producers",
 )
+
+
+# What each module serves: api key -> (module, min version, max version). A broker advertises
+# (ApiVersions) and decodes these versions without importing the handlers; a handler's module
+# is imported with its API's first request (HandlerTable), which spares a start importing two
+# dozen modules. The @handler line in the module states the same versions (the tests check
+# both agree). A module of _MODULES that is not in this table is imported when a broker is
+# built, and what it registers is served too.
+SERVED: dict[int, tuple[str, int, int]] = {
+    ApiKey.API_VERSIONS: ("api_versions", 0, 4),
+    ApiKey.METADATA: ("metadata", 0, 12),
+    ApiKey.PRODUCE: ("produce", 3, 9),
+    ApiKey.FETCH: ("fetch", 4, 12),
+    ApiKey.LIST_OFFSETS: ("list_offsets", 1, 7),
+    ApiKey.CREATE_TOPICS: ("create_topics", 2, 7),
+    ApiKey.DELETE_TOPICS: ("delete_topics", 1, 6),
+    ApiKey.CREATE_PARTITIONS: ("create_partitions", 0, 3),
+    ApiKey.ALTER_CONFIGS: ("configs", 0, 2),
+    ApiKey.DESCRIBE_CONFIGS: ("configs", 1, 4),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: ("configs", 0, 1),
+    ApiKey.DELETE_RECORDS: ("delete_records", 0, 2),
+    ApiKey.DESCRIBE_LOG_DIRS: ("describe_log_dirs", 1, 4),
+    ApiKey.INIT_PRODUCER_ID: ("init_producer_id", 0, 4),
+    ApiKey.FIND_COORDINATOR: ("find_coordinator", 0, 4),
+    ApiKey.JOIN_GROUP: ("join_group", 0, 9),
+    ApiKey.SYNC_GROUP: ("sync_group", 0, 5),
+    ApiKey.HEARTBEAT: ("heartbeat", 0, 4),
+    ApiKey.LEAVE_GROUP: ("leave_group", 0, 5),
+    ApiKey.OFFSET_COMMIT: ("offset_commit", 2, 9),
+    ApiKey.OFFSET_FETCH: ("offset_fetch", 1, 9),
+    ApiKey.TXN_OFFSET_COMMIT: ("txn_offset_commit", 0, 4),
+    ApiKey.LIST_GROUPS: ("list_groups", 0, 5),
+    ApiKey.DESCRIBE_GROUPS: ("describe_groups", 0, 5),
+    ApiKey.DELETE_GROUPS: ("delete_groups", 0, 2),
+    ApiKey.OFFSET_DELETE: ("offset_delete", 0, 0),
+    ApiKey.ADD_PARTITIONS_TO_TXN: ("add_partitions_to_txn", 0, 5),
+    ApiKey.ADD_OFFSETS_TO_TXN: ("add_offsets_to_txn", 0, 4),
+    ApiKey.END_TXN: ("end_txn", 0, 4),
+    ApiKey.WRITE_TXN_MARKERS: ("write_txn_markers", 1, 2),
+    ApiKey.DESCRIBE_TRANSACTIONS: ("describe_transactions", 0, 0),
+    ApiKey.LIST_TRANSACTIONS: ("list_transactions", 0, 2),
+    ApiKey.DESCRIBE_PRODUCERS: ("describe_producers", 0, 0),
+}
+
+
+class HandlerTable(dict[int, Handler]):
+    """One broker's api key -> Handler. ``table[key]`` imports the handler's module on its
+    API's first request; ``get``, ``in`` and iteration see only the handlers imported so far
+    (the server's fast path answers an API's first request the general way, which looks
+    it up with ``[]``; :meth:`complete` imports the rest). ``supported`` is api key ->
+    (min, max) of every API served, what ApiVersions advertises and the decoder accepts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        lazy = {module for module, _low, _high in SERVED.values()}
+        for module in _MODULES:
+            if module not in lazy:
+                importlib.import_module(f"{__name__}.{module}")
+        self.update(_REGISTRY)  # those, and any imported before (another broker in this process)
+        versions = {int(api_key): (low, high) for api_key, (_module, low, high) in SERVED.items()}
+        versions.update({api_key: (h.min_version, h.max_version) for api_key, h in self.items()})
+        self.supported: dict[int, tuple[int, int]] = dict(sorted(versions.items()))
+
+    def __missing__(self, api_key: int) -> Handler:
+        served = SERVED.get(api_key)
+        if served is None:
+            raise KeyError(api_key)
+        importlib.import_module(f"{__name__}.{served[0]}")
+        handler = self[api_key] = _REGISTRY[api_key]
+        return handler
+
+    def complete(self) -> "HandlerTable":
+        """Import every handler (for what inspects them all, e.g. injected faults)."""
+        for api_key in SERVED:
+            self[api_key]  # noqa: B018 (imports on a miss)
+        return self
 
 
 def encode_kio(correlation_id: int, version: int, body: "ResponsePayload") -> bytes:

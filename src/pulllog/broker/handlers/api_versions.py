@@ -1,4 +1,5 @@
-"""ApiVersions (18): derived from the handler registry, so it advertises what is implemented.
+"""ApiVersions (18): the served-versions table of the handler registry (checked against the
+handlers by a test), so it advertises what is implemented.
 
 Two rules of this API live here, not in the server:
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ...group.coordinator import DeleteGroupsRequest
 from ...net.apis import ApiKey
 from ...net.build import build, response_class
 from . import RequestContext, handler
@@ -15,6 +14,7 @@ if TYPE_CHECKING:
 
 @handler(ApiKey.DELETE_GROUPS, 0, 2)
 async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
+    from ...group.coordinator import DeleteGroupsRequest  # on first use (see Broker.groups)
     result = broker.groups.delete_groups(DeleteGroupsRequest(tuple(ctx.body.groups_names)))
     results = [{"group_id": g.group_id, "error_code": g.error} for g in result.groups]
     return build(response_class(ApiKey.DELETE_GROUPS, ctx.version), {"throttle_time": 0, "results": results})

@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from ...group.coordinator import DescribeGroupsRequest, GroupDescription
 from ...net.apis import ApiKey
 from ...net.build import build, response_class
 from . import RequestContext, handler
 
 if TYPE_CHECKING:
+    from ...group.coordinator import GroupDescription
     from ..api import BrokerApi
 
 
@@ -40,6 +40,7 @@ def _described(d: GroupDescription, operations: int) -> dict[str, Any]:
 
 @handler(ApiKey.DESCRIBE_GROUPS, 0, 5)
 async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
+    from ...group.coordinator import DescribeGroupsRequest  # on first use (see Broker.groups)
     operations = GROUP_OPERATIONS if getattr(ctx.body, "include_authorized_operations", False) else NOT_REQUESTED
     result = broker.groups.describe(DescribeGroupsRequest(tuple(ctx.body.groups)))
     groups = [_described(d, operations) for d in result.groups]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ...group.coordinator import HeartbeatRequest
 from ...net.apis import ApiKey
 from ...net.build import build, response_class
 from . import RequestContext, handler
@@ -15,6 +14,7 @@ if TYPE_CHECKING:
 
 @handler(ApiKey.HEARTBEAT, 0, 4)
 async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
+    from ...group.coordinator import HeartbeatRequest  # on first use (see Broker.groups)
     b = ctx.body
     result = broker.groups.heartbeat(HeartbeatRequest(b.group_id, b.generation_id, b.member_id,
                                                       getattr(b, "group_instance_id", None)))

@@ -10,16 +10,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ...group.coordinator import JoinRequest
 from ...net.apis import ApiKey
 from ...net.build import build, response_class
 from . import RequestContext, handler
 
 if TYPE_CHECKING:
+    from ...group.coordinator import JoinRequest
     from ..api import BrokerApi
 
 
 def join_request(ctx: RequestContext) -> JoinRequest:
+    from ...group.coordinator import JoinRequest  # on first use (see Broker.groups)
     b = ctx.body
     session_ms = int(b.session_timeout.total_seconds() * 1000)
     rebalance = getattr(b, "rebalance_timeout", None)

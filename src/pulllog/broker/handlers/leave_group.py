@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ...group.coordinator import LeaveGroupRequest, MemberIdentity
 from ...net.apis import ApiKey
 from ...net.build import build, response_class
 from . import RequestContext, handler
@@ -15,6 +14,7 @@ if TYPE_CHECKING:
 
 @handler(ApiKey.LEAVE_GROUP, 0, 5)
 async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
+    from ...group.coordinator import LeaveGroupRequest, MemberIdentity  # on first use (see Broker.groups)
     b = ctx.body
     if ctx.version >= 3:
         members = tuple(MemberIdentity(m.member_id, m.group_instance_id) for m in b.members)

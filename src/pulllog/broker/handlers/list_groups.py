@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ...group.coordinator import ListGroupsRequest
 from ...net.apis import ApiKey
 from ...net.build import build, response_class
 from . import RequestContext, handler
@@ -15,6 +14,7 @@ if TYPE_CHECKING:
 
 @handler(ApiKey.LIST_GROUPS, 0, 5)
 async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
+    from ...group.coordinator import ListGroupsRequest  # on first use (see Broker.groups)
     result = broker.groups.list_groups(ListGroupsRequest(
         frozenset(getattr(ctx.body, "states_filter", ()) or ()), frozenset(getattr(ctx.body, "types_filter", ()) or ())))
     groups = [{"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state,

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from ...group.coordinator import OffsetCommit, OffsetCommitRequest
 from ...net.apis import ApiKey
 from ...net.build import build, response_class
 from ..topics import PartitionError
@@ -22,6 +21,7 @@ if TYPE_CHECKING:
 
 @handler(ApiKey.OFFSET_COMMIT, 2, 9)
 async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
+    from ...group.coordinator import OffsetCommit, OffsetCommitRequest  # on first use (see Broker.groups)
     b = ctx.body
     generation = int(getattr(b, "generation_id_or_member_epoch", getattr(b, "generation_id", -1)))
     results: dict[tuple[str, int], ErrorCode] = {}

@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from ...group.coordinator import OffsetDeleteRequest
 from ...net.apis import ApiKey
 from ...net.build import build, response_class
 from . import RequestContext, handler
@@ -17,6 +16,7 @@ if TYPE_CHECKING:
 
 @handler(ApiKey.OFFSET_DELETE, 0, 0)
 async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
+    from ...group.coordinator import OffsetDeleteRequest  # on first use (see Broker.groups)
     b = ctx.body
     wanted = tuple((t.name, p.partition_index) for t in b.topics for p in t.partitions)
     result = broker.groups.delete_offsets(OffsetDeleteRequest(b.group_id, wanted))

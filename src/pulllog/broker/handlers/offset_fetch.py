@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ...group.coordinator import OffsetFetchRequest
 from ...net.apis import ApiKey
 from ...net.build import build, response_class
 from . import RequestContext, handler
@@ -21,6 +20,7 @@ if TYPE_CHECKING:
 
 
 def _group_answer(broker: "BrokerApi", group_id: str, topics: Any, require_stable: bool) -> list[dict[str, Any]]:
+    from ...group.coordinator import OffsetFetchRequest  # on first use (see Broker.groups)
     wanted = None if topics is None else tuple((t.name, p) for t in topics for p in t.partition_indexes)
     result = broker.groups.fetch_offsets(OffsetFetchRequest(group_id, wanted, require_stable))
     by_topic: dict[str, list[dict[str, Any]]] = {}

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ...group.coordinator import SyncRequest
 from ...net.apis import ApiKey
 from ...net.build import build, response_class
 from . import RequestContext, handler
@@ -18,6 +17,7 @@ if TYPE_CHECKING:
 
 @handler(ApiKey.SYNC_GROUP, 0, 5)
 async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
+    from ...group.coordinator import SyncRequest  # on first use (see Broker.groups)
     b = ctx.body
     result = await broker.groups.sync(SyncRequest(
         group_id=b.group_id, generation=b.generation_id, member_id=b.member_id,
