@@ -138,7 +138,8 @@ def test_consumer_offsets_is_never_half_created_on_a_full_disk(small_disk: Path)
     data = small_disk / "data"
     with BrokerThread(data, offsets_topic_num_partitions=50) as broker, WireClient(broker.port) as client:
         produce(client, "t", 0, build_batch([(None, b"x")]))
-        filler = fill_all_but(small_disk, 48 * 1024)  # room for a few partitions, not 50
+        # No room at all: a new partition writes no data (empty files), its topic file does.
+        filler = fill_all_but(small_disk, 0)
         assert commit(client) == ErrorCode.kafka_storage_error
         assert not (data / "topics" / f"{OFFSETS_TOPIC}.json").exists()
         assert not list(data.glob(f"{OFFSETS_TOPIC}-*"))

@@ -10,6 +10,7 @@ from pathlib import Path
 import confluent_kafka
 import pytest
 
+from pulllog.log.clean_shutdown import CLEAN_SHUTDOWN_MARKER
 from pulllog.records import build_batch
 from pulllog.testing import BrokerThread
 
@@ -96,8 +97,8 @@ def test_a_retry_after_a_broker_crash_is_still_deduplicated(tmp_path: Path) -> N
         for seq in range(3):
             assert send(c, "crash", pid, epoch, seq, [b"v%d" % seq])[0] == NONE
     # As if the process had died: no clean-shutdown marker, no snapshot from the close.
+    (data / CLEAN_SHUTDOWN_MARKER).unlink()
     for partition in data.glob("crash-*"):
-        (partition / ".clean-shutdown").unlink()
         for snapshot in partition.glob("*.snapshot"):
             snapshot.unlink()
     with BrokerThread(data) as b, WireClient(b.port) as c:

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from pulllog.broker import Broker
-from pulllog.log.log import CLEAN_SHUTDOWN_FILE
+from pulllog.log.checkpoint import read_offsets
+from pulllog.log.clean_shutdown import CLEAN_SHUTDOWN_MARKER
 from pulllog.net.build import build, request_class
 from pulllog.net.protocol import encode_request
 
@@ -73,7 +74,7 @@ async def test_a_long_poll_in_progress_is_answered_at_shutdown_by_closing_its_co
     assert broker.fetch_purgatory.watched(("idle", 0)) == 0
     assert not [r for r in caplog.records if "still busy" in r.getMessage()]
     assert "stopped cleanly" in caplog.text
-    assert (tmp_path / "idle-0" / CLEAN_SHUTDOWN_FILE).exists()
+    assert ("idle", 0) in read_offsets(tmp_path / CLEAN_SHUTDOWN_MARKER)
     assert asyncio.all_tasks() == before
 
 
@@ -111,7 +112,7 @@ async def test_an_error_in_the_block_propagates_as_it_is_after_a_full_shutdown(t
             1 / 0
     writer.close()
     assert asyncio.all_tasks() == before
-    assert (tmp_path / "t-0" / CLEAN_SHUTDOWN_FILE).exists()
+    assert ("t", 0) in read_offsets(tmp_path / CLEAN_SHUTDOWN_MARKER)
 
 
 async def test_a_cancelled_broker_still_joins_its_tasks_and_writes_the_markers(tmp_path: Path) -> None:
@@ -134,6 +135,6 @@ async def test_a_cancelled_broker_still_joins_its_tasks_and_writes_the_markers(t
     with pytest.raises(asyncio.CancelledError):
         await owner
     assert asyncio.all_tasks() == before  # the connection's task too: cancelled and joined
-    assert (tmp_path / "t-0" / CLEAN_SHUTDOWN_FILE).exists()
+    assert ("t", 0) in read_offsets(tmp_path / CLEAN_SHUTDOWN_MARKER)
     for _reader, writer in streams:
         writer.close()

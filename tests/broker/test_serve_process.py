@@ -14,6 +14,9 @@ import confluent_kafka
 import pytest
 from waits import wait_for_listener
 
+from pulllog.log.checkpoint import read_offsets
+from pulllog.log.clean_shutdown import CLEAN_SHUTDOWN_MARKER
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -129,7 +132,7 @@ def test_a_signal_shuts_down_cleanly_and_restart_needs_no_recovery(serve, sig: s
     assert broker.signal(sig) == 0
     log_text = broker.log.read_text()
     assert "stopped cleanly" in log_text
-    assert (broker.data_dir / "clean-0" / ".clean-shutdown").exists()
+    assert ("clean", 0) in read_offsets(broker.data_dir / CLEAN_SHUTDOWN_MARKER)
     again = serve(broker.port)
     got = consume_all(bootstrap, "clean", 3)
     assert [v for _, v in got[0]] == [b"%d" % i for i in range(1000)]

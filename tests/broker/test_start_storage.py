@@ -19,6 +19,8 @@ from pulllog.broker import Broker
 from pulllog.broker.topics import StorageStartError, TopicManager
 from pulllog.group.coordinator import OFFSETS_TOPIC
 from pulllog.log import LogConfig
+from pulllog.log.checkpoint import read_offsets
+from pulllog.log.clean_shutdown import CLEAN_SHUTDOWN_MARKER
 from pulllog.records import build_batch
 from pulllog.records.batch import RecordBatch, iter_batches
 from pulllog.testing import BrokerThread
@@ -70,7 +72,7 @@ async def test_a_partition_that_cannot_be_opened_stops_the_start(tmp_path: Path)
     assert "\n" not in message
     assert (data / "topics" / "orders.json").read_bytes() == meta_before
     # the partitions opened before the failure were closed cleanly, the lock released
-    assert (data / "orders-0" / ".clean-shutdown").exists()
+    assert ("orders", 0) in read_offsets(data / CLEAN_SHUTDOWN_MARKER)
     with pytest.raises(StorageStartError):
         async with Broker(data_dir=data, port=0):
             pass

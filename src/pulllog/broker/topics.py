@@ -56,7 +56,14 @@ from pathlib import Path
 from kio.schema.errors import ErrorCode
 
 from ..log import Log, LogConfig
-from ..log.checkpoint import RECOVERY_POINT_CHECKPOINT_FILE, CheckpointError, read_offsets, write_offsets
+from ..log.checkpoint import (
+    LOG_START_OFFSET_CHECKPOINT_FILE,
+    RECOVERY_POINT_CHECKPOINT_FILE,
+    CheckpointError,
+    read_offsets,
+    write_offsets,
+)
+from ..log.clean_shutdown import CLEAN_SHUTDOWN_MARKER, sync_file_system, take_marker, write_marker
 from ..log.config import ConfigError
 from ..log.log import wall_clock_ms
 from .config import LOG_DEFAULT_NAMES
@@ -152,10 +159,16 @@ class PartitionError:
 
 @dataclass(frozen=True, slots=True)
 class RecoveryPoints:
-    """Every log's recovery point at one moment, and how many topics had been deleted then."""
+    """Every log's recovery point and (where it is past its first segment) log start offset
+    at one moment, and how many topics had been deleted then."""
 
     offsets: dict[tuple[str, int], int]
+    log_start_offsets: dict[tuple[str, int], int]
     deletions: int
+
+
+SYNC_AT_ONCE_FROM = 8
+"""A clean stop with this many logs to fsync or more syncs the file system once instead."""
 
 
 @dataclass
@@ -205,6 +218,10 @@ class TopicManager:
         self.cluster_id = ""
         self._meta_dir = data_dir / "topics"
         self._carried_points: dict[tuple[str, int], int] = {}
+        self._carried_starts: dict[tuple[str, int], int] = {}
+        self._clean_at_start: dict[tuple[str, int], int] = {}
+        """The clean-shutdown marker read at start: the partitions it covered, their log ends."""
+        self._checkpoints_read = False  # until then, close() must not overwrite them with nothing
         # Writers of recovery-point-offset-checkpoint (a worker thread, a topic deletion on the
         # loop) take turns; a write of points read before a deletion is dropped.
         self._checkpoint_lock = threading.Lock()
@@ -218,19 +235,25 @@ class TopicManager:
         A topic that cannot be opened raises :class:`StorageStartError` (every log opened so
         far is closed first), or with ``offline_ok`` is kept offline (:attr:`offline`)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        # Before anything is written (log/clean_shutdown.py): from here on a crash is a crash.
+        self._clean_at_start, problem = take_marker(self.data_dir)
+        report: list[str] = [problem] if problem else []
         self._meta_dir.mkdir(exist_ok=True)
         self.cluster_id = self._load_cluster_id()
-        report: list[str] = self.finish_pending()
+        report += self.finish_pending()
         try:
             self._load_dynamic()
         except (OSError, ValueError, ConfigError) as exc:
             report.append(f"{self._dynamic_path.name}: ignored, cannot load dynamic broker configs ({exc})")
         recovery_points = self._read_recovery_points(report)
+        start_offsets = self._read_log_start_offsets(report)
         # Kept for topics not open (offline, or not reached when a failed start closes the
         # others): their next start must still find their recovery points.
         self._carried_points = recovery_points
+        self._carried_starts = start_offsets or {}
+        self._checkpoints_read = True
         for meta in sorted(self._meta_dir.glob("*.json")):
-            loaded = self._load_topic(meta, report, recovery_points)
+            loaded = self._load_topic(meta, report, recovery_points, start_offsets)
             if isinstance(loaded, Topic):
                 self.topics[loaded.name] = loaded
                 continue
@@ -244,8 +267,8 @@ class TopicManager:
                       "opens it (%s)", loaded.name, loaded.partitions, loaded.reason)
         return report
 
-    def _load_topic(self, meta: Path, report: list[str],
-                    recovery_points: dict[tuple[str, int], int]) -> Topic | OfflineTopic:
+    def _load_topic(self, meta: Path, report: list[str], recovery_points: dict[tuple[str, int], int],
+                    start_offsets: dict[tuple[str, int], int] | None) -> Topic | OfflineTopic:
         """The topic described by ``meta`` with every partition open, or why it cannot be."""
         name = meta.stem
         try:
@@ -260,9 +283,12 @@ class TopicManager:
                       internal=name.startswith("__"))
         for index in range(count):
             directory = self.data_dir / f"{name}-{index}"
+            end = self._clean_at_start.get((name, index))  # covered by the marker: its log end
             try:
-                partition_log = Log.open(directory, config, clock=self.clock,
-                                         recovery_point=recovery_points.get((name, index)))
+                partition_log = Log.open(
+                    directory, config, clock=self.clock, clean=end is not None,
+                    recovery_point=recovery_points.get((name, index)) if end is None else end,
+                    log_start_offset=None if start_offsets is None else start_offsets.get((name, index), 0))
             except Exception as exc:  # any failure stops the start, naming the partition
                 for opened in topic.partitions:  # recovered already: close them cleanly
                     _close_quietly(opened.log)
@@ -286,6 +312,18 @@ class TopicManager:
             report.append(f"{exc}: ignored, every log is checked in full after a crash")
             return {}
 
+    def _read_log_start_offsets(self, report: list[str]) -> dict[tuple[str, int], int] | None:
+        """The log-start-offset checkpoint; None when there is none to trust (missing: an older
+        pulllog's data dir; damaged): then each log reads its own ``log-start-offset`` file."""
+        path = self.data_dir / LOG_START_OFFSET_CHECKPOINT_FILE
+        if not path.exists():
+            return None
+        try:
+            return read_offsets(path)
+        except (OSError, CheckpointError) as exc:
+            report.append(f"{exc}: ignored, each log reads its own log-start-offset file")
+            return None
+
     @property
     def recovery_checkpoint_path(self) -> Path:
         return self.data_dir / RECOVERY_POINT_CHECKPOINT_FILE
@@ -295,20 +333,25 @@ class TopicManager:
         and the loaded checkpoint's entries of topics that are on disk but not open. Read
         them on the loop that owns the logs."""
         points = {tp: offset for tp, offset in self._carried_points.items() if tp[0] not in self.topics}
-        points.update({
-            (name, partition.index): partition.log.recovery_point
-            for name, topic in list(self.topics.items())
-            for partition in topic.partitions
-        })
-        return RecoveryPoints(points, self._deletions)
+        starts = {tp: offset for tp, offset in self._carried_starts.items() if tp[0] not in self.topics}
+        for name, topic in list(self.topics.items()):
+            for partition in topic.partitions:
+                partition_log = partition.log
+                points[(name, partition.index)] = partition_log.recovery_point
+                # As Kafka: only where it is past the first segment (else the segments say it).
+                if partition_log.log_start_offset > partition_log.segments[0].base_offset:
+                    starts[(name, partition.index)] = partition_log.log_start_offset
+        return RecoveryPoints(points, starts, self._deletions)
 
     def write_recovery_checkpoint(self, points: RecoveryPoints | None = None) -> None:
-        """Write recovery-point-offset-checkpoint (blocking: two fsyncs; off the loop when
-        periodic). Points read before a topic deletion are stale and not written."""
+        """Write recovery-point-offset-checkpoint and log-start-offset-checkpoint (blocking:
+        four fsyncs; off the loop when periodic). Points read before a topic deletion are
+        stale and not written."""
         points = self.recovery_points() if points is None else points
         with self._checkpoint_lock:
             if points.deletions == self._deletions:
                 write_offsets(self.recovery_checkpoint_path, points.offsets)
+                write_offsets(self.data_dir / LOG_START_OFFSET_CHECKPOINT_FILE, points.log_start_offsets)
 
     def _load_cluster_id(self) -> str:
         path = self.data_dir / "meta.properties"
@@ -456,6 +499,8 @@ class TopicManager:
             _unlink_quietly(pending)
         self._deletions += 1
         self._carried_points = {tp: o for tp, o in self._carried_points.items() if tp[0] != name}
+        self._carried_starts = {tp: o for tp, o in self._carried_starts.items() if tp[0] != name}
+        self._clean_at_start = {tp: o for tp, o in self._clean_at_start.items() if tp[0] != name}
         try:
             # As Kafka's asyncDelete: the topic's recovery points must not outlive it, or a topic
             # created again under the name could have unflushed data trusted after a crash.
@@ -491,7 +536,8 @@ class TopicManager:
         try:
             for index in range(start, end):
                 directory = self._partition_dir(topic.name, index)
-                opened.append(Partition(topic.name, index, Log.open(directory, topic.config, clock=self.clock)))
+                opened.append(Partition(topic.name, index,
+                                        Log.open(directory, topic.config, clock=self.clock, clean=False)))
             self._write_meta(topic, end)
         except BaseException as exc:
             log.error("creating partitions %d-%d of %s failed, undoing: %s", start, end - 1, topic.name, exc)
@@ -611,15 +657,49 @@ class TopicManager:
         _atomic_write(self._meta_path(topic.name), json.dumps(info, indent=1, sort_keys=True))
 
     def close(self) -> None:
-        for partition_log in self.all_logs():
+        """Close every log, write both checkpoints, then the clean-shutdown marker naming the
+        logs that closed cleanly (log/clean_shutdown.py). Logs with nothing unflushed fsync
+        nothing; many with something do one sync of the file system between them."""
+        logs = list(self.all_logs())
+        self._sync_at_once(logs)
+        for partition_log in logs:
             try:
                 partition_log.close()
-            except OSError as exc:  # keep closing the others: each gets its clean marker
+            except OSError as exc:  # keep closing the others; this one is recovered at the next start
                 log.error("closing %s failed: %s", partition_log.directory.name, exc)
+        if not self._checkpoints_read:
+            return  # the start stopped before it read them: they are as it found them
         try:
             self.write_recovery_checkpoint()
-        except OSError as exc:  # costs only a longer check after a later crash
-            log.error("cannot write %s: %s", RECOVERY_POINT_CHECKPOINT_FILE, exc)
+        except OSError as exc:  # costs only a longer check at the next start, which recovers every log
+            log.error("cannot write %s: %s; no clean-shutdown marker", RECOVERY_POINT_CHECKPOINT_FILE, exc)
+            return
+        covered = {tp: end for tp, end in self._clean_at_start.items() if tp[0] not in self.topics}
+        for name, topic in list(self.topics.items()):
+            for partition in topic.partitions:
+                if partition.log.closed:  # its close flushed it: the recovery point is its end
+                    covered[(name, partition.index)] = partition.log.recovery_point
+        try:
+            write_marker(self.data_dir, covered)
+        except OSError as exc:
+            log.error("cannot write %s: %s; the next start recovers every log", CLEAN_SHUTDOWN_MARKER, exc)
+
+    def _sync_at_once(self, logs: list[Log]) -> None:
+        """When many logs have something to fsync: write it all, then one syncfs instead of
+        fsyncs per file (a failure leaves each log to fsync its own files in close())."""
+        dirty = [partition_log for partition_log in logs if not partition_log.closed and partition_log.needs_sync]
+        if len(dirty) < SYNC_AT_ONCE_FROM:
+            return
+        for partition_log in dirty:
+            partition_log.prepare_close()
+        try:
+            if not sync_file_system(self.data_dir):
+                return
+        except OSError as exc:
+            log.error("%s; each log fsyncs its own files instead", exc)
+            return
+        for partition_log in dirty:
+            partition_log.mark_synced()
 
 
 def _cause(exc: BaseException) -> str:

@@ -5,6 +5,10 @@ Two files use this format (Kafka's ``OffsetCheckpointFile``)::
     cleaner-offset-checkpoint         each compacted log's first dirty offset (cleaner.py)
     recovery-point-offset-checkpoint  each log's recovery point: everything below it was
                                       fsynced, so a crash need not rescan it (log.py)
+    log-start-offset-checkpoint       each log's log start offset, where it is past the
+                                      first segment's base offset (log.py)
+    .kafka_cleanshutdown              the clean-shutdown marker: each log closed cleanly,
+                                      with its log end offset (clean_shutdown.py)
 
 Format, text, one item per line::
 
@@ -34,6 +38,7 @@ from .swap import fsync_dir
 
 __all__ = [
     "CLEANER_CHECKPOINT_FILE",
+    "LOG_START_OFFSET_CHECKPOINT_FILE",
     "RECOVERY_POINT_CHECKPOINT_FILE",
     "CheckpointError",
     "TopicPartition",
@@ -43,6 +48,7 @@ __all__ = [
 
 CLEANER_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
 RECOVERY_POINT_CHECKPOINT_FILE = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT_FILE = "log-start-offset-checkpoint"
 VERSION = 0
 
 TopicPartition = tuple[str, int]

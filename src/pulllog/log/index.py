@@ -121,6 +121,10 @@ class _Index:
         self._dirty = False
         return fd
 
+    def mark_clean(self) -> None:
+        """Its writes were made durable another way (the owner's sync of the file system)."""
+        self._dirty = False
+
     def mark_dirty(self) -> None:
         """A handed-off fsync failed: the next flush must fsync again."""
         self._dirty = True

@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import logging
 import os
 import shutil
@@ -70,10 +71,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .swap import complete_interrupted_swaps
+from .swap import SWAP_SUFFIX, complete_interrupted_swaps
 from .config import LogConfig
 from ..records.compression import Compression
-from .producer_state import BatchMetadata, MarkerReader, ProducerSnapshotView, ProducerStateManager
+from .producer_state import SNAPSHOT_SUFFIX, BatchMetadata, MarkerReader, ProducerSnapshotView, ProducerStateManager
 from ..records.control import ControlRecord, build_control_batch, read_control_record
 from ..records.batch import (
     CONTROL_MASK,
@@ -100,9 +101,14 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
+_STRAY_SUFFIXES = (".deleted", ".cleaned", ".tmp", SWAP_SUFFIX)
+_SEGMENT_FILE_SUFFIXES = (".log", ".index", ".timeindex")
 RECOVERY_POINT_FILE = "recovery-point"
 LOG_START_OFFSET_FILE = "log-start-offset"
 _MAX_RELATIVE_OFFSET = 2**31 - 1
+
+
+_GUARD_LOCK = threading.Lock()
 
 
 def wall_clock_ms() -> int:
@@ -230,13 +236,17 @@ class Log:
         self.clock = clock
         self._view: tuple[tuple[LogSegment, ...], tuple[int, ...]] = ((), ())
         self.log_start_offset = 0
-        self.recovery_point = 0
+        self._persisted_log_start_offset: int | None = None  # what the log-start-offset file holds
+        self._recovery_point = 0
         self._unflushed_records = 0
         self._last_flush_ms = clock()
         self._pending_flush: PendingFlush | None = None  # handed to a worker thread, not completed
         self.recovery = RecoveryReport(clean=True)
-        self.producer_state = ProducerStateManager(directory)
-        self.cleaning = CleaningGuard()
+        self._producers = ProducerStateManager(directory)
+        self._producers_loaded = False  # read on first use: see producer_state
+        self._close_snapshot_synced = False
+        self._own_marker = True  # False when the owner keeps the clean-shutdown marker (open's clean)
+        self._cleaning: CleaningGuard | None = None  # made on first use: see cleaning
         # When set (by the log cleaner's thread), retention renames segments to *.deleted
         # and queues the paths here for that thread to unlink: see LogSegment.mark_deleted.
         self.defer_unlinks = False
@@ -253,35 +263,54 @@ class Log:
         *,
         clock: Callable[[], int] = wall_clock_ms,
         recovery_point: int | None = None,
+        clean: bool | None = None,
+        log_start_offset: int | None = None,
     ) -> "Log":
         """Open (and after an unclean stop, recover) the log in ``directory``.
 
         ``recovery_point`` is this log's entry in the data directory's
         ``recovery-point-offset-checkpoint``; None means there is none (a new log, or one
-        the checkpoint does not know): then everything is checked after a crash."""
-        path = Path(directory)
-        path.mkdir(parents=True, exist_ok=True)
+        the checkpoint does not know): then everything is checked after a crash.
+
+        ``clean``: None for a log used on its own, whose ``.clean-shutdown`` file says how it
+        was closed (``close()`` writes it). True or False when the owner keeps one
+        clean-shutdown marker for its whole data directory (broker/topics.py) and has read
+        it: then this log writes no marker of its own, and after a clean shutdown
+        ``recovery_point`` is the log end offset it was closed with.
+        ``log_start_offset`` is the owner's ``log-start-offset-checkpoint`` entry (None:
+        unknown, so the log's own ``log-start-offset`` file is read)."""
+        path = directory if isinstance(directory, Path) else Path(directory)  # (Path(path) parses again)
         self = cls(path, config or LogConfig(), clock)
-        self._load(recovery_point)
+        self._load(recovery_point, clean, log_start_offset)
         return self
 
-    def _load(self, recovery_point: int | None) -> None:
-        marker = self.directory / CLEAN_SHUTDOWN_FILE
-        clean = marker.exists()
-        swapped = self._cleanup_stray_files()
-        legacy = self.directory / RECOVERY_POINT_FILE  # older pulllog kept it per partition
-        if recovery_point is None:
-            recovery_point = _read_offset(legacy, 0)
-        self.recovery_point = max(0, recovery_point)
-        self.log_start_offset = _read_offset(self.directory / LOG_START_OFFSET_FILE, 0)
+    def _load(self, recovery_point: int | None, owner_clean: bool | None, checkpointed_start: int | None) -> None:
+        given_recovery_point = recovery_point
+        names = self._list_directory()
+        if CLEAN_SHUTDOWN_FILE in names:
+            # Gone before anything is written: a crash from here on must not look clean.
+            (self.directory / CLEAN_SHUTDOWN_FILE).unlink()
+        clean = (CLEAN_SHUTDOWN_FILE in names) if owner_clean is None else owner_clean
+        self._own_marker = owner_clean is None
+        swapped: set[int] = set()
+        if any(name.endswith(_STRAY_SUFFIXES) for name in names):
+            swapped = self._cleanup_stray_files(names)
+            names = os.listdir(self.directory)
+        if recovery_point is None and RECOVERY_POINT_FILE in names:
+            recovery_point = _read_offset(self.directory / RECOVERY_POINT_FILE, 0)
+        self.recovery_point = max(0, recovery_point or 0)
+        self._load_log_start_offset(names, clean and not self._own_marker, checkpointed_start)
         report = RecoveryReport(clean=clean)
-        bases = sorted(
-            b for p in self.directory.glob("*.log") if (b := parse_segment_name(p.name)) is not None
-        )
+        bases = sorted(b for name in names if name.endswith(".log") and (b := parse_segment_name(name)) is not None)
         segments: list[LogSegment] = []
         now = self.clock()
         damaged = False
         for base in bases:
+            if clean and not self._own_marker and base not in swapped:
+                # Kafka's trust after a clean shutdown of the owner: read on first use (LogSegment's
+                # lazy open). A log on its own keeps checking at open what it would check then.
+                segments.append(LogSegment(self.directory, base, self.config, created_ms=now, lazy=True))
+                continue
             segment = LogSegment(self.directory, base, self.config, created_ms=now)
             if damaged:
                 # Everything after a truncation point is unreachable: offsets must be contiguous.
@@ -318,10 +347,16 @@ class Log:
         self._set_segments(segments)
         if self.log_start_offset < segments[0].base_offset:
             self.log_start_offset = segments[0].base_offset
-        self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
-        # After a clean shutdown everything was flushed (Kafka: the recovery point becomes the
-        # log end offset); otherwise a point past the end (a lost tail) is clamped to it.
-        self.recovery_point = self.log_end_offset if clean else min(self.recovery_point, self.log_end_offset)
+        if clean and not self._own_marker and given_recovery_point is not None and not segments[-1].loaded:
+            # Everything was flushed at the clean shutdown: the recovery point is the log end
+            # offset the owner's entry holds. The active segment is read on first use, and
+            # ``recovery_point`` never passes its end once it is.
+            pass
+        else:
+            self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
+            # After a clean shutdown everything was flushed (Kafka: the recovery point becomes
+            # the log end offset); otherwise a point past the end (a lost tail) is clamped to it.
+            self.recovery_point = self.log_end_offset if clean else min(self.recovery_point, self.log_end_offset)
         if not clean:
             # Everything left was just validated; the flush fsyncs what recovery walked
             # (it may never have left the page cache) before the point moves past it.
@@ -329,30 +364,112 @@ class Log:
                 segment.flush()
             self.recovery_point = self.log_end_offset
             self._checkpoint()
-        legacy.unlink(missing_ok=True)  # from now on the owner's checkpoint holds it
-        report.problems += self.producer_state.load(segments, self.log_end_offset)
-        marker.unlink(missing_ok=True)
+            # Snapshots past the recovered end describe batches lost in the crash: gone now,
+            # before any append could make them look valid (the state itself loads on first use).
+            end = self.log_end_offset
+            if any(name.endswith(SNAPSHOT_SUFFIX) and (o := parse_segment_name(name)) is not None and o > end
+                   for name in names):
+                self._producers.delete_snapshots_after(end)
+        if RECOVERY_POINT_FILE in names:
+            (self.directory / RECOVERY_POINT_FILE).unlink(missing_ok=True)  # the owner's checkpoint holds it now
+        if self._own_marker:  # a log on its own reads its producers now, and reports what it found
+            report.problems += self._load_producer_state()
         self.recovery = report
         if report.problems:
             for problem in report.problems:
                 log.warning("%s: recovery: %s", self.directory.name, problem)
 
-    def _cleanup_stray_files(self) -> set[int]:
+    def _list_directory(self) -> list[str]:
+        """The one listing of the directory (creating it if missing). A segment file that is
+        not a file (a directory in its place) fails here, at open, as opening it would: the
+        listing tells without a stat, and a lazily opened segment is not opened until used."""
+        try:
+            with os.scandir(self.directory) as entries:
+                names = []
+                for entry in entries:
+                    name = entry.name
+                    if name.endswith(_SEGMENT_FILE_SUFFIXES) and entry.is_dir():
+                        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), entry.path)
+                    names.append(name)
+                return names
+        except FileNotFoundError:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            return []
+
+    def _load_log_start_offset(self, names: list[str], owner_clean: bool, checkpointed: int | None) -> None:
+        """The owner's checkpoint entry; after a crash (or without an entry) the log's own
+        ``log-start-offset`` file too, which every change writes at once: the later, larger one."""
+        start = checkpointed or 0
+        if not (owner_clean and checkpointed is not None) and LOG_START_OFFSET_FILE in names:
+            persisted = _read_offset(self.directory / LOG_START_OFFSET_FILE, 0)
+            self._persisted_log_start_offset = persisted
+            start = max(start, persisted)
+        elif LOG_START_OFFSET_FILE not in names:
+            self._persisted_log_start_offset = 0  # no file reads as 0
+        if owner_clean and checkpointed is not None:
+            # Not read: the file holds at most this (the checkpoint was written after it at the
+            # clean shutdown), so it need not be written until the offset moves again.
+            self._persisted_log_start_offset = start
+        self.log_start_offset = start
+
+    def _cleanup_stray_files(self, names: list[str]) -> set[int]:
         """Finish or undo interrupted compaction swaps and deletions.
 
         Returns the base offsets of segments a finished swap put in place (their indexes
         must be rebuilt); see cleaner.py for the swap protocol."""
-        for path in self.directory.iterdir():
-            name = path.name
-            if name.endswith(".deleted") or name.endswith(".cleaned") or name.endswith(".tmp"):
-                path.unlink(missing_ok=True)
+        for name in names:
+            if name.endswith((".deleted", ".cleaned", ".tmp")):
+                (self.directory / name).unlink(missing_ok=True)
+        if not any(name.endswith(SWAP_SUFFIX) for name in names):
+            return set()
         return complete_interrupted_swaps(self.directory)
+
+    @property
+    def producer_state(self) -> ProducerStateManager:
+        """Idempotent producers' state, read (snapshot plus the batch headers after it) on
+        first use: an append with a producer id, a roll, a truncation, retention."""
+        if not self._producers_loaded:
+            for problem in self._load_producer_state():
+                log.warning("%s: recovery: %s", self.directory.name, problem)
+        return self._producers
+
+    def _load_producer_state(self) -> list[str]:
+        """The one place the producer state is read from disk (``ProducerStateManager.load``);
+        returns the problems found (damaged snapshots)."""
+        problems = self._producers.load(self._segments, self.log_end_offset)
+        self._producers_loaded = True
+        return problems
 
     # ------------------------------------------------------------------ properties
 
     @property
     def segments(self) -> tuple[LogSegment, ...]:
         return self._segments
+
+    @property
+    def cleaning(self) -> CleaningGuard:
+        """The guard between the cleaner's thread and this log's owner (made on first use by
+        either: most logs are never compacted, and a clean start makes none)."""
+        guard = self._cleaning
+        if guard is None:
+            with _GUARD_LOCK:
+                if self._cleaning is None:
+                    self._cleaning = CleaningGuard()
+                guard = self._cleaning
+        return guard
+
+    @property
+    def recovery_point(self) -> int:
+        """Every offset below it is fsynced. Never past the log end offset once the active
+        segment is read (a lazily opened log keeps the owner's entry until then)."""
+        segments = self._view[0]
+        if segments and segments[-1].loaded:
+            return min(self._recovery_point, segments[-1].next_offset)
+        return self._recovery_point
+
+    @recovery_point.setter
+    def recovery_point(self, value: int) -> None:
+        self._recovery_point = value
 
     @property
     def closed(self) -> bool:
@@ -595,8 +712,7 @@ class Log:
         handed-off flush is still under way. OSError (out of descriptors) hands off nothing."""
         if self._pending_flush is not None or self._closed or not self._unflushed_records:
             return None
-        segments = tuple(s for s in self._segments
-                         if s.next_offset > self.recovery_point or s is self.active_segment)
+        segments = self._unflushed_segments()
         fds: list[int] = []
         try:
             for segment in segments:
@@ -639,19 +755,59 @@ class Log:
             # Its files count as flushed already: wait for its fsyncs before they do.
             pending.done.wait()
             self.complete_flush(pending)
+        if not self.active_segment.loaded:
+            self._checkpoint()
+            return  # nothing was appended since a lazy open (an append reads the segment first)
         target = self.log_end_offset
-        for segment in self._segments:
-            if segment.next_offset > self.recovery_point or segment is self.active_segment:
-                segment.flush()
+        for segment in self._unflushed_segments():
+            segment.flush()
         self.recovery_point = max(self.recovery_point, target)
         self._unflushed_records = 0
         self._last_flush_ms = self.clock()
         self._checkpoint()
 
+    def _unflushed_segments(self) -> tuple[LogSegment, ...]:
+        """The segments that may hold data past the recovery point (a segment not read since
+        a lazy open has nothing unflushed)."""
+        active = self.active_segment
+        point = self.recovery_point
+        return tuple(s for s in self._segments if s.loaded and (s is active or s.next_offset > point))
+
     def _checkpoint(self) -> None:
         # The recovery point is not written here: the owner checkpoints every log's at once
-        # (recovery-point-offset-checkpoint), off the event loop.
-        _write_offset(self.directory / LOG_START_OFFSET_FILE, self.log_start_offset)
+        # (recovery-point-offset-checkpoint), off the event loop. The log start offset is,
+        # when it moved: a crash must not bring back what retention or DeleteRecords removed.
+        if self.log_start_offset != self._persisted_log_start_offset:
+            _write_offset(self.directory / LOG_START_OFFSET_FILE, self.log_start_offset)
+            self._persisted_log_start_offset = self.log_start_offset
+
+    @property
+    def needs_sync(self) -> bool:
+        """``close()`` would fsync something: appended data, a flush under way, the producer
+        snapshot of the close. For an owner closing many logs (``prepare_close``)."""
+        return (self._pending_flush is not None or self._unflushed_records > 0
+                or (self._producers_loaded and not self._close_snapshot_synced))
+
+    def prepare_close(self) -> None:
+        """Write what ``close()`` writes but without fsyncs (the producer snapshot), so that
+        one sync of the whole file system covers it, then ``mark_synced``."""
+        if self._producers_loaded and not self._closed:
+            self._snapshot_producers(self.log_end_offset, sync=False)
+
+    def mark_synced(self) -> None:
+        """Everything this log wrote is on disk (the owner synced the whole file system after
+        ``prepare_close``): count it as flushed, so ``close()`` fsyncs nothing."""
+        pending = self._pending_flush
+        if pending is not None:
+            pending.done.wait()
+            self.complete_flush(pending)
+        for segment in self._unflushed_segments():
+            segment.mark_flushed()
+        if self.active_segment.loaded:
+            self.recovery_point = max(self.recovery_point, self.log_end_offset)
+        self._unflushed_records = 0
+        self._last_flush_ms = self.clock()
+        self._close_snapshot_synced = self._producers_loaded
 
     # ------------------------------------------------------------------ reading
 
@@ -818,11 +974,17 @@ class Log:
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
         self._checkpoint()
         # The removed batches may be a producer's latest: its state must come from the log again.
-        self.producer_state.truncate_and_reload(self._segments, self.log_end_offset)
+        if self._producers_loaded:
+            self._producers.truncate_and_reload(self._segments, self.log_end_offset)
+        else:  # read on first use, from what is left
+            self._producers.delete_snapshots_after(self.log_end_offset)
 
     def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> int:
-        """Forget producers idle for ``producer.id.expiration.ms`` (Kafka's default: a day)."""
-        return self.producer_state.remove_expired(now_ms, expiration_ms)
+        """Forget producers idle for ``producer.id.expiration.ms`` (Kafka's default: a day).
+        A state not read yet is left alone: it is expired once it is."""
+        if not self._producers_loaded:
+            return 0
+        return self._producers.remove_expired(now_ms, expiration_ms)
 
     # ------------------------------------------------------------------ compaction hook
 
@@ -847,10 +1009,13 @@ class Log:
             return
         with self.cleaning.paused():
             self.flush()
-            self._snapshot_producers(self.log_end_offset, sync=True)
+            if self._producers_loaded and not self._close_snapshot_synced:
+                # Not read since the open: the snapshots on disk still describe it.
+                self._snapshot_producers(self.log_end_offset, sync=True)
             for segment in self._segments:
                 segment.close()
-            (self.directory / CLEAN_SHUTDOWN_FILE).touch()
+            if self._own_marker:
+                (self.directory / CLEAN_SHUTDOWN_FILE).touch()
             self._closed = True
 
     def delete(self) -> None:

@@ -27,14 +27,21 @@ Rules kept here:
 * The three files are opened on demand through the bounded cache of ``handles.py``
   (none at load, which only stat()s the ``.log``), so descriptors do not grow with
   partitions; sizes, offsets and index entries live in memory.
+* After a clean shutdown a segment is opened *lazily* (Kafka's LazyIndex, for the whole
+  segment): nothing but its size is known until the first use of its indexes or offsets
+  (a read, an append, retention looking at its timestamps), which runs the clean open
+  (``load``) then. An unloaded segment has nothing unflushed, and closing, deleting or
+  renaming it loads nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import mmap
 import os
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +62,8 @@ from ..records.batch import (
 __all__ = ["FileSlice", "LogSegment", "segment_name", "parse_segment_name"]
 
 _SCAN_CHUNK = 64 * 1024
+
+logger = logging.getLogger(__name__)
 
 
 def segment_name(base_offset: int) -> str:
@@ -100,6 +109,14 @@ class RecoveryResult:
     error: str | None
 
 
+_LAZY_STATE = ("offset_index", "time_index", "txn_index", "next_offset", "max_timestamp", "offset_of_max_timestamp",
+               "rolling_based_ms", "_first_batch_seen", "_bytes_since_index_entry")
+"""What a lazy segment leaves unset until first use (see ``LogSegment.__getattr__``)."""
+_LAZY_FILE = ("size", "_log_file")
+"""What a lazy segment leaves unset until first use of its file (a stat())."""
+_LAZY_LOAD_LOCK = threading.RLock()  # the cleaner's thread may touch a segment first
+
+
 class LogSegment:
     def __init__(
         self,
@@ -109,36 +126,93 @@ class LogSegment:
         *,
         created_ms: int,
         suffix: str = "",
+        lazy: bool = False,
     ) -> None:
+        """A new segment (no ``.log`` yet) is created with its empty indexes. An existing one
+        is only stat()ed; then the caller runs ``load()`` or ``recover()``. With ``lazy`` (an
+        existing segment after a clean shutdown) not even that: the first use of its size
+        stat()s it, the first use of its indexes or offsets loads it (``_load_lazily``)."""
         self.directory = directory
         self.base_offset = base_offset
         self.config = config
-        name = segment_name(base_offset)
-        log_path = directory / f"{name}.log{suffix}"
-        # An existing segment is only stat()ed: its files open on first use (lazily, through
-        # the bounded handle cache); a new one is created with its (empty) indexes.
+        self.created_ms = created_ms
+        self._unflushed = False
+        self.loaded = not lazy
+        """False until a lazy segment's indexes and offsets are read (nothing of it is open or dirty)."""
+        if lazy:
+            return
+        log_path = directory / f"{segment_name(base_offset)}.log{suffix}"
+        # An existing segment's files open on first use (through the bounded handle cache).
         try:
             self.size = os.stat(log_path).st_size
             new = False
         except FileNotFoundError:
-            self.size = 0
-            new = True
+            self.size, new = 0, True
         self._log_file = CachedFile(log_path, create=new)
-        self.offset_index = OffsetIndex(
-            directory / f"{name}.index{suffix}", base_offset, config.segment_index_bytes, create=new
-        )
-        self.time_index = TimeIndex(
-            directory / f"{name}.timeindex{suffix}", base_offset, config.segment_index_bytes, create=new
-        )
-        self.txn_index = TransactionIndex(directory / f"{name}.txnindex{suffix}")
-        self.next_offset = base_offset
-        self.max_timestamp = -1
-        self.offset_of_max_timestamp = base_offset
-        self.created_ms = created_ms
+        self._init_state(create=new, suffix=suffix)
+
+    def _init_state(self, *, create: bool, suffix: str = "") -> None:
+        """The indexes (not read) and the offsets of an empty segment."""
+        stem = str(self.directory / segment_name(self.base_offset))
+        max_bytes = self.config.segment_index_bytes
+        self.offset_index = OffsetIndex(Path(f"{stem}.index{suffix}"), self.base_offset, max_bytes, create=create)
+        self.time_index = TimeIndex(Path(f"{stem}.timeindex{suffix}"), self.base_offset, max_bytes, create=create)
+        self.txn_index = TransactionIndex(Path(f"{stem}.txnindex{suffix}"))
+        self._reset_state()
         self.rolling_based_ms = -1
-        self._first_batch_seen = False
-        self._bytes_since_index_entry = 0
-        self._unflushed = False
+
+    def __getattr__(self, name: str) -> object:
+        # Only called for attributes not set: those of a lazy segment not read yet.
+        found = self.__dict__
+        if name in _LAZY_FILE and "loaded" in found:
+            self._stat_lazily()
+        elif name in _LAZY_STATE and not found.get("loaded", True):
+            self._load_lazily()
+        else:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return found[name]
+
+    @property
+    def _stated(self) -> bool:
+        return "_log_file" in self.__dict__
+
+    def _stat_lazily(self) -> None:
+        with _LAZY_LOAD_LOCK:
+            if not self._stated:
+                path = self.directory / f"{segment_name(self.base_offset)}.log"
+                self.__dict__.update(size=os.stat(path).st_size, _log_file=CachedFile(path))
+
+    def _load_lazily(self) -> None:
+        """Load a lazy segment: what a clean open does (``load()``), or ``recover()`` when its
+        checks fail. Staged on a copy and published in one step, so another thread sees the
+        segment unloaded or loaded, never half loaded."""
+        with _LAZY_LOAD_LOCK:
+            if self.loaded:
+                return
+            self._stat_lazily()
+            staged = object.__new__(LogSegment)
+            staged.__dict__.update(self.__dict__)  # the same open-file entry, size, config
+            staged._init_state(create=False)
+            staged.loaded = True
+            if not staged.load():
+                logger.warning("%s: indexes or tail do not match the log after a clean shutdown; rebuilding "
+                               "them from the log", self.log_path)
+                staged.recover(self.base_offset)
+            self.__dict__.update({name: staged.__dict__[name] for name in (*_LAZY_STATE, "size", "_unflushed")})
+            self.loaded = True
+
+    def ensure_loaded(self) -> None:
+        if not self.loaded:
+            self._load_lazily()
+
+    def _index_paths(self) -> tuple[Path, ...]:
+        if self.loaded:
+            return self.offset_index.path, self.time_index.path, self.txn_index.path
+        stem = str(self.directory / segment_name(self.base_offset))  # a lazy one is never .cleaned/.swap
+        return Path(stem + ".index"), Path(stem + ".timeindex"), Path(stem + ".txnindex")
+
+    def _unstated_log_path(self) -> Path:
+        return self.directory / f"{segment_name(self.base_offset)}.log"
 
     @property
     def log_path(self) -> Path:
@@ -199,6 +273,8 @@ class LogSegment:
         return self.offset_index.is_full or self.time_index.is_full
 
     def flush(self) -> None:
+        if not self.loaded:
+            return  # nothing of it was written since it was opened
         if self._unflushed:
             f = self.file
             os.fsync(f.fileno())
@@ -229,8 +305,16 @@ class LogSegment:
             raise
         return fds
 
+    def mark_flushed(self) -> None:
+        """Its files were made durable another way (the owner's sync of the file system)."""
+        if self.loaded:
+            self._unflushed = False
+            self.offset_index.mark_clean()
+            self.time_index.mark_clean()
+
     def mark_unflushed(self) -> None:
         """A handed-off fsync failed: the next flush must fsync every file again."""
+        self.ensure_loaded()
         self._unflushed = True
         self.offset_index.mark_dirty()
         self.time_index.mark_dirty()
@@ -320,6 +404,8 @@ class LogSegment:
         indexes, then walk the headers after the last index entry to restore the next
         offset. Returns False when anything does not add up; the caller then runs
         ``recover()``, which trusts nothing."""
+        if self.size == 0 and self._index_files_empty():
+            return True  # an empty segment: nothing to read (the state is an empty one's)
         try:
             self.offset_index.load(self.size)
             self.time_index.load(2**62)
@@ -343,6 +429,15 @@ class LogSegment:
             self.time_index.load(self.next_offset)
         except IndexCorruptError:
             return False
+        return True
+
+    def _index_files_empty(self) -> bool:
+        for path in self._index_paths():
+            try:
+                if os.stat(path).st_size:
+                    return False
+            except FileNotFoundError:
+                pass  # written on the first entry
         return True
 
     def rebuild_indexes(self) -> None:
@@ -466,6 +561,7 @@ class LogSegment:
 
     def truncate_to(self, offset: int) -> int:
         """Remove every batch whose base offset is >= ``offset``; return bytes removed."""
+        self.ensure_loaded()  # before the file changes under the indexes
         cut = self.size
         for pos, header in self.headers():
             if header.base_offset >= offset:
@@ -488,16 +584,25 @@ class LogSegment:
         return self.size == 0
 
     def close(self) -> None:
-        self.flush()
-        self.offset_index.close()
-        self.time_index.close()
-        self._log_file.forget(close=True)
+        if self.loaded:
+            self.flush()
+            self.offset_index.close()
+            self.time_index.close()
+        if self._stated:
+            self._log_file.forget(close=True)
 
     def delete(self) -> None:
         """Unlink the files. Open slices keep reading: the FileIO lives while referenced."""
-        self.offset_index.delete()
-        self.time_index.delete()
-        self.txn_index.delete()
+        if self.loaded:
+            self.offset_index.delete()
+            self.time_index.delete()
+            self.txn_index.delete()
+        else:
+            for path in self._index_paths():
+                path.unlink(missing_ok=True)
+        if not self._stated:
+            self._unstated_log_path().unlink(missing_ok=True)
+            return
         self._log_file.forget()  # readers holding it keep reading; it closes after them
         self.log_path.unlink(missing_ok=True)
 
@@ -507,20 +612,35 @@ class LogSegment:
         and then (tens of milliseconds per 64 MiB here), too long for the event loop. A
         crash leaves ``*.deleted`` files, which ``Log.open`` removes. Open slices keep
         reading, as with ``delete``."""
-        self.offset_index.close()
-        self.time_index.close()
         moved: list[Path] = []
-        for attr in ("offset_index", "time_index"):
-            index = getattr(self, attr)
-            target = Path(f"{index.path}.deleted")
+        if self.loaded:
+            self.offset_index.close()
+            self.time_index.close()
+            for index in (self.offset_index, self.time_index):
+                target = Path(f"{index.path}.deleted")
+                try:
+                    index.rename(target)
+                except FileNotFoundError:
+                    continue
+                moved.append(target)
+            target = Path(f"{self.txn_index.path}.deleted")
+            if self.txn_index.rename(target):
+                moved.append(target)
+        else:
+            for path in self._index_paths():
+                target = Path(f"{path}.deleted")
+                try:
+                    os.rename(path, target)
+                except FileNotFoundError:
+                    continue
+                moved.append(target)
+        if not self._stated:
+            target = Path(f"{self._unstated_log_path()}.deleted")
             try:
-                index.rename(target)
+                os.rename(self._unstated_log_path(), target)
             except FileNotFoundError:
-                continue
-            moved.append(target)
-        target = Path(f"{self.txn_index.path}.deleted")
-        if self.txn_index.rename(target):
-            moved.append(target)
+                return moved
+            return moved + [target]
         target = Path(f"{self.log_path}.deleted")
         self._log_file.forget()
         try:
@@ -531,6 +651,7 @@ class LogSegment:
 
     def rename_suffix(self, old: str, new: str) -> None:
         """For compaction's swap protocol: e.g. ``.cleaned`` -> ``.swap`` -> ``""``."""
+        self.ensure_loaded()
         for attr in ("offset_index", "time_index"):
             index = getattr(self, attr)
             target = Path(str(index.path).removesuffix(old) + new)
@@ -539,4 +660,6 @@ class LogSegment:
         self._log_file.rename(Path(str(self.log_path).removesuffix(old) + new))
 
     def __repr__(self) -> str:
+        if not self.loaded:
+            return f"LogSegment(base_offset={self.base_offset}, not read yet)"
         return f"LogSegment(base_offset={self.base_offset}, size={self.size}, next_offset={self.next_offset})"
