@@ -134,6 +134,7 @@ def test_a_signal_shuts_down_cleanly_and_restart_needs_no_recovery(serve, sig: s
     assert "stopped cleanly" in log_text
     assert ("clean", 0) in read_offsets(broker.data_dir / CLEAN_SHUTDOWN_MARKER)
     again = serve(broker.port)
+    assert not (broker.data_dir / CLEAN_SHUTDOWN_MARKER).exists()  # taken at start: a crash now is a crash
     got = consume_all(bootstrap, "clean", 3)
     assert [v for _, v in got[0]] == [b"%d" % i for i in range(1000)]
     assert "recovered after unclean shutdown" not in again.log.read_text()

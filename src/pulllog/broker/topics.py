@@ -8,6 +8,13 @@ On disk, under the data directory::
     topics/<topic>.json             {"topic_id": uuid, "partitions": n, "configs": {...}}
     topics/<topic id>-<n>.pending   a change of partition directories under way (below)
     <topic>-<partition>/            each partition's log (see pulllog.log.log)
+    recovery-point-offset-checkpoint, log-start-offset-checkpoint
+                                    every log's recovery point and log start offset, written
+                                    every log.flush.offset.checkpoint.interval.ms and at a
+                                    clean stop (pulllog.log.checkpoint)
+    .kafka_cleanshutdown            the clean-shutdown marker: the logs a clean stop closed,
+                                    removed at start before anything is written
+                                    (pulllog.log.clean_shutdown)
 
 Every file name fits in NAME_MAX (255 bytes) for Kafka's longest topic name (249
 characters): ``<topic>-<partition>`` as in Kafka, ``<topic>.json`` (254), and the temp file

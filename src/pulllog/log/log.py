@@ -6,8 +6,14 @@ Directory layout (one directory per partition, ``<topic>-<partition>/``)::
     00000000000000368769.log / .index / .timeindex
     00000000000000368769.snapshot   idempotent producers' state below that offset (producer_state.py)
     recovery-point        (older pulllog only: read once, then the data dir's checkpoint)
-    log-start-offset      first offset still visible (moved by retention / DeleteRecords)
-    .clean-shutdown       present only while the log is closed cleanly
+    log-start-offset      first offset still visible, written when retention / DeleteRecords
+                          move it (absent: 0)
+    .clean-shutdown       a log used on its own: present only while it is closed cleanly
+
+Owned by a broker, a log keeps no marker of its own: the broker's data directory holds
+one ``.kafka_cleanshutdown`` for every log, and ``log-start-offset-checkpoint`` beside
+``recovery-point-offset-checkpoint`` (clean_shutdown.py, checkpoint.py), as Kafka's
+LogManager keeps them; the owner hands a log its entries in ``Log.open(clean=...)``.
 
 Offsets: ``log_start_offset`` <= every readable offset < ``log_end_offset`` (the offset the
 next appended record will get). With one replica the high watermark is the log end offset.
@@ -36,6 +42,15 @@ Guarantees (the paper's section 3.1 and Kafka's "Log" design):
   ``recovery-point-offset-checkpoint`` (checkpoint.py) every
   ``log.flush.offset.checkpoint.interval.ms`` and at clean shutdown, and hands it back to
   ``Log.open``. A checkpointed value is therefore never ahead of what was fsynced.
+* Opening after a clean shutdown of the owner reads one listing of the directory and
+  nothing else: segments are opened lazily (segment.py: indexes and offsets read on first
+  use, as Kafka's LazyIndex), the producer state on first use (``producer_state``), the
+  recovery point and log start offset come from the owner's files. An empty partition
+  costs its listing. A log on its own still checks at open what a clean open checks
+  (indexes, the batches after the last index entry) and reads its producers.
+* Closing fsyncs only what was written since the last flush (a log with nothing unflushed
+  fsyncs nothing); an owner closing many such logs writes them all and syncs the file
+  system once (``prepare_close``, ``mark_synced``).
 * Recovery: on open without the clean-shutdown marker, every batch from the recovery point
   on is checked (length bounds, magic, CRC, offsets increasing) and the log is truncated at
   the first bad one; segments after it are deleted and indexes rebuilt. This survives both
