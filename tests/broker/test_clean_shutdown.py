@@ -9,11 +9,13 @@ test_recovery_checkpoint_file.
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
 import pytest
 
+from pulllog.broker import Broker
 from pulllog.broker import topics as topics_module
 from pulllog.broker.topics import SYNC_AT_ONCE_FROM, TopicManager
 from pulllog.log import Log, LogConfig
@@ -229,3 +231,17 @@ def test_the_log_start_offset_comes_from_the_data_dirs_checkpoint_after_a_clean_
     manager, _ = started(tmp_path)
     assert [manager.partition("a", i).log.log_start_offset for i in range(2)] == [1, 2]
     manager.close()
+
+
+async def test_a_start_after_a_crash_sums_up_the_undamaged_recoveries_in_one_line(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    manager, _ = started(tmp_path)
+    fill(manager, "a", 25)  # and the process dies
+    tear_tail(tmp_path, "a", 3)
+    with caplog.at_level(logging.WARNING, logger="pulllog.broker"):
+        async with Broker(tmp_path, port=0) as broker:
+            assert len(broker.recovery_report) == 25  # the report itself keeps every partition
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("recovery:")]
+    assert len(lines) == 2
+    assert lines[0].startswith("recovery: a-3: recovered after unclean shutdown") and "truncated" in lines[0]
+    assert lines[1].startswith("recovery: 24 partitions recovered after unclean shutdown, none damaged")

@@ -70,6 +70,7 @@ TRANSACTION_STATE_TOPIC = "__transaction_state"
 log = logging.getLogger("pulllog.broker")
 
 _SHUTDOWN_GRACE_S = 5.0
+_UNDAMAGED_LINES = 20
 
 
 class Broker:
@@ -228,8 +229,7 @@ class Broker:
         self.data_dir_lock.acquire()
         try:
             self.recovery_report = self.topics.load(offline_ok=self.config.start_with_offline_partitions)
-            for line in self.recovery_report:
-                log.warning("recovery: %s", line)
+            self._log_recovery_report()
             loaded = self.groups.load() if self.topics.partition_logs(OFFSETS_TOPIC) is not None else 0
         except BaseException:
             self.topics.close()
@@ -479,6 +479,21 @@ class Broker:
         it copies each container in one step (the loop may add or remove topics)."""
         return [(topic.name, partition.index, partition.log)
                 for topic in list(self.topics.topics.values()) for partition in list(topic.partitions)]
+
+    def _log_recovery_report(self) -> None:
+        """One line per partition recovered, but past ``_UNDAMAGED_LINES`` the undamaged ones
+        (nothing cut, nothing deleted) share one line: after a crash of a broker with
+        10,000 partitions, 10,000 console lines took longer than the recovery itself."""
+        undamaged = self.topics.undamaged_recoveries
+        quiet = {line for line, _ in undamaged} if len(undamaged) > _UNDAMAGED_LINES else set()
+        for line in self.recovery_report:
+            if line not in quiet:
+                log.warning("recovery: %s", line)
+        if quiet:
+            batches = sum(r.batches_checked for _, r in undamaged)
+            segments = sum(r.segments_checked for _, r in undamaged)
+            log.warning("recovery: %d partitions recovered after unclean shutdown, none damaged: checked %d "
+                        "batch(es) in %d segment(s)", len(undamaged), batches, segments)
 
     # ------------------------------------------------------------------ for handlers
 

@@ -72,7 +72,7 @@ from ..log.checkpoint import (
 )
 from ..log.clean_shutdown import CLEAN_SHUTDOWN_MARKER, sync_file_system, take_marker, write_marker
 from ..log.config import ConfigError
-from ..log.log import wall_clock_ms
+from ..log.log import RecoveryReport, wall_clock_ms
 from .config import LOG_DEFAULT_NAMES
 
 __all__ = [
@@ -229,6 +229,8 @@ class TopicManager:
         self._clean_at_start: dict[tuple[str, int], int] = {}
         """The clean-shutdown marker read at start: the partitions it covered, their log ends."""
         self._checkpoints_read = False  # until then, close() must not overwrite them with nothing
+        self.undamaged_recoveries: list[tuple[str, RecoveryReport]] = []
+        """Partitions the start recovered and found whole (their lines are in load()'s report too)."""
         # Writers of recovery-point-offset-checkpoint (a worker thread, a topic deletion on the
         # loop) take turns; a write of points read before a deletion is dropped.
         self._checkpoint_lock = threading.Lock()
@@ -301,8 +303,11 @@ class TopicManager:
                     _close_quietly(opened.log)
                 return OfflineTopic(name, topic_id, count, _failed_path(exc, directory), _cause(exc))
             topic.partitions.append(Partition(name, index, partition_log))
-            if not partition_log.recovery.clean or partition_log.recovery.problems:
-                report.append(f"{name}-{index}: {partition_log.recovery.summary()}")
+            recovery = partition_log.recovery
+            if not recovery.clean or recovery.problems:
+                report.append(f"{name}-{index}: {recovery.summary()}")
+                if not (recovery.problems or recovery.truncated_bytes or recovery.deleted_segments):
+                    self.undamaged_recoveries.append((report[-1], recovery))
         return topic
 
     def _partitions_on_disk(self, name: str) -> int:
