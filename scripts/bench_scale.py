@@ -11,7 +11,8 @@
 
 Reported per phase: wall time, open descriptors of the broker (``/proc/PID/fd``), resident
 memory and, per restart, the time from starting the process to the first Metadata answer
-(start to serving). RSS per partition is (RSS after the workload - RSS of the empty broker) /
+(start to serving), as wall seconds and as the CPU seconds the broker used until then (what
+a busy machine does not inflate); a restart's "stop" is the wall time SIGTERM took. RSS per partition is (RSS after the workload - RSS of the empty broker) /
 partitions. A phase that fails says so and the run stops.
 
     python scripts/bench_scale.py [--topics 1000] [--partitions 10] [--nofile 1024]
@@ -45,6 +46,13 @@ class Broker:
     proc: subprocess.Popen[bytes]
     port: int
     start_s: float
+    start_cpu_s: float
+
+    def cpu_s(self) -> float:
+        """User + system CPU seconds of the broker process so far."""
+        with open(f"/proc/{self.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     @property
     def bootstrap(self) -> str:
@@ -75,7 +83,9 @@ def start(data_dir: Path, port: int, nofile: int, log: Path) -> Broker:
             proc.kill()
             raise Failed("the broker did not answer Metadata within 300 s")
         time.sleep(0.01)
-    return Broker(proc, port, time.monotonic() - started)
+    broker = Broker(proc, port, time.monotonic() - started, 0.0)
+    broker.start_cpu_s = broker.cpu_s()
+    return broker
 
 
 class Failed(Exception):
@@ -161,7 +171,7 @@ def main() -> None:
     def row(phase: str, seconds: float | str, b: Broker | None) -> None:
         rows.append((phase, seconds if isinstance(seconds, str) else f"{seconds:.1f}",
                      str(b.open_fds()) if b else "", f"{b.rss_mib():.0f}" if b else "",
-                     f"{b.start_s:.2f}" if b and phase.startswith(("start", "restart")) else ""))
+                     f"{b.start_s:.2f} / {b.start_cpu_s:.2f}" if b and phase.startswith(("start", "restart")) else ""))
 
     failure = None
     try:
@@ -195,7 +205,7 @@ def main() -> None:
     print(f"{bench_paper.machine()}")
     print(f"\n{args.topics} topics x {args.partitions} partitions = {total} partitions, "
           f"RLIMIT_NOFILE {args.nofile}\n")
-    print("| phase | seconds | open fds after | RSS MiB after | start to serving s |")
+    print("| phase | seconds | open fds after | RSS MiB after | start to serving, wall / CPU s |")
     print("|---|---|---|---|---|")
     for r in rows:
         print("| " + " | ".join(r) + " |")

@@ -314,7 +314,8 @@ class Log:
         if recovery_point is None and RECOVERY_POINT_FILE in names:
             recovery_point = _read_offset(self.directory / RECOVERY_POINT_FILE, 0)
         self.recovery_point = max(0, recovery_point or 0)
-        self._load_log_start_offset(names, clean and not self._own_marker, checkpointed_start)
+        self._load_log_start_offset(names, clean and not self._own_marker and checkpointed_start is not None,
+                                    checkpointed_start)
         report = RecoveryReport(clean=clean)
         bases = sorted(b for name in names if name.endswith(".log") and (b := parse_segment_name(name)) is not None)
         segments: list[LogSegment] = []
@@ -362,12 +363,11 @@ class Log:
         self._set_segments(segments)
         if self.log_start_offset < segments[0].base_offset:
             self.log_start_offset = segments[0].base_offset
-        if clean and not self._own_marker and given_recovery_point is not None and not segments[-1].loaded:
-            # Everything was flushed at the clean shutdown: the recovery point is the log end
-            # offset the owner's entry holds. The active segment is read on first use, and
-            # ``recovery_point`` never passes its end once it is.
-            pass
-        else:
+        # After the owner's clean shutdown everything was flushed: the recovery point is the log
+        # end offset its entry holds, and the active segment is read on first use
+        # (``recovery_point`` never passes its end once it is). Otherwise the end is read now.
+        lazy_end = clean and not self._own_marker and given_recovery_point is not None and not segments[-1].loaded
+        if not lazy_end:
             self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
             # After a clean shutdown everything was flushed (Kafka: the recovery point becomes
             # the log end offset); otherwise a point past the end (a lost tail) is clamped to it.
@@ -411,21 +411,17 @@ class Log:
             self.directory.mkdir(parents=True, exist_ok=True)
             return []
 
-    def _load_log_start_offset(self, names: list[str], owner_clean: bool, checkpointed: int | None) -> None:
-        """The owner's checkpoint entry; after a crash (or without an entry) the log's own
-        ``log-start-offset`` file too, which every change writes at once: the later, larger one."""
-        start = checkpointed or 0
-        if not (owner_clean and checkpointed is not None) and LOG_START_OFFSET_FILE in names:
-            persisted = _read_offset(self.directory / LOG_START_OFFSET_FILE, 0)
-            self._persisted_log_start_offset = persisted
-            start = max(start, persisted)
-        elif LOG_START_OFFSET_FILE not in names:
-            self._persisted_log_start_offset = 0  # no file reads as 0
-        if owner_clean and checkpointed is not None:
-            # Not read: the file holds at most this (the checkpoint was written after it at the
-            # clean shutdown), so it need not be written until the offset moves again.
-            self._persisted_log_start_offset = start
-        self.log_start_offset = start
+    def _load_log_start_offset(self, names: list[str], trust_checkpoint: bool, checkpointed: int | None) -> None:
+        """After the owner's clean shutdown, its checkpoint entry: written after every change,
+        so the log's own file (not read) holds at most that, and need not be written until
+        the offset moves again. Otherwise the larger of the entry and the log's own
+        ``log-start-offset`` file, which every change writes at once (no file: 0)."""
+        if trust_checkpoint and checkpointed is not None:
+            self.log_start_offset = self._persisted_log_start_offset = checkpointed
+            return
+        persisted = _read_offset(self.directory / LOG_START_OFFSET_FILE, 0) if LOG_START_OFFSET_FILE in names else 0
+        self._persisted_log_start_offset = persisted
+        self.log_start_offset = max(checkpointed or 0, persisted)
 
     def _cleanup_stray_files(self, names: list[str]) -> set[int]:
         """Finish or undo interrupted compaction swaps and deletions.
