@@ -30,8 +30,8 @@ Rules kept here:
 * After a clean shutdown a segment is opened *lazily* (Kafka's LazyIndex, for the whole
   segment): nothing but its size is known until the first use of its indexes or offsets
   (a read, an append, retention looking at its timestamps), which runs the clean open
-  (``load``) then. An unloaded segment has nothing unflushed, and closing, deleting or
-  renaming it loads nothing.
+  (``load``) then, or ``recover`` when its checks fail. An unloaded segment has nothing
+  unflushed, and closing or deleting it (retention included) reads nothing.
 """
 
 from __future__ import annotations
