@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import select
 import socket
 import struct
 from typing import Any
@@ -54,12 +55,25 @@ class WireClient:
             return False
 
     def call(self, api: str, version: int, data: dict[str, Any]) -> Any:
-        body = build(request_class(api, version), data)
-        correlation_id = next(_corr)
-        self.send_raw(encode_request(body, correlation_id=correlation_id, client_id=self.client_id))
-        got_id, response = decode_response(self.read_frame(), response_class(api, version))
+        correlation_id = self.send(api, version, data)
+        got_id, response = self.receive(api, version)
         assert got_id == correlation_id
         return response
+
+    def send(self, api: str, version: int, data: dict[str, Any]) -> int:
+        """Send a request without reading its answer (to pipeline); returns its correlation id."""
+        correlation_id = next(_corr)
+        body = build(request_class(api, version), data)
+        self.send_raw(encode_request(body, correlation_id=correlation_id, client_id=self.client_id))
+        return correlation_id
+
+    def receive(self, api: str, version: int) -> tuple[int, Any]:
+        """The next answer on the connection, as (correlation id, response)."""
+        return decode_response(self.read_frame(), response_class(api, version))
+
+    def has_answer(self) -> bool:
+        """Bytes of an answer are waiting to be read now (a state check: never waits)."""
+        return bool(select.select([self.sock], [], [], 0)[0])
 
 
 def produce(client: WireClient, topic: str, partition: int, records: bytes, acks: int = 1) -> Any:
@@ -70,10 +84,15 @@ def produce(client: WireClient, topic: str, partition: int, records: bytes, acks
         client.call("metadata", 12, {"topics": [{"name": topic, "topic_id": None}],
                                      "allow_auto_topic_creation": True,
                                      "include_topic_authorized_operations": False})
-    return client.call("produce", 9, {
+    return client.call("produce", 9, produce_request(topic, partition, records, acks))
+
+
+def produce_request(topic: str, partition: int, records: bytes, acks: int = 1) -> dict[str, Any]:
+    """A Produce v9 request's fields, for one partition."""
+    return {
         "transactional_id": None, "acks": acks, "timeout": 5000,
         "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": records}]}],
-    })
+    }
 
 
 def fetch(client: WireClient, topic: str, partition: int, offset: int, *, max_wait_ms: int = 0,

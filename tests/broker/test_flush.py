@@ -1,31 +1,42 @@
-"""flush.ms fsyncs run on a worker thread: a slow disk never stalls the event loop.
+"""flush.ms and flush.messages fsyncs run on a worker thread: a slow disk never stalls the
+event loop.
 
 A gate around ``os.fsync`` holds the fsync of one partition's log file (the real fsync runs
 once the gate opens, a delay fault as kfake injects one): while it is held, the broker still
 answers other requests, and the partition's recovery point moves only once the fsync is done.
+With flush.messages the Produce answer itself waits for the fsync (as in Kafka), requests
+that arrive meanwhile share the next fsync, and a failed fsync answers KAFKA_STORAGE_ERROR.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import threading
 from pathlib import Path
 
 import pytest
 
+from kio.schema.errors import ErrorCode
+
+from kafka_wire import WireClient, produce_request
 from pulllog import Producer
+from pulllog.records import build_batch
 from pulllog.testing import BrokerThread
-from waits import TIMEOUT_S, wait_until
+from waits import TIMEOUT_S, block_until, wait_until
 
 
 class FsyncGate:
-    """Holds every fsync of ``<partition dir>/*.log`` until ``release`` is set."""
+    """Holds every fsync of ``<partition dir>/*.log`` until ``release`` is set; counts them,
+    and fails the first ``failures`` of them with EIO (after the gate) instead of syncing."""
 
-    def __init__(self, partition_dir: str) -> None:
+    def __init__(self, partition_dir: str, *, failures: int = 0) -> None:
         self.partition_dir = partition_dir
         self.entered = threading.Event()
         self.release = threading.Event()
+        self.calls = 0
+        self.failures = failures
         self._real = os.fsync
 
     def fsync(self, fd: int) -> None:
@@ -34,8 +45,12 @@ class FsyncGate:
         except OSError:
             path = ""
         if f"/{self.partition_dir}/" in path and path.endswith(".log"):
+            self.calls += 1
             self.entered.set()
             self.release.wait(TIMEOUT_S)
+            if self.failures:
+                self.failures -= 1
+                raise OSError(errno.EIO, os.strerror(errno.EIO))
         self._real(fd)
 
 
@@ -61,3 +76,88 @@ async def test_a_slow_flush_ms_fsync_does_not_stall_the_loop(tmp_path: Path, mon
         finally:
             gate.release.set()
         await wait_until(lambda: _recovery_point(broker, "slow") == 1, "the recovery point moved after the fsync")
+
+
+def _log_end_offset(broker: BrokerThread, topic: str) -> int:
+    return broker.broker.topics.partition_log(topic, 0).log_end_offset  # type: ignore[union-attr]
+
+
+def _produce_error(answer: object) -> int:
+    return answer.responses[0].partition_responses[0].error_code  # type: ignore[attr-defined]
+
+
+API_VERSIONS = ("api_versions", 3, {"client_software_name": "test", "client_software_version": "1"})
+METADATA = ("metadata", 12, {"topics": None, "allow_auto_topic_creation": False,
+                             "include_topic_authorized_operations": False})
+
+
+def test_a_flush_messages_fsync_runs_off_the_loop_and_the_answer_waits_for_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    gate = FsyncGate("held-0")
+    monkeypatch.setattr(os, "fsync", gate.fsync)
+    with BrokerThread(tmp_path / "data") as broker:
+        broker.call(lambda: broker.broker.topics.create("held", 1, {"flush.messages": "1"}))
+        try:
+            with WireClient(broker.port) as producer, WireClient(broker.port) as other:
+                produced = producer.send("produce", 9, produce_request("held", 0, build_batch([(None, b"durable")])))
+                after = producer.send(*API_VERSIONS)  # pipelined behind the Produce
+                assert gate.entered.wait(TIMEOUT_S), "the flush.messages fsync of held-0 never started"
+                # The fsync is held on a worker thread: the loop answers another connection...
+                other.call(*API_VERSIONS)
+                other.call(*METADATA)
+                # ...while the Produce waits for its fsync, and the request after it for its turn.
+                assert not producer.has_answer()
+                assert _recovery_point(broker, "held") == 0
+                gate.release.set()
+                correlation_id, answer = producer.receive("produce", 9)
+                assert _recovery_point(broker, "held") == 1  # on disk before the answer came
+                assert (correlation_id, _produce_error(answer)) == (produced, ErrorCode.none)
+                assert producer.receive("api_versions", 3)[0] == after
+        finally:
+            gate.release.set()
+
+
+def test_produce_requests_arriving_during_a_flush_share_the_next_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    gate = FsyncGate("shared-0")
+    monkeypatch.setattr(os, "fsync", gate.fsync)
+    with BrokerThread(tmp_path / "data") as broker:
+        broker.call(lambda: broker.broker.topics.create("shared", 1, {"flush.messages": "1"}))
+        try:
+            with WireClient(broker.port) as first, WireClient(broker.port) as pipelined, \
+                    WireClient(broker.port) as another:
+                first.send("produce", 9, produce_request("shared", 0, build_batch([(None, b"0")])))
+                assert gate.entered.wait(TIMEOUT_S), "the first fsync never started"
+                # While it is held: three requests pipelined on one connection, one on another.
+                sent = [pipelined.send("produce", 9, produce_request("shared", 0, build_batch([(None, b"%d" % i)])))
+                        for i in (1, 2, 3)]
+                another.send("produce", 9, produce_request("shared", 0, build_batch([(None, b"4")])))
+                block_until(lambda: _log_end_offset(broker, "shared") == 5, "all five records are appended")
+                gate.release.set()
+                assert _produce_error(first.receive("produce", 9)[1]) == ErrorCode.none
+                answers = [pipelined.receive("produce", 9) for _ in sent]
+                assert [correlation_id for correlation_id, _ in answers] == sent  # in request order
+                assert [_produce_error(a) for _, a in answers] == [ErrorCode.none] * 3
+                assert _produce_error(another.receive("produce", 9)[1]) == ErrorCode.none
+        finally:
+            gate.release.set()
+        assert _recovery_point(broker, "shared") == 5
+        assert gate.calls == 2  # the held fsync, then one for the four requests that came meanwhile
+
+
+def test_a_failed_flush_messages_fsync_answers_storage_error_and_keeps_the_records(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    gate = FsyncGate("eio-0", failures=1)
+    gate.release.set()
+    monkeypatch.setattr(os, "fsync", gate.fsync)
+    with BrokerThread(tmp_path / "data") as broker:
+        broker.call(lambda: broker.broker.topics.create("eio", 1, {"flush.messages": "1"}))
+        with WireClient(broker.port) as producer:
+            failed = producer.call("produce", 9, produce_request("eio", 0, build_batch([(None, b"first")])))
+            assert _produce_error(failed) == ErrorCode.kafka_storage_error
+            assert _recovery_point(broker, "eio") == 0  # nothing claimed to be on disk
+            # The retry (a plain producer appends it again) is flushed with the first record.
+            retried = producer.call("produce", 9, produce_request("eio", 0, build_batch([(None, b"first")])))
+            assert _produce_error(retried) == ErrorCode.none
+            assert _recovery_point(broker, "eio") == 2
+        assert gate.calls == 2

@@ -19,8 +19,9 @@ Rules the interface keeps:
 
 from __future__ import annotations
 
+import asyncio
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -62,6 +63,7 @@ if TYPE_CHECKING:
     )
     from ..purgatory import DelayedOperation
     from .config import BrokerConfig
+    from .flusher import FlushResult
     from .topics import OfflineTopic, PartitionError, Topic
 
 __all__ = ["BrokerApi", "GroupCoordinatorApi", "TopicCatalog", "TransactionCoordinatorApi"]
@@ -200,6 +202,12 @@ class BrokerApi(Protocol):
 
     def on_append(self, topic: str, partition: int) -> None:
         """Records were appended: wake the fetches waiting on that partition."""
+        ...
+
+    def flush_logs(self, logs: "Sequence[Log]") -> "list[asyncio.Future[FlushResult]]":
+        """fsync ``logs`` off the event loop (``flush.messages``): one future per log, done
+        once what was appended to it before the call is on disk (None) or the fsync failed
+        (its OSError). See ``pulllog.broker.flusher``."""
         ...
 
     def next_producer_id(self) -> int: ...

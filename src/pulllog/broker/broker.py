@@ -36,7 +36,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
@@ -45,9 +45,10 @@ from typing import TYPE_CHECKING, Any
 from ..log.cleaner import LogCleaner, run_on_loop
 from ..log import Log
 from ..log.handles import HANDLES
-from ..log.log import PendingFlush, wall_clock_ms
+from ..log.log import wall_clock_ms
 from ..net.protocol import RequestDecoder
 from .config import BrokerConfig
+from .flusher import FlushResult, LogFlusher
 from .handlers import HandlerTable
 from .limits import open_files_budget
 from .listener import Listener, listen_sockets
@@ -123,6 +124,8 @@ class Broker:
         self._cleaned_up = False
         self.cleaner: LogCleaner | None = None  # its thread runs while serve() does
         self._transactions: "TransactionCoordinator | None" = None  # see the transactions property
+        # fsyncs off the loop, one under way per log (flush.messages, flush.ms, rolls)
+        self.flusher = LogFlusher(lambda run: self.task_group.create_task(run, name="pulllog-flush"))
 
     # ------------------------------------------------------------------ addresses
 
@@ -346,33 +349,21 @@ class Broker:
     # ------------------------------------------------------------------ housekeeping
 
     async def _flush_due_logs(self, now: int) -> None:
-        """flush.ms: fsync the logs that are due on a worker thread, never on the loop (a slow
-        disk would stall every connection). Each log hands over duplicated descriptors, so a
-        roll, delete or close meanwhile is safe; a log's synchronous flush (close,
-        flush.messages) waits for its handed-off one."""
-        handed: list[tuple[Log, PendingFlush]] = []
-        for partition_log in list(self.topics.all_logs()):
-            if not partition_log.flush_due(now):
-                continue
-            try:
-                pending = partition_log.begin_flush()
-            except OSError as exc:
-                log.error("flush of %s failed: %s", partition_log.directory.name, exc)
-                continue
-            if pending is not None:
-                handed.append((partition_log, pending))
-        if not handed:
+        """flush.ms and rolled segments: fsync the logs that are due on a worker thread, never
+        on the loop (a slow disk would stall every connection), through the same flusher as
+        flush.messages (broker/flusher.py), so a log has one flush under way at a time."""
+        due = [partition_log for partition_log in list(self.topics.all_logs())
+               if partition_log.flush_due(now) and not self.flusher.busy(partition_log)]
+        if not due:
             return
-        try:
-            await asyncio.to_thread(_sync_all, [pending for _, pending in handed])
-        finally:
-            # Cancelled (the broker stops): the thread still finishes each fsync, and closing
-            # a log waits for it; what has finished is completed here already.
-            for partition_log, pending in handed:
-                if pending.done.is_set():
-                    error = partition_log.complete_flush(pending)
-                    if error is not None:
-                        log.error("flush of %s failed: %s", partition_log.directory.name, error)
+        futures = self.flusher.flush(due)
+        await asyncio.wait(futures)  # (not gather: cancelling housekeeping leaves the flush be)
+        for partition_log, future in zip(due, futures):
+            if not future.cancelled() and future.result() is not None:
+                log.error("flush of %s failed: %s", partition_log.directory.name, future.result())
+
+    def flush_logs(self, logs: Sequence[Log]) -> "list[asyncio.Future[FlushResult]]":
+        return self.flusher.flush(logs)
 
     @property
     def transactions(self) -> "TransactionCoordinator":
@@ -550,9 +541,3 @@ def _report_failure(ready: "asyncio.Future[Broker] | None", exc: BaseException) 
         ready.exception()  # serve() raises the same error: the future need not log it as unretrieved
     else:
         ready.cancel()  # a cancellation or an interrupt, not an error of the broker's
-
-
-def _sync_all(pending: list[PendingFlush]) -> None:
-    """On a worker thread: every handed-off fsync (each one records its own error)."""
-    for flush in pending:
-        flush.sync()

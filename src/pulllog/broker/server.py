@@ -41,6 +41,14 @@ Rules kept here:
   spares a batch-1 producer, which sends one request at a time, the task wake-up and the
   extra event-loop pass per request (an Event, a Future, a call_soon and a zero-timeout
   epoll_wait).
+* A plain-``def`` handler that cannot answer yet returns a
+  :class:`~pulllog.broker.handlers.Deferred` (Produce waiting for a ``flush.messages``
+  fsync). It joins the connection's *outstanding* answers, in request order, and the task
+  goes on with the queued requests whose handler ``holds_answer`` (more Produce requests:
+  appended now, so one fsync covers them all); their answers queue behind it. The task
+  awaits the outstanding answers, oldest first, whenever it has no frame to handle, and
+  before any other request (whose answer must come after them). So answers keep their
+  order, and only a request that meets a Deferred pays the task switch.
 """
 
 from __future__ import annotations
@@ -51,7 +59,7 @@ import itertools
 import logging
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -61,7 +69,7 @@ from ..net.framing import FrameDecoder
 from ..net.protocol import encode_response
 from ..purgatory.delayed import OperationCancelled
 from .api import BrokerApi
-from .handlers import Handler, RequestContext
+from .handlers import Deferred, Handler, RequestContext
 
 if TYPE_CHECKING:
     from ..net.protocol import RequestDecoder
@@ -71,6 +79,14 @@ log = logging.getLogger("pulllog.broker")
 _ids = itertools.count(1)
 _HOLD_MAX = 64
 _CLOSE = object()  # Connection._storage_failed: no answer can carry the error; close the connection
+
+
+class _Begun(NamedTuple):
+    """A request whose handler answered with a Deferred: the task awaits it, in order."""
+
+    handler: Handler
+    request: Any
+    deferred: Deferred
 
 
 class ConnectionHost(BrokerApi, Protocol):
@@ -94,7 +110,7 @@ class Connection(asyncio.Protocol):
         self.broker = broker
         self.id = next(_ids)
         self.decoder = FrameDecoder(broker.config.socket_request_max_bytes)
-        self.frames: collections.deque[bytes] = collections.deque()
+        self.frames: collections.deque[bytes | _Begun] = collections.deque()
         self.transport: asyncio.Transport | None = None
         self.peer: tuple[str, int] = ("?", 0)
         self._wakeup = asyncio.Event()
@@ -104,6 +120,9 @@ class Connection(asyncio.Protocol):
         self._closing = False
         self._reading_paused = False
         self._held: list[bytes] = []  # answers waiting to go out with the next write
+        # Answers not sent yet, in request order, from the oldest Deferred on: a _Begun to
+        # await, or the encoded answer of a later request, ready but queued behind it.
+        self._outstanding: collections.deque[_Begun | bytes] = collections.deque()
         self._idle = False  # the task waits for bytes with nothing queued or held
         self.task: asyncio.Task[None] | None = None
 
@@ -140,11 +159,12 @@ class Connection(asyncio.Protocol):
             self._abort()
             return
         if frames:
+            left: list[bytes] | list[bytes | _Begun] = frames
             if self._idle and not self.frames and self._writable.is_set() and not self.broker.faults:
-                frames = self._answer_at_once(frames)
-                if not frames:
+                left = self._answer_at_once(frames)
+                if not left:
                     return
-            self.frames.extend(frames)
+            self.frames.extend(left)
             self._wakeup.set()
             if len(self.frames) >= self.broker.config.queued_max_requests and self.transport:
                 self.transport.pause_reading()
@@ -163,8 +183,12 @@ class Connection(asyncio.Protocol):
 
     # ------------------------------------------------------------------ the connection task
 
-    async def _next_frame(self) -> bytes | None:
+    async def _next_frame(self) -> bytes | _Begun | None:
         while not self.frames:
+            if self._outstanding:  # nothing else to do: finish the oldest answer, then look again
+                if not await self._send_outstanding():
+                    return None
+                continue
             if self._held:
                 await self._write(b"")
             if self._closed or self._closing:
@@ -211,7 +235,10 @@ class Connection(asyncio.Protocol):
             log.exception("closing the connection from %s:%d failed", *self.peer)
             self.transport.abort()
 
-    async def _handle(self, frame: bytes) -> bool:
+    async def _handle(self, frame: bytes | _Begun) -> bool:
+        if isinstance(frame, _Begun):  # handled in data_received; its answer comes later
+            self._outstanding.append(frame)
+            return True
         broker = self.broker
         try:
             request = broker.decoder.decode(frame)
@@ -219,6 +246,8 @@ class Connection(asyncio.Protocol):
             refused = broker.handlers[exc.api_key] if exc.api_key in broker.supported_apis else None
             if refused is not None and refused.unsupported_version is not None:
                 body = refused.unsupported_version(broker, exc.api_version or 0)
+                if not await self._send_all_outstanding():
+                    return False
                 await self._write(encode_response(exc.correlation_id, body))
                 return True
             log.warning("closing connection from %s:%d: %s", *self.peer, exc)
@@ -227,6 +256,10 @@ class Connection(asyncio.Protocol):
             log.warning("closing connection from %s:%d: %s", *self.peer, exc)
             return False
         handler = broker.handlers[request.api_key]
+        if self._outstanding and (not handler.holds_answer or broker.faults):
+            # Only a request whose answer may queue is handled before the outstanding answers are out.
+            if not await self._send_all_outstanding():
+                return False
         if self._held and not handler.holds_answer:
             await self._write(b"")
         if broker.faults:  # a test injected faults (broker/faults.py): one truth test when none is set
@@ -236,6 +269,9 @@ class Connection(asyncio.Protocol):
             response: Any = handler.fn(broker, ctx)
             if handler.waits:
                 response = await response
+            elif type(response) is Deferred:  # its answer comes later (an fsync), in order
+                self._outstanding.append(_Begun(handler, request, response))
+                return True
             if response is None:  # no answer (Produce with acks=0)
                 return True
             encoded = handler.encode(request.correlation_id, request.api_version, response)
@@ -250,6 +286,9 @@ class Connection(asyncio.Protocol):
         except Exception:
             self._handler_failed(handler.name, request)
             return False
+        if self._outstanding:  # behind an answer not sent yet (only a Produce gets here: bytes)
+            self._outstanding.append(encoded)  # type: ignore[arg-type]
+            return True
         if type(encoded) is bytes:
             if handler.holds_answer and self.frames and len(self._held) < _HOLD_MAX:
                 self._held.append(encoded)  # more requests are queued: answer them in one write
@@ -259,7 +298,46 @@ class Connection(asyncio.Protocol):
             await self._write_chunks(encoded)  # type: ignore[arg-type]
         return True
 
-    def _answer_at_once(self, frames: list[bytes]) -> list[bytes]:
+    async def _send_all_outstanding(self) -> bool:
+        while self._outstanding:
+            if not await self._send_outstanding():
+                return False
+        return True
+
+    async def _send_outstanding(self) -> bool:
+        """Send the oldest outstanding answer, awaiting it if it is a Deferred; False when
+        the connection must close."""
+        item = self._outstanding.popleft()
+        if type(item) is bytes:
+            encoded: Any = item
+        else:
+            assert isinstance(item, _Begun)
+            if self._held:  # the answers before it need not wait for its fsync
+                await self._write(b"")
+            request = item.request
+            try:
+                response = await item.deferred
+                if response is None:
+                    return True
+                encoded = item.handler.encode(request.correlation_id, request.api_version, response)
+            except (OperationCancelled, asyncio.CancelledError):
+                raise
+            except OSError as exc:
+                encoded = self._storage_failed(item.handler.name, request, exc)
+                if encoded is _CLOSE:
+                    return False
+                if encoded is None:
+                    return True
+            except Exception:
+                self._handler_failed(item.handler.name, request)
+                return False
+        if (self._outstanding or self.frames) and len(self._held) < _HOLD_MAX:
+            self._held.append(encoded)  # more answers follow: one write for them
+        else:
+            await self._write(encoded)
+        return True
+
+    def _answer_at_once(self, frames: list[bytes]) -> list[bytes] | list[bytes | _Begun]:
         """Answer the leading requests whose handler never waits, in one write; return the
         frames left for the task (from the first one that needs it on)."""
         broker = self.broker
@@ -277,6 +355,16 @@ class Connection(asyncio.Protocol):
             ctx = RequestContext(request, self.peer[0], self.peer[1], self.id)
             try:
                 response: Any = handler.fn(broker, ctx)
+                if type(response) is Deferred:
+                    # Its answer comes later (an fsync): the task awaits it, and every frame
+                    # after it waits behind it, so answers stay in order.
+                    self._idle = False
+                    done += 1
+                    if answers and self.transport is not None:
+                        self.transport.write(b"".join(answers))
+                    left: list[bytes | _Begun] = [_Begun(handler, request, response)]
+                    left += frames[done:]
+                    return left
                 if response is not None:  # None: no answer (Produce with acks=0)
                     answers.append(handler.encode(request.correlation_id, request.api_version, response))  # type: ignore[arg-type]
             except OperationCancelled:

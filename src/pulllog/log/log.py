@@ -27,16 +27,19 @@ Guarantees (the paper's section 3.1 and Kafka's "Log" design):
   ``flush.ms`` milliseconds, whichever comes first. A machine crash (power loss) can lose at
   most what was appended since the last flush; a process crash loses nothing, because the
   page cache survives it. The recovery point is advanced after each fsync. As in Kafka,
-  ``flush.messages`` is checked by ``append`` itself (the append returns, and the record is
-  acknowledged, only after the fsync), ``flush.ms`` by a scheduler (the broker's
-  housekeeping, every ``log.flush.scheduler.interval.ms``), which hands the fsyncs to a worker
-  thread: ``begin_flush`` on the owner's thread takes duplicated descriptors
-  (``PendingFlush``), ``PendingFlush.sync`` fsyncs them on the worker, ``complete_flush`` on
-  the owner's thread advances the recovery point. A roll makes a flush due too (Kafka
-  flushes a rolled segment asynchronously): the scheduler hands it off the same way, so with
-  default settings the recovery point follows the rolled segments. A synchronous ``flush`` (``close``,
-  ``flush.messages``) first waits for a handed-off one, so nothing counts as on disk before
-  it is.
+  ``flush.messages`` is checked on ``append``: the records are acknowledged only once they
+  are on disk. By default ``append`` fsyncs before it returns; the broker's Produce path
+  passes ``defer_flush=True`` instead, reads ``flush_messages_due`` and acknowledges after
+  its own handed-off flush (below), so the event loop never waits for the disk.
+  ``flush.ms`` is checked by a scheduler (the broker's housekeeping, every
+  ``log.flush.scheduler.interval.ms``). Both hand the fsyncs to a worker thread:
+  ``begin_flush`` on the owner's thread takes duplicated descriptors (``PendingFlush``),
+  ``PendingFlush.sync`` fsyncs them on the worker, ``complete_flush`` on the owner's thread
+  advances the recovery point. A roll makes a flush due too (Kafka flushes a rolled
+  segment asynchronously): the scheduler hands it off the same way, so with default
+  settings the recovery point follows the rolled segments. A synchronous ``flush``
+  (``close``, an ``append`` without ``defer_flush``) first waits for a handed-off one, so
+  nothing counts as on disk before it is.
 * The recovery point is persisted by the log's owner, as Kafka's LogManager does: the
   broker writes every log's ``recovery_point`` to the data directory's
   ``recovery-point-offset-checkpoint`` (checkpoint.py) every
@@ -553,9 +556,15 @@ class Log:
             )
 
     def append(
-        self, data: bytes | bytearray | memoryview, *, validated: list[tuple[int, BatchHeader]] | None = None
+        self, data: bytes | bytearray | memoryview, *, validated: list[tuple[int, BatchHeader]] | None = None,
+        defer_flush: bool = False,
     ) -> AppendInfo:
-        """Append the batches in ``data`` (one Produce request's records for this partition)."""
+        """Append the batches in ``data`` (one Produce request's records for this partition).
+
+        When the append makes ``flush.messages`` due, the log is fsynced before this returns,
+        unless ``defer_flush``: then the caller reads ``flush_messages_due`` and must not
+        acknowledge the records before a flush (``begin_flush`` ... ``complete_flush``)
+        has covered them."""
         if self._closed:
             raise RuntimeError(f"log {self.directory.name} is closed")
         batches = validated if validated is not None else self.validate(data)
@@ -600,7 +609,8 @@ class Log:
             else:  # positions may have moved (recompression): read the markers where they are now
                 self.producer_state.record_append(patched, _marker_reader(buf), segment.txn_index.append)
         self._unflushed_records += records
-        self._maybe_flush_after_append(now)
+        if not defer_flush and self._unflushed_records >= self.config.flush_messages:
+            self.flush()  # flush.ms is the scheduler's: a time-based fsync never runs in an append
         return AppendInfo(
             first_offset=first_offset,
             last_offset=next_offset - 1,
@@ -689,11 +699,12 @@ class Log:
 
     # ------------------------------------------------------------------ flushing
 
-    def _maybe_flush_after_append(self, now: int) -> None:
-        # Only flush.messages here, as Kafka's append: flush.ms is the scheduler's (maybe_flush,
-        # begin_flush), so a time-based fsync never runs inside a Produce on the event loop.
-        if self._unflushed_records >= self.config.flush_messages:
-            self.flush()
+    @property
+    def flush_messages_due(self) -> bool:
+        """``flush.messages`` records or more are not yet handed to a flush (after an append
+        with ``defer_flush``; also after a retry of records whose fsync failed, which come
+        back as unflushed)."""
+        return self._unflushed_records >= self.config.flush_messages
 
     def flush_due(self, now: int | None = None) -> bool:
         """``flush.ms`` has passed with data unflushed, or a segment has rolled that is not

@@ -20,7 +20,11 @@ Per-API rules live on the :class:`Handler` record, and the server applies them g
 * ``waits``: an ``async def`` handler may wait (long polls, rebalances); a plain ``def`` never
   does (Produce: validate, append, answer), and the server runs it right where the request's
   bytes arrive, without waking the connection's task. For a producer that sends one request
-  at a time, that task switch is a large part of the request's cost.
+  at a time, that task switch is a large part of the request's cost. A plain ``def`` that
+  now and then must wait before it can answer (Produce once ``flush.messages`` is due: the
+  answer goes out after the fsync) returns a :class:`Deferred`; the server hands it to the
+  connection's task, which awaits it, and the requests after it on that connection wait
+  their turn. The common case keeps its fast path: no task switch unless a Deferred comes.
 * ``holds_answer``: the answer may be held back while more requests are queued, to go out
   with the next one in one write (pipelined Produce). Any other answer flushes what is held.
 * ``unsupported_version``: how to answer a request of a version outside the served range
@@ -31,7 +35,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -45,7 +49,8 @@ if TYPE_CHECKING:
     from ...net.protocol import Request
     from ..api import BrokerApi
 
-__all__ = ["SERVED", "Encoder", "Handler", "HandlerTable", "RequestContext", "encode_kio", "handler", "registry"]
+__all__ = ["SERVED", "Deferred", "Encoder", "Handler", "HandlerTable", "RequestContext", "encode_kio", "handler",
+           "registry"]
 
 
 class RequestContext(NamedTuple):
@@ -63,6 +68,22 @@ class RequestContext(NamedTuple):
     @property
     def body(self) -> Any:
         return self.request.body
+
+
+class Deferred:
+    """An answer a plain-``def`` handler cannot give yet: awaiting it gives the response.
+
+    ``answer`` is a coroutine function called (with ``args``) only when the connection's task
+    awaits it, so a Deferred dropped with its connection leaves no coroutine unawaited."""
+
+    __slots__ = ("answer", "args")
+
+    def __init__(self, answer: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        self.answer = answer
+        self.args = args
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self.answer(*self.args).__await__()
 
 
 HandlerFn = Callable[["BrokerApi", RequestContext], Awaitable[Any] | Any]

@@ -12,6 +12,16 @@ reason the handler is a plain function: it never waits, so the server runs it as
 the request's bytes arrive (see ``pulllog.broker.server``), and it ``holds_answer``: while
 more requests of the connection are queued, its answer waits to go out with theirs in one
 write.
+
+``flush.messages``: as in Kafka, records that make a partition's flush due are acknowledged
+only once they are on disk. The append does not fsync (that would stall the event loop for
+the disk's time): the handler asks the broker's flusher to fsync the partitions that are
+due on a worker thread and answers with a :class:`~pulllog.broker.handlers.Deferred`,
+which gives the answer once those flushes are done (requests arriving meanwhile share the
+next flush). A partition whose fsync fails answers KAFKA_STORAGE_ERROR: its records stay
+in the log, unacknowledged and counted as unflushed, so a retry is flushed again (an
+idempotent producer's retry is answered with the original offsets once it is on disk).
+With acks=0 the flush runs all the same, and nothing waits for it.
 """
 
 from __future__ import annotations
@@ -27,12 +37,16 @@ from ...net.apis import ApiKey
 from ...net.produce import PartitionProduceResponse, TopicProduceResponse, encode_produce_response
 from ...records import InvalidRecordError
 from ..topics import INTERNAL_TOPICS, InvalidTopicError, PartitionError, validate_topic_name
-from . import RequestContext, handler
+from . import Deferred, RequestContext, handler
 from .errors import error_code_for
 
 if TYPE_CHECKING:
+    import asyncio
+
+    from ...log import Log
     from ...records.batch import BatchHeader
     from ..api import BrokerApi
+    from ..flusher import FlushResult
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +57,7 @@ def _partition_error(index: int, code: ErrorCode, message: str | None = None,
 
 
 @handler(ApiKey.PRODUCE, 3, 9, encode=encode_produce_response, holds_answer=True)
-def handle(broker: "BrokerApi", ctx: RequestContext) -> list[TopicProduceResponse] | None:
+def handle(broker: "BrokerApi", ctx: RequestContext) -> list[TopicProduceResponse] | Deferred | None:
     body = ctx.body
     acks = body.acks
     responses = []
@@ -52,6 +66,7 @@ def handle(broker: "BrokerApi", ctx: RequestContext) -> list[TopicProduceRespons
             responses.append(TopicProduceResponse(topic.name, [
                 _partition_error(p.index, ErrorCode.invalid_required_acks) for p in topic.partition_data]))
         return responses
+    flushes: list[tuple[str, int, Log]] = []  # partitions whose answer waits for their fsync
     for topic_data in body.topic_data:
         name = topic_data.name
         if name in INTERNAL_TOPICS and broker.topics.find(name) is not None:
@@ -61,9 +76,13 @@ def handle(broker: "BrokerApi", ctx: RequestContext) -> list[TopicProduceRespons
                                  f"{name} is an internal topic: clients cannot produce to it")
                 for p in topic_data.partition_data]))
             continue
-        responses.append(TopicProduceResponse(name, [append_partition(broker, name, p.index, p.records,
+        responses.append(TopicProduceResponse(name, [append_partition(broker, name, p.index, p.records, flushes,
                                                                       body.transactional_id)
                                                      for p in topic_data.partition_data]))
+    if flushes:
+        waits = broker.flush_logs([partition_log for _t, _i, partition_log in flushes])
+        if acks != 0:
+            return Deferred(_answer_after_flush, responses, flushes, waits)
     if acks == 0:
         return None
     return responses
@@ -94,8 +113,27 @@ def _unverified(broker: "BrokerApi", transactional_id: str, topic_name: str, ind
     return _partition_error(index, code)
 
 
+async def _answer_after_flush(responses: list[TopicProduceResponse], flushes: list[tuple[str, int, "Log"]],
+                              waits: "list[asyncio.Future[FlushResult]]") -> list[TopicProduceResponse]:
+    """The answer once every partition's flush is done; a failed fsync fails its partition."""
+    failed: dict[tuple[str, int], OSError] = {}
+    for (name, index, _log), wait in zip(flushes, waits):
+        error = await wait
+        if error is not None:
+            log.error("flush of %s-%d failed: %s; answering KAFKA_STORAGE_ERROR", name, index, error)
+            failed[(name, index)] = error
+    if not failed:
+        return responses
+    return [TopicProduceResponse(topic.name, [
+        _partition_error(p.index, ErrorCode.kafka_storage_error, f"storage error: {failed[key].strerror}")
+        if (key := (topic.name, p.index)) in failed else p
+        for p in topic.partitions]) for topic in responses]
+
+
 def append_partition(broker: "BrokerApi", topic_name: str, index: int, records: bytes | None,
-                     transactional_id: str | None = None) -> PartitionProduceResponse:
+                     flushes: list[tuple[str, int, "Log"]], transactional_id: str | None = None) -> PartitionProduceResponse:
+    """Validate and append one partition's records; a partition whose flush.messages is due
+    joins ``flushes`` (its answer waits for the fsync)."""
     partition_log = broker.partition(topic_name, index)
     if isinstance(partition_log, PartitionError):
         # As Kafka: only Metadata creates topics (auto.create.topics.enable). Every
@@ -123,7 +161,7 @@ def append_partition(broker: "BrokerApi", topic_name: str, index: int, records: 
             refused = _unverified(broker, transactional_id, topic_name, index, batches[0][1])
             if refused is not None:
                 return refused
-        info = partition_log.append(records, validated=batches)
+        info = partition_log.append(records, validated=batches, defer_flush=True)
     except RecordErrors as exc:
         errors = [(rec, why) for _b, rec, why in exc.errors]
         return _partition_error(index, ErrorCode.invalid_record, str(exc), record_errors=errors)
@@ -134,4 +172,6 @@ def append_partition(broker: "BrokerApi", topic_name: str, index: int, records: 
         log.error("append to %s-%d failed: %s", topic_name, index, exc)
         return _partition_error(index, ErrorCode.kafka_storage_error, f"storage error: {exc.strerror}")
     broker.on_append(topic_name, index)
+    if partition_log.flush_messages_due:
+        flushes.append((topic_name, index, partition_log))
     return PartitionProduceResponse(index, 0, info.first_offset, info.log_append_time, info.log_start_offset)
