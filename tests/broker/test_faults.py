@@ -19,7 +19,7 @@ from pulllog.net.build import build, request_class
 from pulllog.net.protocol import encode_request
 from pulllog.testing import BrokerThread
 
-PRODUCE, FETCH, METADATA, JOIN_GROUP, HEARTBEAT = 0, 1, 3, 11, 12
+PRODUCE, FETCH, JOIN_GROUP, HEARTBEAT, CREATE_TOPICS = 0, 1, 11, 12, 19
 
 
 def create_topic(broker: BrokerThread, name: str, partitions: int = 1) -> None:
@@ -115,7 +115,7 @@ def test_fetch_and_join_group_answer_the_injected_error(pulllog_broker: BrokerTh
 def test_failing_an_api_whose_answer_has_no_error_code_is_refused(pulllog_broker: BrokerThread) -> None:
     assert pulllog_broker.broker is not None
     with pytest.raises(ValueError, match="no top-level error code; inject a delay or a dropped connection"):
-        pulllog_broker.faults.fail(METADATA, ErrorCode.not_controller)
+        pulllog_broker.faults.fail(CREATE_TOPICS, ErrorCode.not_controller)  # a code per topic, set by its handler
     with pytest.raises(ValueError, match="no API with key 999"):
         pulllog_broker.faults.delay(999, 10)
 

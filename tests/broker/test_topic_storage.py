@@ -270,6 +270,31 @@ def test_an_os_error_in_a_handler_answers_kafka_storage_error_and_keeps_the_conn
     still_serves(pulllog_broker)
 
 
+def test_read_only_apis_meeting_an_os_error_answer_kafka_storage_error_per_entry(
+        pulllog_broker: BrokerThread) -> None:
+    """Their answers have no top-level error code: each topic, group or resource carries it."""
+    for api_key in (32, 15, 9, 3):  # DescribeConfigs, DescribeGroups, OffsetFetch, Metadata
+        pulllog_broker.faults.fail_storage(api_key, errno.EIO)
+    with WireClient(pulllog_broker.port) as c:
+        answer = c.call("describe_configs", 4, {"resources": [
+            {"resource_type": 2, "resource_name": "orders", "configuration_keys": None},
+            {"resource_type": 4, "resource_name": "0", "configuration_keys": None}],
+            "include_synonyms": False, "include_documentation": False})
+        assert [int(r.error_code) for r in answer.results] == [KAFKA_STORAGE_ERROR] * 2
+        answer = c.call("describe_groups", 5, {"groups": ["g1", "g2"], "include_authorized_operations": False})
+        assert [(g.group_id, int(g.error_code)) for g in answer.groups] == [("g1", KAFKA_STORAGE_ERROR),
+                                                                             ("g2", KAFKA_STORAGE_ERROR)]
+        answer = c.call("offset_fetch", 9, {"groups": [
+            {"group_id": "g1", "member_id": None, "member_epoch": -1, "topics": None}], "require_stable": False})
+        assert [(g.group_id, int(g.error_code)) for g in answer.groups] == [("g1", KAFKA_STORAGE_ERROR)]
+        answer = c.call("metadata", 12, {"topics": [{"name": "orders", "topic_id": None}],
+                                         "allow_auto_topic_creation": False,
+                                         "include_topic_authorized_operations": False})
+        assert [(t.name, int(t.error_code)) for t in answer.topics] == [("orders", KAFKA_STORAGE_ERROR)]
+        assert partitions(c, "absent") is None  # the connection still answers (the faults are spent)
+    still_serves(pulllog_broker)
+
+
 def test_produce_meeting_a_full_disk_answers_kafka_storage_error_per_partition(pulllog_broker: BrokerThread) -> None:
     with WireClient(pulllog_broker.port) as c:
         assert create(c, "orders", 2) == (NONE, None)

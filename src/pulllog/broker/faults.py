@@ -36,8 +36,11 @@ Rules:
   they fire on the broker's event loop. A lock keeps the budget exact across the two.
 
 Error answers are built for Produce, Fetch and ListOffsets (every partition of the request
-carries the code), DeleteGroups (every group) and for the APIs whose answer has one top-level error code (the group APIs,
-InitProducerId, Heartbeat, ...). Asking to fail another API raises at once, naming it.
+carries the code), Metadata (every topic asked for), DescribeGroups, DeleteGroups and
+OffsetFetch v8+ (every group), DescribeConfigs (every resource) and for the APIs whose
+answer has one top-level error code (the group APIs, InitProducerId, Heartbeat, ...). The
+server answers an OSError out of a handler with the same builder (KAFKA_STORAGE_ERROR).
+Asking to fail another API raises at once, naming it.
 """
 
 from __future__ import annotations
@@ -67,8 +70,16 @@ __all__ = ["Delay", "DropConnection", "FailWith", "FaultMatch", "FaultRule", "Fa
 _PRODUCE = 0
 _FETCH = 1
 _LIST_OFFSETS = 2
+_METADATA = 3
+_OFFSET_FETCH = 9
+_DESCRIBE_GROUPS = 15
+_DESCRIBE_CONFIGS = 32
 _DELETE_GROUPS = 42
-_PER_ENTRY = (_PRODUCE, _FETCH, _LIST_OFFSETS, _DELETE_GROUPS)  # answered with the code on every entry
+# Answered with the code on every entry (these answers have no top-level error code, or not
+# in every version): every partition, topic, group or config resource the request names.
+_PER_ENTRY = (_PRODUCE, _FETCH, _LIST_OFFSETS, _METADATA, _OFFSET_FETCH, _DESCRIBE_GROUPS, _DESCRIBE_CONFIGS,
+              _DELETE_GROUPS)
+_NOT_REQUESTED = -(2**31)  # authorized operations the client did not ask for
 
 # Fields some versions of an API's answer require besides the error code (no schema default).
 _REQUIRED_BESIDES_ERROR: Mapping[str, Mapping[str, Any]] = {
@@ -354,7 +365,39 @@ def error_answer(request: "Request", error_code: int) -> Any:
     if request.api_key == _DELETE_GROUPS:
         return build(response_class("delete_groups", version), {"throttle_time": 0, "results": [
             {"group_id": g, "error_code": error_code} for g in body.groups_names]})
+    if request.api_key == _DESCRIBE_CONFIGS:
+        return build(response_class("describe_configs", version), {"throttle_time": 0, "results": [
+            {"error_code": error_code, "error_message": None, "resource_type": r.resource_type,
+             "resource_name": r.resource_name, "configs": []} for r in body.resources]})
+    if request.api_key == _DESCRIBE_GROUPS:
+        return build(response_class("describe_groups", version), {"throttle_time": 0, "groups": [
+            {"error_code": error_code, "group_id": g, "group_state": "", "protocol_type": "", "protocol_data": "",
+             "members": [], "authorized_operations": _NOT_REQUESTED} for g in body.groups]})
+    if request.api_key == _OFFSET_FETCH:
+        return _offset_fetch_error_answer(body, version, error_code)
+    if request.api_key == _METADATA:
+        # Every topic asked for carries the code (none, when all were asked for). No broker is
+        # listed: the client keeps the brokers it knows and asks again.
+        return build(response_class("metadata", version), {
+            "throttle_time": 0, "brokers": [], "cluster_id": None, "controller_id": -1,
+            "topics": [{"error_code": error_code, "name": t.name, "topic_id": None, "is_internal": False,
+                        "partitions": [], "topic_authorized_operations": _NOT_REQUESTED}
+                       for t in body.topics or ()],
+            "cluster_authorized_operations": _NOT_REQUESTED})
     return _generic_error_answer(type(body).__module__.split(".")[2], version, error_code)  # kio.schema.<api>.v<N>
+
+
+def _offset_fetch_error_answer(body: Any, version: int, error_code: int) -> Any:
+    if version >= 8:  # one entry per group
+        return build(response_class("offset_fetch", version), {"throttle_time": 0, "groups": [
+            {"group_id": g.group_id, "topics": [], "error_code": error_code} for g in body.groups]})
+    if version >= 2:  # a top-level code
+        return build(response_class("offset_fetch", version), {"throttle_time": 0, "topics": [],
+                                                               "error_code": error_code})
+    return build(response_class("offset_fetch", version), {"topics": [  # v1: a code per partition
+        {"name": t.name, "partitions": [{"partition_index": p, "committed_offset": -1, "metadata": "",
+                                         "error_code": error_code} for p in t.partition_indexes]}
+        for t in body.topics or ()]})
 
 
 def encoded_error_answer(request: "Request", error_code: int) -> Any:

@@ -23,7 +23,9 @@ Rules kept here:
   broker keeps serving every other client.
 * An OSError out of a handler is the OS refusing (a full disk, no descriptors left), not a
   bug: one log line, and the answer carries KAFKA_STORAGE_ERROR where the API has a
-  top-level error code (and for Produce and Fetch, per partition). Handlers that change
+  top-level error code, and otherwise on every entry the request names (Produce, Fetch,
+  ListOffsets: each partition; Metadata: each topic; DescribeGroups, OffsetFetch v8+: each
+  group; DescribeConfigs: each resource; see ``faults.error_answer``). Handlers that change
   several things (CreateTopics, DeleteTopics, ...) answer their own per-topic codes.
 * A handler returns a typed response; its record's ``encode`` makes the frame. Fetch's
   frames carry ``FileSlice`` chunks, sent with sendfile (zero copy) after the bytes before
@@ -390,8 +392,8 @@ class Connection(asyncio.Protocol):
     def _storage_failed(self, name: str, request: Any, exc: OSError) -> Any:
         """The answer to a request whose handler met an OSError the handler did not answer
         itself (a full disk, no file descriptors left): KAFKA_STORAGE_ERROR, where the API's
-        answer has a top-level error code (or is Produce's or Fetch's); otherwise _CLOSE,
-        the connection closes (the handlers that write answer per topic themselves). Either
+        answer has a top-level error code or one per entry (module docstring); otherwise
+        _CLOSE, the connection closes (the handlers that write answer per topic themselves). Either
         way one log line, no traceback: the OS refused, the broker did nothing wrong."""
         log.error("%s v%d from %s (%s:%d) failed on storage: %s", name, request.api_version, request.client_id,
                   *self.peer, exc)
