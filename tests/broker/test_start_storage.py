@@ -141,3 +141,55 @@ def test_offline_consumer_offsets_is_never_recreated(tmp_path: Path) -> None:
                                                      "committed_metadata": ""}]}]})
         assert answer.topics[0].partitions[0].error_code == ErrorCode.kafka_storage_error
     assert (data / "topics" / f"{OFFSETS_TOPIC}.json").read_bytes() == meta_before
+
+
+def _delete_topic(client: WireClient, name: str) -> int:
+    answer = client.call("delete_topics", 6, {"topics": [{"name": name, "topic_id": None}], "timeout": 10_000})
+    return int(answer.responses[0].error_code)
+
+
+def _add_partitions(client: WireClient, name: str, count: int) -> int:
+    answer = client.call("create_partitions", 3, {"topics": [{"name": name, "count": count, "assignments": None}],
+                                                  "timeout": 5000, "validate_only": False})
+    return int(answer.results[0].error_code)
+
+
+def _metadata_error(client: WireClient, name: str) -> int:
+    answer = client.call("metadata", 12, {"topics": [{"name": name, "topic_id": None}],
+                                          "allow_auto_topic_creation": False,
+                                          "include_topic_authorized_operations": False})
+    return int(answer.topics[0].error_code)
+
+
+def test_an_offline_topic_is_deleted_as_kafka_deletes_one_on_an_offline_log_dir(tmp_path: Path) -> None:
+    """Kafka answers NONE and removes the files once it can (at the latest, the next start)."""
+    data = tmp_path / "data"
+    make_topic(data, "orders", 2)
+    (data / "topics" / "orders.json").write_text("{not json")
+    with BrokerThread(data, start_with_offline_partitions=True) as broker, WireClient(broker.port) as client:
+        assert _add_partitions(client, "orders", 3) == ErrorCode.kafka_storage_error  # its file is not rewritten
+        assert _delete_topic(client, "orders") == ErrorCode.none
+        assert _metadata_error(client, "orders") == ErrorCode.unknown_topic_or_partition
+        assert _delete_topic(client, "orders") == ErrorCode.unknown_topic_or_partition
+    assert not (data / "topics" / "orders.json").exists()
+    assert sorted(p.name for p in data.glob("orders-*")) == []
+    assert list((data / "topics").glob("*.pending")) == []
+    with BrokerThread(data) as broker, WireClient(broker.port) as client:  # a normal start: nothing offline
+        assert _metadata_error(client, "orders") == ErrorCode.unknown_topic_or_partition
+
+
+def test_an_offline_topics_directories_the_os_keeps_go_at_the_next_start(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = tmp_path / "data"
+    make_topic(data, "orders", 2)
+    (data / "topics" / "orders.json").write_text("{not json")
+    with monkeypatch.context() as patch:
+        patch.setattr(shutil, "rmtree", lambda *args, **kwargs: None)  # the OS refuses to remove them now
+        with BrokerThread(data, start_with_offline_partitions=True) as broker, WireClient(broker.port) as client:
+            assert _delete_topic(client, "orders") == ErrorCode.none
+            assert _metadata_error(client, "orders") == ErrorCode.unknown_topic_or_partition
+    assert sorted(p.name for p in data.glob("orders-*")) == ["orders-0", "orders-1"]
+    with BrokerThread(data) as broker, WireClient(broker.port) as client:
+        assert _metadata_error(client, "orders") == ErrorCode.unknown_topic_or_partition
+    assert sorted(p.name for p in data.glob("orders-*")) == []
+    assert list((data / "topics").glob("*.pending")) == []

@@ -87,6 +87,10 @@ class TopicCatalog(Protocol):
     offline: "dict[str, OfflineTopic]"
     """Topics on disk that could not be opened at start (a degraded start): never re-created."""
 
+    def delete_offline(self, name: str) -> "OfflineTopic":
+        """Delete an offline topic (its partition directories now, or at the next start)."""
+        ...
+
     def check_new_topic(self, name: str, partitions: int, configs: Mapping[str, str]) -> "LogConfig": ...
 
     def create(self, name: str, partitions: int, configs: Mapping[str, str] | None = None) -> "Topic": ...

@@ -84,6 +84,7 @@ __all__ = [
     "PolicyViolationError",
     "StorageStartError",
     "Topic",
+    "TopicOfflineError",
     "TopicExistsError",
     "TopicManager",
     "UnknownTopicError",
@@ -123,6 +124,11 @@ class UnknownTopicError(KeyError):
 
 class StorageStartError(Exception):
     """A topic on disk cannot be opened at start; the message is one line for the operator."""
+
+
+class TopicOfflineError(Exception):
+    """KAFKA_STORAGE_ERROR: the topic is on disk but offline (a degraded start), so it cannot
+    change until a restart opens it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -477,6 +483,9 @@ class TopicManager:
 
     def add_partitions(self, name: str, total: int, *, validate_only: bool = False) -> None:
         """Grow the topic to ``total`` partitions, all of them or none (see create)."""
+        if name in self.offline:  # its topic file could not be read (or it is internal): not rewritten
+            raise TopicOfflineError(f"topic {name!r} is offline ({self.offline[name].reason}); "
+                                    "add partitions once a restart has opened it")
         topic = self.get(name)
         current = len(topic.partitions)
         if total <= current:
@@ -521,6 +530,43 @@ class TopicManager:
             log.error("cannot write %s: %s", RECOVERY_POINT_CHECKPOINT_FILE, exc)
         log.info("deleted topic %s", name)
         return topic
+
+    def delete_offline(self, name: str) -> OfflineTopic:
+        """Delete a topic that is offline (a degraded start), as Kafka deletes a topic whose log
+        dir is offline: the topic file goes now (the commit point: OSError if it cannot, and
+        nothing changes), the partition directories now where the OS lets us, else at the
+        next start (the pending file stays, :meth:`finish_pending` removes them)."""
+        offline = self.offline[name]
+        # (A topic file that could not be read gave no id: one derived from the name keeps two
+        # such deletions' pending files apart.)
+        file_id = offline.topic_id or uuid.uuid5(uuid.NAMESPACE_URL, f"pulllog-topic:{name}")
+        pending = self._meta_dir / f"{file_id.hex}-0{_PENDING}"
+        try:
+            _atomic_write(pending, json.dumps({"topic": name, "topic_id": str(offline.topic_id),
+                                               "from": 0, "to": offline.partitions}))
+        except OSError as exc:
+            log.warning("deleting offline topic %s without a pending file (%s): its partition directories may "
+                        "stay behind", name, exc)
+        try:
+            _remove_durably(self._meta_path(name))
+        except OSError:
+            _unlink_quietly(pending)
+            raise
+        del self.offline[name]
+        for index in range(offline.partitions):
+            shutil.rmtree(self._partition_dir(name, index), ignore_errors=True)
+        if any(self._partition_dir(name, i).exists() for i in range(offline.partitions)):
+            log.warning("deleted offline topic %s; its partition directories are removed at the next start", name)
+        else:
+            _unlink_quietly(pending)
+            log.info("deleted offline topic %s", name)
+        self._deletions += 1
+        self._carried_points = {tp: o for tp, o in self._carried_points.items() if tp[0] != name}
+        try:
+            self.write_recovery_checkpoint()
+        except OSError as exc:
+            log.error("cannot write %s: %s", RECOVERY_POINT_CHECKPOINT_FILE, exc)
+        return offline
 
     # ------------------------------------------------------------------ all-or-nothing partition changes
 
@@ -599,7 +645,12 @@ class TopicManager:
             info = json.loads(self._meta_path(name).read_text())
         except FileNotFoundError:
             return False
-        return str(info.get("topic_id")) == topic_id and int(info.get("partitions", 0)) >= end
+        except (OSError, ValueError):  # there, but unreadable (an offline topic): never remove its data
+            return True
+        try:
+            return str(info.get("topic_id")) == topic_id and int(info.get("partitions", 0)) >= end
+        except (AttributeError, TypeError, ValueError):
+            return True
 
     def alter_config(self, name: str, overrides: Mapping[str, str], *, validate_only: bool = False) -> LogConfig:
         """Replace the topic's overrides; the new config takes effect at once."""

@@ -4,7 +4,11 @@ assignment is accepted when every new partition is on this broker, as Kafka chec
 Past max.broker.partitions: POLICY_VIOLATION (Kafka 4.1 answers UNKNOWN_SERVER_ERROR for
 100,000 new partitions). An internal topic keeps its count: __consumer_offsets maps a group
 to a partition by the count, so more partitions would hide committed offsets (INVALID_REQUEST).
-All new partitions or none: a storage failure answers KAFKA_STORAGE_ERROR, the count unchanged."""
+All new partitions or none: a storage failure answers KAFKA_STORAGE_ERROR, the count unchanged.
+A topic that is offline (a degraded start: its topic file or, for an internal topic, a
+partition could not be opened) answers KAFKA_STORAGE_ERROR too, naming why: its topic file is
+not rewritten until a restart opens it. (Kafka's controller would add the partitions on a
+healthy log dir; one broker with one data directory has none.)"""
 
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ from kio.schema.errors import ErrorCode
 
 from ...net.apis import ApiKey
 from ...net.build import build, response_class
-from ..topics import INTERNAL_TOPICS, PolicyViolationError, UnknownTopicError
+from ..topics import INTERNAL_TOPICS, PolicyViolationError, TopicOfflineError, UnknownTopicError
 from . import RequestContext, handler
 from .create_topics import assignment_problem
 from .errors import storage_problem
@@ -48,6 +52,8 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
             results.append({"name": t.name, "error_code": 0, "error_message": None})
         except UnknownTopicError as exc:
             results.append({"name": t.name, "error_code": ErrorCode.unknown_topic_or_partition, "error_message": str(exc)})
+        except TopicOfflineError as exc:
+            results.append({"name": t.name, "error_code": ErrorCode.kafka_storage_error, "error_message": str(exc)})
         except PolicyViolationError as exc:
             results.append({"name": t.name, "error_code": ErrorCode.policy_violation, "error_message": str(exc)})
         except OSError as exc:  # the topic keeps its partitions (TopicManager.add_partitions undoes the rest)

@@ -2,7 +2,11 @@
 
 An internal topic (__consumer_offsets: every committed offset) is not deleted:
 INVALID_REQUEST. Kafka 4.1's broker deletes it (and its groups then find no coordinator);
-Kafka's kafka-topics tool refuses to ask. A storage failure answers KAFKA_STORAGE_ERROR."""
+Kafka's kafka-topics tool refuses to ask. A storage failure answers KAFKA_STORAGE_ERROR.
+
+A topic that is offline (a degraded start) is deleted as Kafka deletes one whose log dir is
+offline: the answer is NONE once its topic file is gone, and partition directories the OS
+will not remove now go at the next start (Kafka: when the log dir is back, as stray logs)."""
 
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from .errors import storage_problem
 
 if TYPE_CHECKING:
     from ..api import BrokerApi
+    from ..topics import OfflineTopic
 
 
 @handler(ApiKey.DELETE_TOPICS, 1, 6)
@@ -36,6 +41,10 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
         elif topic_id is not None and topic_id != uuid.UUID(int=0):
             topic = broker.topics.by_id(topic_id)
         if topic is None:
+            offline = _find_offline(broker, name, topic_id)
+            if offline is not None:
+                responses.append(_delete_offline(broker, offline))
+                continue
             code = ErrorCode.unknown_topic_id if (not name and ctx.version >= 6) else ErrorCode.unknown_topic_or_partition
             responses.append({"name": name, "topic_id": topic_id, "error_code": code,
                               "error_message": f"topic {name or topic_id} does not exist"})
@@ -54,3 +63,25 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
             continue
         responses.append({"name": topic.name, "topic_id": topic.topic_id, "error_code": 0, "error_message": None})
     return build(response_class(ApiKey.DELETE_TOPICS, ctx.version), {"throttle_time": 0, "responses": responses})
+
+
+def _find_offline(broker: "BrokerApi", name: str | None, topic_id: uuid.UUID | None) -> "OfflineTopic | None":
+    offline = broker.topics.offline
+    if name:
+        return offline.get(name)
+    if topic_id is not None and topic_id != uuid.UUID(int=0):
+        return next((t for t in offline.values() if t.topic_id == topic_id), None)
+    return None
+
+
+def _delete_offline(broker: "BrokerApi", topic: "OfflineTopic") -> dict[str, Any]:
+    answer: dict[str, Any] = {"name": topic.name, "topic_id": topic.topic_id or uuid.UUID(int=0)}
+    if topic.name in INTERNAL_TOPICS:
+        return {**answer, "error_code": ErrorCode.invalid_request,
+                "error_message": f"{topic.name} is an internal topic: it cannot be deleted"}
+    try:
+        broker.topics.delete_offline(topic.name)
+    except OSError as exc:
+        return {**answer, "error_code": ErrorCode.kafka_storage_error,
+                "error_message": f"cannot delete offline topic {topic.name!r}: {storage_problem(exc)}"}
+    return {**answer, "error_code": 0, "error_message": None}
