@@ -56,7 +56,7 @@ def produce_acked(bootstrap: str, topic: str, partitions: int, per_partition: in
     return acked
 
 
-def test_a_broken_partition_refuses_the_start_and_a_degraded_start_never_recreates_the_topic(
+def test_a_broken_partition_refuses_the_start_and_a_degraded_start_takes_only_it_offline(
         tmp_path: Path, started) -> None:
     data, port = tmp_path / "data", free_port()
     bootstrap = f"127.0.0.1:{port}"
@@ -78,15 +78,19 @@ def test_a_broken_partition_refuses_the_start_and_a_degraded_start_never_recreat
 
     degraded = started(data, port, ("start.with.offline.partitions=true",))
     producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "message.timeout.ms": 3000})
-    failed: list[object] = []
-    producer.produce("orders", b"no key, no partition", on_delivery=lambda err, msg: failed.append(err))
+    outcomes: dict[int, object] = {}
+    for partition in (1, 0):
+        producer.produce("orders", b"after the fault", partition=partition,
+                         on_delivery=lambda err, msg, p=partition: outcomes.__setitem__(p, err))
     producer.flush(30)
-    assert failed and failed[0] is not None, "a produce to an offline topic must not be acknowledged"
+    assert outcomes[1] is not None, "a produce to an offline partition must not be acknowledged"
+    assert outcomes[0] is None, "only the partition that failed is offline"
+    acked[0].append(b"after the fault")
     partitions = AdminClient({"bootstrap.servers": bootstrap}).list_topics("orders", timeout=10).topics["orders"].partitions
     assert sorted(partitions) == [0, 1, 2]
-    assert all(p.leader == -1 for p in partitions.values())
+    assert {i: p.leader for i, p in partitions.items()} == {0: 0, 1: -1, 2: 0}
     assert degraded.signal(signal.SIGTERM) == 0
-    assert (data / "topics" / "orders.json").read_bytes() == meta, "the offline topic was re-described"
+    assert (data / "topics" / "orders.json").read_bytes() == meta, "the topic with an offline partition was re-described"
 
     timeindex.rmdir()
     shutil.move(tmp_path / "saved.timeindex", timeindex)

@@ -18,6 +18,7 @@ from kio.schema.errors import ErrorCode
 from pulllog.broker import Broker
 from pulllog.broker.topics import StorageStartError, TopicManager
 from pulllog.group.coordinator import OFFSETS_TOPIC
+from pulllog.log.checkpoint import RECOVERY_POINT_CHECKPOINT_FILE, read_offsets
 from pulllog.log import LogConfig
 from pulllog.log.checkpoint import read_offsets
 from pulllog.log.clean_shutdown import CLEAN_SHUTDOWN_MARKER
@@ -78,7 +79,7 @@ async def test_a_partition_that_cannot_be_opened_stops_the_start(tmp_path: Path)
             pass
 
 
-def test_a_degraded_start_serves_the_topic_offline_and_never_recreates_it(tmp_path: Path) -> None:
+def test_a_degraded_start_takes_only_the_failing_partition_offline_and_never_recreates_it(tmp_path: Path) -> None:
     data = tmp_path / "data"
     make_topic(data, "orders", 3)
     make_topic(data, "healthy", 1)
@@ -91,14 +92,17 @@ def test_a_degraded_start_serves_the_topic_offline_and_never_recreates_it(tmp_pa
                                                 "include_topic_authorized_operations": False})
         (entry,) = metadata.topics
         assert entry.error_code == ErrorCode.none and str(entry.topic_id) == topic_id
+        # As Kafka takes partitions offline one by one: only orders-1 has no leader.
         assert [(p.partition_index, p.error_code, p.leader_id) for p in entry.partitions] == [
-            (i, ErrorCode.leader_not_available, -1) for i in range(3)]
-        assert [p.offline_replicas for p in entry.partitions] == [(0,), (0,), (0,)]
-        for index in range(3):
-            answer = produce(client, "orders", index, build_batch([(None, b"x")]))
-            assert answer.responses[0].partition_responses[0].error_code == ErrorCode.kafka_storage_error
-            answer = fetch(client, "orders", index, 0)
-            assert answer.responses[0].partitions[0].error_code == ErrorCode.kafka_storage_error
+            (0, ErrorCode.none, 0), (1, ErrorCode.leader_not_available, -1), (2, ErrorCode.none, 0)]
+        assert [p.offline_replicas for p in entry.partitions] == [(), (0,), ()]
+        answer = produce(client, "orders", 1, build_batch([(None, b"x")]))
+        assert answer.responses[0].partition_responses[0].error_code == ErrorCode.kafka_storage_error
+        assert fetch(client, "orders", 1, 0).responses[0].partitions[0].error_code == ErrorCode.kafka_storage_error
+        for index in (0, 2):  # the others are served, for reads and writes
+            answer = produce(client, "orders", index, build_batch([(None, b"orders-%d-10" % index)]))
+            assert answer.responses[0].partition_responses[0].error_code == ErrorCode.none
+            assert stored_values(client, "orders", index) == [b"orders-%d-%d" % (index, i) for i in range(11)]
         created = client.call("create_topics", 7, {"topics": [{"name": "orders", "num_partitions": 1,
                                                                "replication_factor": 1, "assignments": [],
                                                                "configs": []}],
@@ -107,11 +111,28 @@ def test_a_degraded_start_serves_the_topic_offline_and_never_recreates_it(tmp_pa
         healthy = fetch(client, "healthy", 0, 0)
         assert healthy.responses[0].partitions[0].high_watermark == 10
     assert (data / "topics" / "orders.json").read_bytes() == meta_before
+    # The offline partition's recovery point is kept for the start that opens it.
+    assert read_offsets(data / RECOVERY_POINT_CHECKPOINT_FILE)[("orders", 1)] == 10
     repair_partition(data, "orders", 1, saved)
     with BrokerThread(data) as broker, WireClient(broker.port) as client:
         assert broker.call(lambda: str(broker.broker.topics.get("orders").topic_id)) == topic_id
         for index in range(3):
-            assert stored_values(client, "orders", index) == [b"orders-%d-%d" % (index, i) for i in range(10)]
+            written = 10 if index == 1 else 11
+            assert stored_values(client, "orders", index) == [b"orders-%d-%d" % (index, i) for i in range(written)]
+
+
+def test_a_topic_with_an_offline_partition_can_grow_and_be_deleted(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    make_topic(data, "orders", 2)
+    break_partition(data, "orders", 0)
+    with BrokerThread(data, start_with_offline_partitions=True) as broker, WireClient(broker.port) as client:
+        assert _add_partitions(client, "orders", 3) == ErrorCode.none  # its topic file is readable
+        answer = produce(client, "orders", 2, build_batch([(None, b"new")]))
+        assert answer.responses[0].partition_responses[0].error_code == ErrorCode.none
+        assert _delete_topic(client, "orders") == ErrorCode.none
+        assert _metadata_error(client, "orders") == ErrorCode.unknown_topic_or_partition
+    assert not (data / "topics" / "orders.json").exists()
+    assert sorted(p.name for p in data.glob("orders-*")) == []
 
 
 def test_unreadable_topic_metadata_stops_the_start(tmp_path: Path) -> None:

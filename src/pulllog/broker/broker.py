@@ -469,7 +469,8 @@ class Broker:
         """(topic, partition, log) of every partition; called from the cleaner's thread, so
         it copies each container in one step (the loop may add or remove topics)."""
         return [(topic.name, partition.index, partition.log)
-                for topic in list(self.topics.topics.values()) for partition in list(topic.partitions)]
+                for topic in list(self.topics.topics.values()) for partition in list(topic.partitions)
+                if partition.log is not None]
 
     def _log_recovery_report(self) -> None:
         """One line per partition recovered, but past ``_UNDAMAGED_LINES`` the undamaged ones

@@ -285,7 +285,8 @@ class BrokerConfig:
     default_replication_factor: int = 1
     auto_create_topics: bool = True
     # pulllog's own: a topic that cannot be opened at start stops the start (Kafka's rule for
-    # a broker with one log dir), unless this is true: then it is served offline instead.
+    # a broker with one log dir), unless this is true: then the partitions that failed are
+    # offline and the rest served.
     start_with_offline_partitions: bool = False
     socket_request_max_bytes: int = 104857600
     max_connections: int = 2**31 - 1

@@ -35,10 +35,13 @@ EMFILE, ENOSPC, a file replaced by a directory; or a metadata file that does not
 never skipped silently: skipping it would let auto-creation re-create it with a new topic id
 and hide every acknowledged record it holds. :meth:`TopicManager.load` raises
 :class:`StorageStartError` naming the path and the cause (Kafka stops a broker whose only log
-dir fails), unless the operator asked for a degraded start (``offline_ok``): then the topic
-is kept as an :class:`OfflineTopic`, whose partitions answer KAFKA_STORAGE_ERROR, and which
-CreateTopics and auto-creation treat as existing. Nothing of it is written until the next
-start opens it.
+dir fails), unless the operator asked for a degraded start (``offline_ok``). Then, as Kafka
+takes partitions offline one by one, only the partitions that failed are offline
+(``Partition.log`` is None; they answer KAFKA_STORAGE_ERROR) and the topic's others are
+served. A topic whose metadata file cannot be read, or an internal topic with a partition
+that failed (the group coordinator maps groups over all of ``__consumer_offsets``), is kept
+whole as an :class:`OfflineTopic`, which CreateTopics and auto-creation treat as existing.
+Nothing of an offline partition is written until the next start opens it.
 
 Handlers ask for a partition's log with :meth:`TopicManager.partition_log`, which answers
 with the :class:`~pulllog.log.Log` or a :class:`PartitionError` carrying Kafka's error code:
@@ -188,7 +191,10 @@ SYNC_AT_ONCE_FROM = 8
 class Partition:
     topic: str
     index: int
-    log: Log
+    log: Log | None
+    """None while the partition is offline (it could not be opened at a degraded start)."""
+    offline: str | None = None
+    """Why it is offline: the path and the cause."""
 
     @property
     def name(self) -> str:
@@ -203,6 +209,10 @@ class Topic:
     config: LogConfig
     partitions: list[Partition] = field(default_factory=list)
     internal: bool = False
+
+    def logs(self) -> list[Log]:
+        """The logs of the partitions that are online."""
+        return [p.log for p in self.partitions if p.log is not None]
 
 
 class TopicManager:
@@ -268,9 +278,13 @@ class TopicManager:
         self._carried_starts = start_offsets or {}
         self._checkpoints_read = True
         for meta in sorted(self._meta_dir.glob("*.json")):
-            loaded = self._load_topic(meta, report, recovery_points, start_offsets)
+            loaded = self._load_topic(meta, report, recovery_points, start_offsets, offline_ok=offline_ok)
             if isinstance(loaded, Topic):
                 self.topics[loaded.name] = loaded
+                for partition in loaded.partitions:
+                    if partition.offline is not None:
+                        log.error("partition %s is OFFLINE: it answers KAFKA_STORAGE_ERROR until a restart "
+                                  "opens it (%s)", partition.name, partition.offline)
                 continue
             if not offline_ok:
                 self.close()
@@ -283,8 +297,9 @@ class TopicManager:
         return report
 
     def _load_topic(self, meta: Path, report: list[str], recovery_points: dict[tuple[str, int], int],
-                    start_offsets: dict[tuple[str, int], int] | None) -> Topic | OfflineTopic:
-        """The topic described by ``meta`` with every partition open, or why it cannot be."""
+                    start_offsets: dict[tuple[str, int], int] | None, *, offline_ok: bool = False) -> Topic | OfflineTopic:
+        """The topic described by ``meta`` with every partition open (with ``offline_ok``,
+        those that fail offline, but for an internal topic), or why it cannot be."""
         name = meta.stem
         try:
             info = json.loads(meta.read_text())
@@ -305,8 +320,13 @@ class TopicManager:
                     recovery_point=recovery_points.get((name, index)) if end is None else end,
                     log_start_offset=None if start_offsets is None else start_offsets.get((name, index), 0))
             except Exception as exc:  # any failure stops the start, naming the partition
+                if offline_ok and not topic.internal:
+                    reason = f"{_failed_path(exc, directory)}: {_cause(exc)}"
+                    topic.partitions.append(Partition(name, index, None, offline=reason))
+                    continue
                 for opened in topic.partitions:  # recovered already: close them cleanly
-                    _close_quietly(opened.log)
+                    if opened.log is not None:
+                        _close_quietly(opened.log)
                 return OfflineTopic(name, topic_id, count, _failed_path(exc, directory), _cause(exc))
             topic.partitions.append(Partition(name, index, partition_log))
             recovery = partition_log.recovery
@@ -350,15 +370,23 @@ class TopicManager:
         """Every open log's recovery point (all below it is fsynced), for the checkpoint,
         and the loaded checkpoint's entries of topics that are on disk but not open. Read
         them on the loop that owns the logs."""
-        points = {tp: offset for tp, offset in self._carried_points.items() if tp[0] not in self.topics}
-        starts = {tp: offset for tp, offset in self._carried_starts.items() if tp[0] not in self.topics}
+        carried, carried_starts = self._carried_points, self._carried_starts
+        points = {tp: offset for tp, offset in carried.items() if tp[0] not in self.topics}
+        starts = {tp: offset for tp, offset in carried_starts.items() if tp[0] not in self.topics}
         for name, topic in list(self.topics.items()):
             for partition in topic.partitions:
+                tp = (name, partition.index)
                 partition_log = partition.log
-                points[(name, partition.index)] = partition_log.recovery_point
+                if partition_log is None:  # offline: its next start still needs them
+                    if tp in carried:
+                        points[tp] = carried[tp]
+                    if tp in carried_starts:
+                        starts[tp] = carried_starts[tp]
+                    continue
+                points[tp] = partition_log.recovery_point
                 # As Kafka: only where it is past the first segment (else the segments say it).
                 if partition_log.log_start_offset > partition_log.segments[0].base_offset:
-                    starts[(name, partition.index)] = partition_log.log_start_offset
+                    starts[tp] = partition_log.log_start_offset
         return RecoveryPoints(points, starts, self._deletions)
 
     def write_recovery_checkpoint(self, points: RecoveryPoints | None = None) -> None:
@@ -396,9 +424,13 @@ class TopicManager:
         return topic.partitions[index]
 
     def partition_logs(self, name: str) -> list[Log] | None:
-        """The topic's partition logs in partition order, or None when it does not exist."""
+        """The topic's partition logs in partition order, or None when it does not exist or
+        is not whole (never for an internal topic: one is offline whole, see the module doc)."""
         topic = self.topics.get(name)
-        return None if topic is None else [p.log for p in topic.partitions]
+        if topic is None:
+            return None
+        logs = [p.log for p in topic.partitions if p.log is not None]
+        return logs if len(logs) == len(topic.partitions) else None
 
     def find(self, name: str) -> Topic | None:
         return self.topics.get(name)
@@ -416,7 +448,11 @@ class TopicManager:
             return self._missing_partition(name, index)
         partitions = topic.partitions
         if 0 <= index < len(partitions):
-            return partitions[index].log
+            partition_log = partitions[index].log
+            if partition_log is not None:
+                return partition_log
+            return PartitionError(ErrorCode.kafka_storage_error,
+                                  f"partition {name}-{index} is offline: {partitions[index].offline}")
         return PartitionError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} has no partition {index}")
 
     def offline_reason(self, name: str) -> str | None:
@@ -440,7 +476,8 @@ class TopicManager:
     def all_logs(self) -> Iterator[Log]:
         for topic in list(self.topics.values()):
             for partition in topic.partitions:
-                yield partition.log
+                if partition.log is not None:
+                    yield partition.log
 
     # ------------------------------------------------------------------ changes
 
@@ -515,7 +552,10 @@ class TopicManager:
             raise
         del self.topics[name]
         for partition in topic.partitions:
-            partition.log.delete()  # open read slices keep their FileIO alive
+            if partition.log is not None:
+                partition.log.delete()  # open read slices keep their FileIO alive
+            else:  # offline: removed now if the OS lets us, else by the next start (the pending file)
+                shutil.rmtree(self._partition_dir(name, partition.index), ignore_errors=True)
         if pending is not None and not any(self._partition_dir(name, p.index).exists() for p in topic.partitions):
             _unlink_quietly(pending)
         self._deletions += 1
@@ -600,7 +640,8 @@ class TopicManager:
         except BaseException as exc:
             log.error("creating partitions %d-%d of %s failed, undoing: %s", start, end - 1, topic.name, exc)
             for partition in opened:
-                partition.log.delete()
+                if partition.log is not None:  # (all of them: just opened)
+                    partition.log.delete()
             for index in range(start, end):  # also a directory a failed Log.open left half made
                 shutil.rmtree(self._partition_dir(topic.name, index), ignore_errors=True)
             if not any(self._partition_dir(topic.name, i).exists() for i in range(start, end)):
@@ -666,8 +707,8 @@ class TopicManager:
         self._write_meta(topic, len(topic.partitions), new_overrides)  # first: a failure changes nothing
         topic.overrides = new_overrides
         topic.config = config
-        for partition in topic.partitions:
-            partition.log.update_config(config)
+        for partition_log in topic.logs():
+            partition_log.update_config(config)
         return config
 
     # ------------------------------------------------------------------ dynamic broker configs
@@ -711,8 +752,8 @@ class TopicManager:
         for name, config in configs.items():
             topic = self.topics[name]
             topic.config = config
-            for partition in topic.partitions:
-                partition.log.update_config(config)
+            for partition_log in topic.logs():
+                partition_log.update_config(config)
 
     def _write_meta(self, topic: Topic, partitions: int, overrides: Mapping[str, str] | None = None) -> None:
         info = {"topic_id": str(topic.topic_id), "partitions": partitions,
@@ -740,8 +781,12 @@ class TopicManager:
         covered = {tp: end for tp, end in self._clean_at_start.items() if tp[0] not in self.topics}
         for name, topic in list(self.topics.items()):
             for partition in topic.partitions:
-                if partition.log.closed:  # its close flushed it: the recovery point is its end
-                    covered[(name, partition.index)] = partition.log.recovery_point
+                tp = (name, partition.index)
+                if partition.log is None:  # offline, untouched: as the marker found it
+                    if tp in self._clean_at_start:
+                        covered[tp] = self._clean_at_start[tp]
+                elif partition.log.closed:  # its close flushed it: the recovery point is its end
+                    covered[tp] = partition.log.recovery_point
         try:
             write_marker(self.data_dir, covered)
         except OSError as exc:

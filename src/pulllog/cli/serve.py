@@ -96,9 +96,10 @@ class _RichOnFirstRecord(logging.Handler):
 @click.option("--override", "overrides", multiple=True, metavar="NAME=VALUE",
               help="A broker config, e.g. --override num.partitions=3 (repeatable).")
 @click.option("--start-with-offline-partitions", is_flag=True, default=None,
-              help="Start even when a topic on disk cannot be opened (start.with.offline.partitions=true): "
-                   "its partitions answer KAFKA_STORAGE_ERROR and it is never re-created. Without it such "
-                   "a start stops with one line naming the path and the cause.")
+              help="Start even when a partition on disk cannot be opened (start.with.offline.partitions=true): "
+                   "the partitions that failed answer KAFKA_STORAGE_ERROR, the others are served, and the "
+                   "topic is never re-created. Without it such a start stops with one line naming the path "
+                   "and the cause.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
               show_default=True)
 @click.option("--loop", type=click.Choice(["asyncio", "uvloop"]), default="asyncio", show_default=True,

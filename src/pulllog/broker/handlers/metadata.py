@@ -6,10 +6,12 @@ Kafka's internal topics, which only the broker creates (the group coordinator cr
 __consumer_offsets when a group first needs it). An auto-create past max.broker.partitions
 answers POLICY_VIOLATION, one that fails on storage KAFKA_STORAGE_ERROR (nothing is created).
 
-A topic that is on disk but offline (a degraded start, see broker/topics.py) is never
-auto-created again: it is listed with its id and every partition without a leader, as Kafka
-lists the partitions of a failed log dir: LEADER_NOT_AVAILABLE, leader -1, this broker among
-the offline replicas. Produce and Fetch to them answer KAFKA_STORAGE_ERROR.
+A partition that is offline (it could not be opened at a degraded start, see
+broker/topics.py) is listed without a leader, as Kafka lists the partitions of a failed log
+dir: LEADER_NOT_AVAILABLE, leader -1, this broker among the offline replicas; the topic's
+other partitions as usual. A topic that is offline whole (its metadata file could not be
+read) is listed the same way, every partition offline, and never auto-created again.
+Produce and Fetch to an offline partition answer KAFKA_STORAGE_ERROR.
 """
 
 from __future__ import annotations
@@ -57,9 +59,23 @@ def topic_entry(broker: "BrokerApi", topic: Topic, *, operations: int = NOT_REQU
                 "replica_nodes": [node],
                 "isr_nodes": [node],
                 "offline_replicas": [],
-            }
+            } if p.log is not None else _offline_partition_entry(node, p.index)
             for p in topic.partitions
         ],
+    }
+
+
+def _offline_partition_entry(node: int, index: int) -> dict[str, Any]:
+    """A partition that could not be opened at a degraded start, as Kafka lists a partition
+    whose only replica is on a failed log dir."""
+    return {
+        "error_code": ErrorCode.leader_not_available,
+        "partition_index": index,
+        "leader_id": -1,
+        "leader_epoch": 0,
+        "replica_nodes": [node],
+        "isr_nodes": [node],
+        "offline_replicas": [node],
     }
 
 
@@ -72,18 +88,7 @@ def offline_topic_entry(broker: "BrokerApi", topic: OfflineTopic, *,
         "name": topic.name,
         "topic_id": topic.topic_id,
         "is_internal": topic.name.startswith("__"),
-        "partitions": [
-            {
-                "error_code": ErrorCode.leader_not_available,
-                "partition_index": index,
-                "leader_id": -1,
-                "leader_epoch": 0,
-                "replica_nodes": [node],
-                "isr_nodes": [node],
-                "offline_replicas": [node],
-            }
-            for index in range(topic.partitions)
-        ],
+        "partitions": [_offline_partition_entry(node, index) for index in range(topic.partitions)],
     }
 
 
