@@ -128,9 +128,13 @@ def test_produce_requests_arriving_during_a_flush_share_the_next_one(
                     WireClient(broker.port) as another:
                 first.send("produce", 9, produce_request("shared", 0, build_batch([(None, b"0")])))
                 assert gate.entered.wait(TIMEOUT_S), "the first fsync never started"
-                # While it is held: three requests pipelined on one connection, one on another.
-                sent = [pipelined.send("produce", 9, produce_request("shared", 0, build_batch([(None, b"%d" % i)])))
-                        for i in (1, 2, 3)]
+                # While it is held: three requests pipelined on one connection, each sent once the
+                # one before is appended (so each arrives while the connection awaits an answer),
+                # and one on another connection.
+                sent = []
+                for i in (1, 2, 3):
+                    sent.append(pipelined.send("produce", 9, produce_request("shared", 0, build_batch([(None, b"%d" % i)]))))
+                    block_until(lambda: _log_end_offset(broker, "shared") == i + 1, f"record {i} is appended")
                 another.send("produce", 9, produce_request("shared", 0, build_batch([(None, b"4")])))
                 block_until(lambda: _log_end_offset(broker, "shared") == 5, "all five records are appended")
                 gate.release.set()

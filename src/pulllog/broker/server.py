@@ -46,11 +46,12 @@ Rules kept here:
 * A plain-``def`` handler that cannot answer yet returns a
   :class:`~pulllog.broker.handlers.Deferred` (Produce waiting for a ``flush.messages``
   fsync). It joins the connection's *outstanding* answers, in request order, and the task
-  goes on with the queued requests whose handler ``holds_answer`` (more Produce requests:
-  appended now, so one fsync covers them all); their answers queue behind it. The task
-  awaits the outstanding answers, oldest first, whenever it has no frame to handle, and
-  before any other request (whose answer must come after them). So answers keep their
-  order, and only a request that meets a Deferred pays the task switch.
+  goes on with the requests whose handler ``holds_answer`` (more Produce requests, queued
+  or arriving while the fsync runs: appended now, so one fsync covers them all); their
+  answers queue behind it. The task sends the outstanding answers, oldest first, as they
+  become ready, and all of them before any other request (whose answer must come after
+  them). So answers keep their order, and only a request that meets a Deferred pays the
+  task switch.
 """
 
 from __future__ import annotations
@@ -188,8 +189,14 @@ class Connection(asyncio.Protocol):
     async def _next_frame(self) -> bytes | _Begun | None:
         while not self.frames:
             if self._outstanding:  # nothing else to do: finish the oldest answer, then look again
-                if not await self._send_outstanding():
+                if self._closed:
                     return None
+                head = self._outstanding[0]
+                if type(head) is bytes or head.deferred.ready():  # type: ignore[union-attr]
+                    if not await self._send_outstanding():
+                        return None
+                else:  # its fsync runs: meanwhile handle what arrives (a Produce shares the next one)
+                    await self._wait_for(head.deferred)  # type: ignore[union-attr]
                 continue
             if self._held:
                 await self._write(b"")
@@ -299,6 +306,17 @@ class Connection(asyncio.Protocol):
         else:
             await self._write_chunks(encoded)  # type: ignore[arg-type]
         return True
+
+    async def _wait_for(self, deferred: Deferred) -> None:
+        """Until the deferred answer is ready or more bytes (or the close) arrive. The task is
+        not idle meanwhile: data_received queues frames instead of answering them itself."""
+        self._wakeup.clear()
+        wake = self._wakeup.set
+        undo = deferred.on_ready(lambda _future: wake())
+        try:
+            await self._wakeup.wait()
+        finally:
+            undo()
 
     async def _send_all_outstanding(self) -> bool:
         while self._outstanding:

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -43,6 +43,8 @@ from ...net.apis import ApiKey
 from ...net.protocol import encode_response
 
 if TYPE_CHECKING:
+    import asyncio
+
     from kio.static.protocol import ResponsePayload
 
     from ...net.fetch import Chunk
@@ -74,13 +76,33 @@ class Deferred:
     """An answer a plain-``def`` handler cannot give yet: awaiting it gives the response.
 
     ``answer`` is a coroutine function called (with ``args``) only when the connection's task
-    awaits it, so a Deferred dropped with its connection leaves no coroutine unawaited."""
+    awaits it, so a Deferred dropped with its connection leaves no coroutine unawaited. It
+    awaits nothing but ``waits_for``: until those are done the task handles the requests that
+    arrive meanwhile (:meth:`ready`, :meth:`on_ready`)."""
 
-    __slots__ = ("answer", "args")
+    __slots__ = ("answer", "args", "waits_for")
 
-    def __init__(self, answer: Callable[..., Awaitable[Any]], *args: Any) -> None:
+    def __init__(self, answer: Callable[..., Awaitable[Any]], *args: Any,
+                 waits_for: "Sequence[asyncio.Future[Any]]" = ()) -> None:
         self.answer = answer
         self.args = args
+        self.waits_for = waits_for
+
+    def ready(self) -> bool:
+        """Awaiting it now would not wait."""
+        return all(f.done() for f in self.waits_for)
+
+    def on_ready(self, callback: "Callable[[asyncio.Future[Any]], object]") -> Callable[[], None]:
+        """Call ``callback`` as each of ``waits_for`` completes; returns the undo."""
+        pending = [f for f in self.waits_for if not f.done()]
+        for future in pending:
+            future.add_done_callback(callback)
+
+        def undo() -> None:
+            for future in pending:
+                future.remove_done_callback(callback)
+
+        return undo
 
     def __await__(self) -> Generator[Any, None, Any]:
         return self.answer(*self.args).__await__()

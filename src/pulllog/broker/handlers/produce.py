@@ -82,7 +82,7 @@ def handle(broker: "BrokerApi", ctx: RequestContext) -> list[TopicProduceRespons
     if flushes:
         waits = broker.flush_logs([partition_log for _t, _i, partition_log in flushes])
         if acks != 0:
-            return Deferred(_answer_after_flush, responses, flushes, waits)
+            return Deferred(_answer_after_flush, responses, flushes, waits, waits_for=waits)
     if acks == 0:
         return None
     return responses
