@@ -197,7 +197,11 @@ class WorkerProcess:
     def events(self) -> Iterator[str]:
         """The worker's events as they come; ends when it exits."""
         while True:
-            line = self.lines.get(timeout=STEP_TIMEOUT_S)
+            try:
+                line = self.lines.get(timeout=STEP_TIMEOUT_S)
+            except queue.Empty:
+                raise RuntimeError(f"worker {self.proc.pid} reported nothing for {STEP_TIMEOUT_S:.0f} s after "
+                                   f"{self.last_line!r}: stuck (its stderr is in worker.log)") from None
             if line is None:
                 self.proc.wait()
                 return
@@ -283,13 +287,16 @@ def read_committed_librdkafka(bootstrap: str) -> list[bytes]:
             msg = consumer.poll(0.5)
             if msg is None:
                 continue
-            if msg.error():
-                if msg.error().code() != KafkaError._PARTITION_EOF:
-                    raise RuntimeError(f"librdkafka's consumer: {msg.error()}")
-                at_end.add(msg.partition())
+            error, partition, value = msg.error(), msg.partition(), msg.value()
+            assert partition is not None
+            if error is not None:
+                if error.code() != KafkaError._PARTITION_EOF:
+                    raise RuntimeError(f"librdkafka's consumer: {error}")
+                at_end.add(partition)
                 continue
-            values.append(msg.value())
-            at_end.discard(msg.partition())
+            assert value is not None
+            values.append(value)
+            at_end.discard(partition)
         return values
     finally:
         consumer.close()

@@ -134,8 +134,9 @@ def run_librdkafka(args: argparse.Namespace) -> None:
         while True:
             msgs = consumer.consume(args.max_records, 0.5)
             for m in msgs:
-                if m.error() and m.error().code() != KafkaError._PARTITION_EOF:
-                    raise RuntimeError(f"consumer error: {m.error()}")
+                error = m.error()
+                if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                    raise RuntimeError(f"consumer error: {error}")
             records = [m for m in msgs if not m.error()]
             if not records:
                 assignment = consumer.assignment()
@@ -151,7 +152,9 @@ def run_librdkafka(args: argparse.Namespace) -> None:
             emit("begin")
             try:
                 for n, m in enumerate(records, 1):
-                    producer.produce(args.out_topic, transform(m.value()), key=m.key())
+                    value = m.value()
+                    assert value is not None
+                    producer.produce(args.out_topic, transform(value), key=m.key())
                     emit(f"sent {n}")
                 producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
                                                      consumer.consumer_group_metadata(), 60)
