@@ -9,6 +9,7 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
+import zk_cluster
 from conftest import Cluster
 from waits import block_until
 
@@ -111,3 +112,16 @@ def test_a_broker_stopped_cleanly_leaves_at_once_and_the_controller_moves(own_cl
     # No session timeout to wait for (18 s by default): closing the session deletes the znodes.
     assert zk_client.get_children(own_cluster.path("/brokers/ids")) == ["2"]
     assert block_until(lambda: _controller(zk_client, own_cluster), "broker 2 is elected") == (2, 2)
+
+
+def test_a_broker_that_cannot_reach_zookeeper_stops_with_one_line(tmp_path: Any) -> None:
+    port = zk_cluster.free_port()  # nothing listens there
+    result = subprocess.run([*PULLLOG, "serve", "--broker-id", "1", "--zookeeper", f"127.0.0.1:{port}",
+                             "--override", "zookeeper.connection.timeout.ms=1000",
+                             "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "data")],
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 1
+    assert [line for line in result.stderr.splitlines() if line.startswith("error:")] == [
+        f"error: cannot reach ZooKeeper at 127.0.0.1:{port} within 1 s (zookeeper.connection.timeout.ms); "
+        "is it running there?"]
+    assert "Traceback" not in result.stderr
