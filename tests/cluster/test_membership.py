@@ -125,3 +125,12 @@ def test_a_broker_that_cannot_reach_zookeeper_stops_with_one_line(tmp_path: Any)
         f"error: cannot reach ZooKeeper at 127.0.0.1:{port} within 1 s (zookeeper.connection.timeout.ms); "
         "is it running there?"]
     assert "Traceback" not in result.stderr
+
+
+def test_describe_cluster_from_a_kafka_admin_client_lists_the_brokers_and_the_controller(cluster: Cluster) -> None:
+    # confluent-kafka's describe_cluster sends DescribeCluster (60), not Metadata.
+    admin = AdminClient({"bootstrap.servers": cluster.broker(2).bootstrap_servers})
+    described = admin.describe_cluster(request_timeout=30).result()
+    assert described.controller.id == 1
+    assert sorted((n.id, f"{n.host}:{n.port}") for n in described.nodes) == [
+        (broker_id, broker.bootstrap_servers) for broker_id, broker in sorted(cluster.brokers.items())]
