@@ -95,7 +95,7 @@ class ZooKeeper:
         """zookeeper.connect for a broker (no chroot)."""
         return f"{self.host}:{self.port}"
 
-    def start(self, timeout_s: float = 60.0) -> "ZooKeeper":
+    def start(self, timeout_s: float = 60.0) -> ZooKeeper:
         why = missing_tools()
         if why:
             raise RuntimeError(why)
@@ -112,11 +112,10 @@ class ZooKeeper:
             "admin.enableServer=false",  # its Jetty console would take port 8080
         ]) + "\n")
         classpath = ":".join(str(ZOOKEEPER_JARS / name) for name in _CLASSPATH)
-        log = open(self.data_dir / "zookeeper.out", "w")
-        self.proc = subprocess.Popen(
-            ["java", "-Xmx256m", "-cp", classpath, "org.apache.zookeeper.server.ZooKeeperServerMain", str(cfg)],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True)
-        log.close()
+        with open(self.data_dir / "zookeeper.out", "w") as log:  # the child keeps its own descriptor
+            self.proc = subprocess.Popen(
+                ["java", "-Xmx256m", "-cp", classpath, "org.apache.zookeeper.server.ZooKeeperServerMain", str(cfg)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True)
         deadline = time.monotonic() + timeout_s
         while "Mode: standalone" not in four_letter_word(self.host, self.port, "srvr"):
             if self.proc.poll() is not None:
@@ -146,7 +145,7 @@ class BrokerProcess:
     bootstrap_servers: str = ""
     stderr_lines: list[str] = field(default_factory=list, repr=False)
 
-    def start(self, timeout_s: float = 60.0) -> "BrokerProcess":
+    def start(self, timeout_s: float = 60.0) -> BrokerProcess:
         """Start it and wait for its ready line; RuntimeError with its stderr if it exits instead."""
         self.proc = self.spawn()
         assert self.proc.stderr is not None
@@ -163,7 +162,7 @@ class BrokerProcess:
         self.stop()
         raise RuntimeError(f"broker {self.broker_id} did not start: " + "\n".join(self.stderr_lines[-20:]))
 
-    def _drain(self, stream: "IO[str]") -> None:
+    def _drain(self, stream: IO[str]) -> None:
         try:
             for line in stream:
                 self.stderr_lines.append(line.rstrip("\n"))

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-
 import zk_cluster  # scripts/, on sys.path through tests/conftest.py
 
 if TYPE_CHECKING:
@@ -37,7 +36,7 @@ def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[zk_cluster.Z
 
 
 @pytest.fixture(scope="session")
-def zk_client(zookeeper: zk_cluster.ZooKeeper) -> Iterator["KazooClient"]:
+def zk_client(zookeeper: zk_cluster.ZooKeeper) -> Iterator[KazooClient]:
     """A test's own ZooKeeper session, to read the znodes the brokers write."""
     from kazoo.client import KazooClient
 
@@ -60,7 +59,7 @@ class Cluster:
         self.overrides = overrides
         self.brokers: dict[int, zk_cluster.BrokerProcess] = {}
 
-    def start(self, count: int) -> "Cluster":
+    def start(self, count: int) -> Cluster:
         for broker in zk_cluster.start_brokers(self.connect, self.base_dir, count, self.overrides):
             self.brokers[broker.broker_id] = broker
         return self

@@ -7,9 +7,8 @@ import subprocess
 import sys
 from typing import Any
 
-from confluent_kafka.admin import AdminClient
-
 import zk_cluster
+from confluent_kafka.admin import AdminClient
 from conftest import Cluster
 from waits import block_until
 
@@ -69,8 +68,8 @@ def test_a_second_broker_with_a_live_brokers_id_is_refused_in_one_line(cluster: 
     assert result.returncode == 1
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert errors == [
-        f"error: broker.id 2 is already registered in ZooKeeper ({cluster.connect}/brokers/ids/2) by the broker "
-        f"at {live.bootstrap_servers}; give this broker another --broker-id, or stop that one first"]
+        (f"error: broker.id 2 is already registered in ZooKeeper ({cluster.connect}/brokers/ids/2) by the broker "
+         f"at {live.bootstrap_servers}; give this broker another --broker-id, or stop that one first")]
     assert "Traceback" not in result.stderr
     # the live broker keeps its registration
     assert _metadata(live.bootstrap_servers)[0][2] == live.bootstrap_servers
@@ -99,10 +98,9 @@ def test_when_the_controller_is_killed_another_broker_takes_over_with_a_higher_e
     assert new_controller in (2, 3) and new_epoch == epoch + 1
     assert sorted(zk_client.get_children(own_cluster.path("/brokers/ids")), key=int) == ["2", "3"]
     # The survivors' Metadata follows: two brokers, the new controller.
-    for broker_id in (2, 3):
-        bootstrap = own_cluster.broker(broker_id).bootstrap_servers
-        block_until(lambda: _metadata(bootstrap) == ({2: own_cluster.broker(2).bootstrap_servers,
-                                                      3: own_cluster.broker(3).bootstrap_servers}, new_controller),
+    survivors = {2: own_cluster.broker(2).bootstrap_servers, 3: own_cluster.broker(3).bootstrap_servers}
+    for broker_id, bootstrap in survivors.items():
+        block_until(lambda bootstrap=bootstrap: _metadata(bootstrap) == (survivors, new_controller),
                     f"broker {broker_id}'s Metadata shows the new cluster", interval_s=0.2)
 
 
@@ -122,8 +120,8 @@ def test_a_broker_that_cannot_reach_zookeeper_stops_with_one_line(tmp_path: Any)
                             capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 1
     assert [line for line in result.stderr.splitlines() if line.startswith("error:")] == [
-        f"error: cannot reach ZooKeeper at 127.0.0.1:{port} within 1 s (zookeeper.connection.timeout.ms); "
-        "is it running there?"]
+        (f"error: cannot reach ZooKeeper at 127.0.0.1:{port} within 1 s (zookeeper.connection.timeout.ms); "
+         "is it running there?")]
     assert "Traceback" not in result.stderr
 
 

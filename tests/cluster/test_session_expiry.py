@@ -11,11 +11,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kazoo.client import KazooClient
-
 from conftest import Cluster
-from pulllog.broker import Broker
+from kazoo.client import KazooClient
 from waits import wait_until
+
+from pulllog.broker import Broker
 
 
 async def test_a_broker_whose_session_expired_registers_again_and_becomes_controller_again(

@@ -84,12 +84,13 @@ class BrokerRegistration:
         return json.dumps(data, separators=(",", ":")).encode()
 
     @classmethod
-    def decode(cls, broker_id: int, raw: bytes) -> "BrokerRegistration":
+    def decode(cls, broker_id: int, raw: bytes) -> BrokerRegistration:
         """From the znode's data. The PLAINTEXT endpoint is preferred (host/port are left out
         by a Kafka broker without a PLAINTEXT listener)."""
         data = _json_object(raw, broker_path(broker_id))
         host, port = data.get("host"), data.get("port")
-        for endpoint in data.get("endpoints") or ():
+        endpoints = data.get("endpoints")
+        for endpoint in endpoints if isinstance(endpoints, list) else ():
             if isinstance(endpoint, str) and endpoint.startswith("PLAINTEXT://"):
                 host, _, port_text = endpoint[len("PLAINTEXT://"):].rpartition(":")
                 port = int(port_text) if port_text.isdigit() else None
@@ -112,7 +113,7 @@ class ControllerRegistration:
         return json.dumps(data, separators=(",", ":")).encode()
 
     @classmethod
-    def decode(cls, raw: bytes) -> "ControllerRegistration":
+    def decode(cls, raw: bytes) -> ControllerRegistration:
         data = _json_object(raw, CONTROLLER)
         broker_id = data.get("brokerid")
         if not isinstance(broker_id, int):

@@ -26,7 +26,7 @@ _BROKERS_ENDPOINT = 1
 
 
 @handler(ApiKey.DESCRIBE_CLUSTER, 0, 2)
-async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
+async def handle(broker: BrokerApi, ctx: RequestContext) -> Any:
     endpoint_type = getattr(ctx.body, "endpoint_type", _BROKERS_ENDPOINT)
     data: dict[str, Any] = {"throttle_time": 0, "error_code": 0, "error_message": None,
                             "endpoint_type": endpoint_type, "cluster_id": broker.topics.cluster_id,
