@@ -216,6 +216,8 @@ class ClusterMembership:
         # Called on kazoo's connection thread: it must not block, so the work is spawned.
         if state == KazooState.LOST:
             with self._lock:
+                if self._stopped:  # our own close: nothing to rejoin
+                    return
                 self._session_lost = True
                 self._controller_id = -1
             log.warning("broker %d lost its ZooKeeper session; it registers again once reconnected",
