@@ -39,16 +39,13 @@ STOCK_KAFKA = {
     "log.retention.hours": "168",
     "log.segment.bytes": "1073741824",
     "log.retention.check.interval.ms": "300000",
-    "zookeeper.connect": "localhost:2181",
-    "zookeeper.connection.timeout.ms": "18000",
     "group.initial.rebalance.delay.ms": "0",
 }
 IGNORED = {"process.roles", "controller.quorum.voters", "inter.broker.listener.name", "controller.listener.names",
            "listener.security.protocol.map", "num.network.threads", "num.io.threads", "socket.send.buffer.bytes",
            "socket.receive.buffer.bytes", "num.recovery.threads.per.data.dir", "offsets.topic.replication.factor",
            "transaction.state.log.replication.factor", "transaction.state.log.min.isr",
-           "share.coordinator.state.topic.replication.factor", "share.coordinator.state.topic.min.isr",
-           "zookeeper.connect", "zookeeper.connection.timeout.ms"}
+           "share.coordinator.state.topic.replication.factor", "share.coordinator.state.topic.min.isr"}
 
 
 def free_port() -> int:
@@ -88,12 +85,13 @@ def test_a_stock_kafka_server_properties_starts_with_one_warning_per_ignored_set
 
 
 def test_ignored_settings_say_why_and_leave_the_config_as_pulllogs_defaults() -> None:
-    config = BrokerConfig.load({"num.network.threads": "3", "zookeeper.connect": "zk:2181",
+    config = BrokerConfig.load({"num.network.threads": "3", "zookeeper.set.acl": "true",
                                 "ssl.keystore.location": "/etc/ks.jks"})
     assert config == BrokerConfig()
     assert [str(s) for s in config.ignored] == [
         "ignoring num.network.threads=3: pulllog serves every connection on one event loop: there are no thread pools",
-        "ignoring zookeeper.connect=zk:2181: pulllog keeps its metadata itself: there is no ZooKeeper or KRaft quorum",
+        ("ignoring zookeeper.set.acl=true: pulllog's cluster uses zookeeper.connect and its two timeouts only "
+         "(no TLS, SASL or ACLs)"),
         ("ignoring ssl.keystore.location=/etc/ks.jks: pulllog has no security (PLAINTEXT only): no TLS, SASL, ACLs "
          "or delegation tokens"),
     ]

@@ -81,6 +81,8 @@ def test_a_fresh_broker_serves_before_importing_the_group_coordinator_faults_ric
     assert "pulllog.group.coordinator" not in loaded
     assert not {m for m in loaded if m.startswith(("pulllog.txn", "pulllog.broker.handlers."))}
     assert "pulllog.broker.faults" not in loaded
+    # A single broker (no zookeeper.connect) loads nothing of the cluster, nor its ZooKeeper client.
+    assert not {m for m in loaded if m.startswith(("pulllog.cluster", "kazoo"))}
     assert not {m for m in loaded if m == "rich" or m.startswith("rich.")}
     # asyncio's TLS (the broker has no TLS listener), and the crc32c package's __init__
     # (importlib.metadata, argparse) for its one C function

@@ -61,6 +61,7 @@ if TYPE_CHECKING:
         ListTransactionsResult,
         TransactionDescription,
     )
+    from ..cluster.znodes import ClusterView
     from ..purgatory import DelayedOperation
     from .config import BrokerConfig
     from .flusher import FlushResult
@@ -174,6 +175,11 @@ class BrokerApi(Protocol):
     @property
     def advertised(self) -> tuple[str, int]:
         """(host, port) clients are told to connect to."""
+        ...
+
+    @property
+    def cluster_view(self) -> "ClusterView | None":
+        """A cluster member's latest view (live brokers, controller); None for a single broker."""
         ...
 
     @property

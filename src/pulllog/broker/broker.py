@@ -15,6 +15,9 @@ leaving ``async with Broker()`` joins them all):
    cleanly; a topic that cannot be opened stops the start (see broker/topics.py); then
    replay ``__consumer_offsets`` and, when it exists, ``__transaction_state`` (the
    transaction coordinator writes the markers a crash left unwritten, see txn/coordinator.py);
+   bind the listening sockets; a cluster member (``zookeeper.connect``) then registers in
+   ZooKeeper and runs for controller (see pulllog/cluster/membership.py), refusing to start
+   when its broker.id is taken;
 2. listen, enter the task group and start in it the purgatory drivers, the housekeeping
    loop (flush.ms, retention, offsets and producer id expiry, transaction timeouts) and the
    shutdown task, and start the log cleaner's thread
@@ -22,7 +25,7 @@ leaving ``async with Broker()`` joins them all):
    task joins the same group;
 3. on :meth:`Broker.stop` (or a clean exit from the block): stop accepting, cancel long
    polls, let each connection finish the request in hand (up to 5 s, then cancel it), stop
-   housekeeping;
+   housekeeping; a cluster member then closes its ZooKeeper session (its registration goes);
 4. after an error or a cancellation instead: cancel every task at once;
 5. either way, once every task is joined: stop the cleaner thread and join its worker
    process, then flush every log and write its clean-shutdown marker.
@@ -58,6 +61,8 @@ from .server import Connection
 from .topics import OFFSETS_TOPIC, Topic, TopicManager
 
 if TYPE_CHECKING:
+    from ..cluster.membership import ClusterMembership
+    from ..cluster.znodes import ClusterView
     from ..group.coordinator import GroupCoordinator
     from .faults import Faults
 
@@ -126,6 +131,10 @@ class Broker:
         self._transactions: "TransactionCoordinator | None" = None  # see the transactions property
         # fsyncs off the loop, one under way per log (flush.messages, flush.ms, rolls)
         self.flusher = LogFlusher(lambda run: self.task_group.create_task(run, name="pulllog-flush"))
+        # A cluster member's ZooKeeper session (None for a single broker: nothing of
+        # pulllog.cluster is imported), and the latest view of the cluster it gave, set on the loop.
+        self.membership: "ClusterMembership | None" = None
+        self.cluster_view: "ClusterView | None" = None
 
     # ------------------------------------------------------------------ addresses
 
@@ -264,6 +273,15 @@ class Broker:
             ) from None
         self._listeners = listeners
         self.port = listeners[0].port
+        if self.config.zookeeper_connect is not None:
+            try:
+                await self._join_cluster(loop)
+            except BaseException:
+                for listener in listeners:
+                    listener.close()
+                self.topics.close()
+                self.data_dir_lock.release()
+                raise
         self._task_group = tg = asyncio.TaskGroup()
         await tg.__aenter__()
         # Everything below belongs to the group, and so do the connections' tasks
@@ -283,9 +301,47 @@ class Broker:
         log.info("pulllog broker %d listening on %s:%d, data in %s (%d topic(s))",
                  self.config.node_id, self.config.host, self.port, self.config.data_dir, len(self.topics.topics))
 
+    async def _join_cluster(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Register in ZooKeeper under the advertised address and run for controller."""
+        from ..cluster.errors import ClusterStartError
+        from ..cluster.znodes import BrokerRegistration
+
+        try:
+            from ..cluster.membership import ClusterMembership
+        except ModuleNotFoundError as exc:
+            if not (exc.name or "").startswith("kazoo"):
+                raise
+            raise ClusterStartError("zookeeper.connect needs the ZooKeeper client kazoo: "
+                                    "pip install 'pulllog[cluster]'") from None
+
+        assert self.config.zookeeper_connect is not None
+        host, port = self.advertised
+
+        def deliver(view: "ClusterView") -> None:  # on a ZooKeeper client thread
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(self._set_cluster_view, view)
+
+        membership = ClusterMembership(
+            self.config.zookeeper_connect, BrokerRegistration(self.config.node_id, host, port), deliver,
+            session_timeout_ms=self.config.zookeeper_session_timeout_ms,
+            connection_timeout_ms=(self.config.zookeeper_connection_timeout_ms
+                                   or self.config.zookeeper_session_timeout_ms))
+        self.cluster_view = await asyncio.to_thread(membership.start)
+        self.membership = membership
+
+    def _set_cluster_view(self, view: "ClusterView") -> None:
+        # Views arrive in the order the watches made them (call_soon_threadsafe is FIFO, and
+        # start's own result comes after the views it queued), so the last one is the newest.
+        self.cluster_view = view
+
+    async def _leave_cluster(self) -> None:
+        if self.membership is not None:
+            await asyncio.to_thread(self.membership.stop)
+
     async def _shutdown_when_stopped(self) -> None:
         await self._stop.wait()
         await self._shutdown_connections()
+        await self._leave_cluster()
         for task in self._tasks:
             if task is not asyncio.current_task():
                 task.cancel()  # housekeeping; the purgatory drivers already returned
@@ -342,6 +398,8 @@ class Broker:
         self.group_purgatory.shutdown()
         if self.cleaner is not None:
             self.cleaner.shutdown()  # one batch at most, then the worker's exit; a pending swap is cancelled
+        if self.membership is not None:
+            self.membership.stop()  # after an error or a cancellation (else done already)
         self.topics.close()  # flush every log and write its clean-shutdown marker
         self.data_dir_lock.release()
         log.info("pulllog broker %d stopped cleanly", self.config.node_id)

@@ -132,7 +132,7 @@ _IGNORED_BY_REASON = {
 }
 # Whole families of Kafka settings, by prefix, for the same reasons.
 _IGNORED_PREFIXES = {
-    "zookeeper.": "pulllog keeps its metadata itself: there is no ZooKeeper or KRaft quorum",
+    "zookeeper.": "pulllog's cluster uses zookeeper.connect and its two timeouts only (no TLS, SASL or ACLs)",
     "ssl.": "pulllog has no security (PLAINTEXT only): no TLS, SASL, ACLs or delegation tokens",
     "sasl.": "pulllog has no security (PLAINTEXT only): no TLS, SASL, ACLs or delegation tokens",
     "listener.name.": "pulllog has no security (PLAINTEXT only): no TLS, SASL, ACLs or delegation tokens",
@@ -237,6 +237,7 @@ _OWN = (
     "offsets.retention.check.interval.ms", "producer.id.expiration.ms", "producer.id.expiration.check.interval.ms",
     "group.initial.rebalance.delay.ms", "start.with.offline.partitions", "log.max.open.files", "max.broker.partitions",
     *_TRANSACTION_INTS, "transaction.partition.verification.enable",
+    "zookeeper.connect", "zookeeper.session.timeout.ms", "zookeeper.connection.timeout.ms",
 )
 KNOWN_NAMES: frozenset[str] = frozenset((*_LOG_DEFAULTS, *_HOURS, *_MINUTES, *_OWN, *_IGNORED))
 
@@ -261,6 +262,15 @@ def _check_log_value(name: str, raw: Any) -> None:
     except ConfigError as exc:
         text = str(exc)
         raise ConfigError(name + text[len(topic_name):] if text.startswith(topic_name) else text) from None
+
+
+def _zookeeper_connect(raw: str) -> str:
+    """zookeeper.connect, checked now so a typo stops the start with the setting's name."""
+    hosts = raw.strip().partition("/")[0]
+    if not hosts or any(":" not in h or not h.rpartition(":")[2].strip().isdigit() for h in hosts.split(",")):
+        raise ConfigError(f"zookeeper.connect={raw!r}: expected HOST:PORT[,HOST:PORT...][/chroot], "
+                          "e.g. 127.0.0.1:2181/pulllog")
+    return raw.strip()
 
 
 def _bool(name: str, raw: Any) -> bool:
@@ -325,6 +335,14 @@ class BrokerConfig:
     # 0: derived at start from RLIMIT_NOFILE (see broker/limits.py). Not a Kafka setting.
     max_open_files: int = 0
     log_defaults: LogConfig = field(default_factory=LogConfig)
+    # A cluster member (pulllog.cluster): ZooKeeper's HOST:PORT[,HOST:PORT...][/chroot]. None (the
+    # default): a single broker that needs no ZooKeeper and imports nothing of the cluster.
+    zookeeper_connect: str | None = None
+    # Kafka's names and defaults: a broker whose session is silent this long is gone (its
+    # registration and, if it was the controller, /controller vanish); the connection
+    # timeout (default: the session timeout) bounds the wait for ZooKeeper at start.
+    zookeeper_session_timeout_ms: int = 18_000
+    zookeeper_connection_timeout_ms: int | None = None
     # Kafka settings that were given but do not apply to pulllog: the caller warns about each.
     ignored: tuple[IgnoredSetting, ...] = field(default=(), compare=False)
 
@@ -424,6 +442,12 @@ class BrokerConfig:
                 kw["transaction_partition_verification_enable"] = _bool(name, raw)
             elif name == "group.initial.rebalance.delay.ms":
                 kw["group_initial_rebalance_delay_ms"] = _int(name, raw, 0)
+            elif name == "zookeeper.connect":
+                kw["zookeeper_connect"] = _zookeeper_connect(str(raw))
+            elif name == "zookeeper.session.timeout.ms":
+                kw["zookeeper_session_timeout_ms"] = _int(name, raw, 1000, 2**31 - 1)
+            elif name == "zookeeper.connection.timeout.ms":
+                kw["zookeeper_connection_timeout_ms"] = _int(name, raw, 1, 2**31 - 1)
             elif name == "log.max.open.files":
                 kw["max_open_files"] = _int(name, raw, 0, 2**31 - 1)
             elif (reason := _ignored_reason(name)) is not None:
@@ -460,6 +484,11 @@ class BrokerConfig:
             "log.max.open.files": str(self.max_open_files),
             "transaction.partition.verification.enable": str(self.transaction_partition_verification_enable).lower(),
         }
+        if self.zookeeper_connect is not None:
+            out["zookeeper.connect"] = self.zookeeper_connect
+        out["zookeeper.session.timeout.ms"] = str(self.zookeeper_session_timeout_ms)
+        out["zookeeper.connection.timeout.ms"] = str(self.zookeeper_connection_timeout_ms
+                                                     or self.zookeeper_session_timeout_ms)
         for name, (field_name, _low, _high) in _TRANSACTION_INTS.items():
             out[name] = str(getattr(self, field_name))
         topic_values = self.log_defaults.to_kafka()

@@ -26,6 +26,7 @@ __all__ = ["main"]
 
 _COMMANDS: dict[str, tuple[str, str]] = {
     # command name -> (module under pulllog.cli, attribute)
+    "cluster": ("cluster", "cluster"),
     "consume": ("consume", "consume"),
     "export": ("export", "export"),
     "group": ("group", "group"),

@@ -6,7 +6,7 @@ one-line error that names the culprit: the data directory can be created and wri
 not apply are accepted with one warning each, so a stock server.properties works).
 
 A start the broker refuses (another broker holds the data directory's lock; a topic on disk
-cannot be opened) ends with the broker's one-line reason and exit code 1, never a traceback.
+cannot be opened; ZooKeeper cannot be reached or another live broker has this broker.id) ends with the broker's one-line reason and exit code 1, never a traceback.
 """
 
 from __future__ import annotations
@@ -84,6 +84,7 @@ class _RichOnFirstRecord(logging.Handler):
     "pulllog serve",
     "pulllog serve --data-dir /var/lib/pulllog --listen 0.0.0.0:9092 --advertised-listener broker1:9092",
     "pulllog serve --config server.properties --override num.partitions=3 --override log.retention.hours=24",
+    "pulllog serve --broker-id 1 --zookeeper 127.0.0.1:2181/pulllog --listen 127.0.0.1:9092 --data-dir d1",
 ))
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where the logs live (log.dirs). Default: ./pulllog-data")
@@ -95,6 +96,12 @@ class _RichOnFirstRecord(logging.Handler):
               help="A server.properties file with Kafka's broker config names.")
 @click.option("--override", "overrides", multiple=True, metavar="NAME=VALUE",
               help="A broker config, e.g. --override num.partitions=3 (repeatable).")
+@click.option("--broker-id", type=click.IntRange(0, 2**31 - 1), default=None, metavar="N",
+              help="This broker's id (broker.id); unique in a cluster. Default: 0")
+@click.option("--zookeeper", default=None, metavar="HOST:PORT[/chroot]",
+              help="Join the cluster coordinated by this ZooKeeper (zookeeper.connect): register as "
+                   "broker --broker-id and take part in the controller election. Without it (and "
+                   "without zookeeper.connect) the broker runs alone and needs no ZooKeeper.")
 @click.option("--start-with-offline-partitions", is_flag=True, default=None,
               help="Start even when a partition on disk cannot be opened (start.with.offline.partitions=true): "
                    "the partitions that failed answer KAFKA_STORAGE_ERROR, the others are served, and the "
@@ -106,8 +113,8 @@ class _RichOnFirstRecord(logging.Handler):
               help="Event loop. uvloop (pip install 'pulllog[uvloop]') has no sendfile: Fetch copies segment "
                    "bytes instead; scripts/bench_paper.py --broker-loop measures both.")
 def serve(data_dir: Path | None, listen: str | None, advertised_listener: str | None,
-          config_file: Path | None, overrides: tuple[str, ...], start_with_offline_partitions: bool | None,
-          log_level: str, loop: str) -> None:
+          config_file: Path | None, overrides: tuple[str, ...], broker_id: int | None, zookeeper: str | None,
+          start_with_offline_partitions: bool | None, log_level: str, loop: str) -> None:
     """Run a broker that Kafka clients (kcat, librdkafka, aiokafka, kafka-python) can use."""
     props = {}
     for item in overrides:
@@ -126,8 +133,12 @@ def serve(data_dir: Path | None, listen: str | None, advertised_listener: str | 
             changes["advertised_host"], changes["advertised_port"] = parse_hostport(advertised_listener)
         if start_with_offline_partitions:
             changes["start_with_offline_partitions"] = True
+        if broker_id is not None:
+            changes["node_id"] = broker_id
+        if zookeeper is not None:
+            props["zookeeper.connect"] = zookeeper  # checked as the setting is
         config = BrokerConfig.load(props, config_file=config_file, kafka_defaults=True,
-                                   **changes) if changes else config
+                                   **changes) if changes or zookeeper is not None else config
     except ConfigError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
     _check_host(config.host, "--listen" if listen is not None else "listeners")
@@ -155,6 +166,10 @@ def serve(data_dir: Path | None, listen: str | None, advertised_listener: str | 
         from ..broker.topics import StorageStartError
 
         refused = _first(exc, (StorageStartError, DataDirInUseError))
+        if refused is None and config.zookeeper_connect is not None:
+            from ..cluster.errors import ClusterStartError
+
+            refused = _first(exc, ClusterStartError)
         if refused is not None:
             raise CliError(str(refused)) from None
         os_error = _first(exc, OSError)

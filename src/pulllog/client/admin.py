@@ -50,6 +50,8 @@ from .types import TopicPartition
 
 __all__ = [
     "Admin",
+    "BrokerNode",
+    "ClusterDescription",
     "AlterConfigOp",
     "ConfigEntry",
     "ConfigResource",
@@ -174,6 +176,24 @@ class CreatedTopic:
     topic_id: uuid.UUID | None
     partitions: int  # -1 from brokers older than CreateTopics v5, which do not say
     replication_factor: int
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerNode:
+    """A broker as Metadata lists it."""
+
+    node_id: int
+    host: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterDescription:
+    """The brokers of the cluster and its controller (-1: none elected right now)."""
+
+    cluster_id: str | None
+    controller_id: int
+    brokers: tuple[BrokerNode, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -439,6 +459,13 @@ class Admin:
         for t in resp.responses:
             if t.error_code != ErrorCode.none:
                 raise _topic_error(t.error_code, t.name, getattr(t, "error_message", None), "delete")
+
+    async def describe_cluster(self) -> ClusterDescription:
+        """The live brokers (by id) and the controller, from a Metadata request for no topic."""
+        await self._cluster.refresh(())
+        return ClusterDescription(
+            self._cluster.cluster_id, self._cluster.controller_id,
+            tuple(BrokerNode(node_id, host, port) for node_id, (host, port) in sorted(self._cluster.brokers.items())))
 
     async def list_topics(self, *, include_internal: bool = False) -> list[TopicListing]:
         """Every topic, sorted by name."""

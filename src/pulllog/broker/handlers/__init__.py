@@ -169,6 +169,7 @@ _MODULES = (
     "describe_transactions",
     "list_transactions",
     "describe_producers",
+    "describe_cluster",
 )
 
 
@@ -212,6 +213,7 @@ SERVED: dict[int, tuple[str, int, int]] = {
     ApiKey.DESCRIBE_TRANSACTIONS: ("describe_transactions", 0, 0),
     ApiKey.LIST_TRANSACTIONS: ("list_transactions", 0, 2),
     ApiKey.DESCRIBE_PRODUCERS: ("describe_producers", 0, 0),
+    ApiKey.DESCRIBE_CLUSTER: ("describe_cluster", 0, 2),
 }
 
 

@@ -64,6 +64,7 @@ CONFIG_TYPES: dict[str, int] = {
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": INT,
     "transaction.remove.expired.transaction.cleanup.interval.ms": INT,
     "transaction.partition.verification.enable": BOOLEAN,
+    "zookeeper.connect": STRING, "zookeeper.session.timeout.ms": INT, "zookeeper.connection.timeout.ms": INT,
 }
 
 

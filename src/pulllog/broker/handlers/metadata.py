@@ -1,4 +1,9 @@
-"""Metadata (3): brokers (just this one), topics and their partitions (all led here).
+"""Metadata (3): brokers, the controller, topics and their partitions (all led here).
+
+A single broker lists itself as the one broker and the controller. A cluster member
+(``zookeeper.connect``) lists every broker registered in ZooKeeper and the elected controller
+(-1 between a controller's death and the next election); its topics are still its own, led by
+itself (topic assignments across brokers come with replication).
 
 Unknown topics are created when auto-creation is on (broker ``auto.create.topics.enable``
 and the request's ``allow_auto_topic_creation``), as Kafka does for Metadata requests; not
@@ -92,6 +97,21 @@ def offline_topic_entry(broker: "BrokerApi", topic: OfflineTopic, *,
     }
 
 
+def broker_list(broker: "BrokerApi") -> tuple[list[dict[str, Any]], int]:
+    """(the brokers as Metadata lists them, the controller's id)."""
+    host, port = broker.advertised
+    me = {"node_id": broker.config.node_id, "host": host, "port": port, "rack": None}
+    view = broker.cluster_view
+    if view is None:
+        return [me], broker.config.node_id
+    brokers = [{"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack} for b in view.brokers]
+    if all(b.broker_id != me["node_id"] for b in view.brokers):
+        # Registered but not yet seen by its own watch (or between a lost session and the
+        # next): a client must still find the broker it is talking to.
+        brokers.append(me)
+    return brokers, view.controller_id
+
+
 @handler(ApiKey.METADATA, 0, 12)
 async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     body = ctx.body
@@ -132,12 +152,12 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
             topics.append({"error_code": code, "name": name, "partitions": [], "topic_id": None})
             continue
         topics.append(topic_entry(broker, topic, operations=operations))
-    host, port = broker.advertised
+    brokers, controller_id = broker_list(broker)
     data = {
         "throttle_time": 0,
-        "brokers": [{"node_id": broker.config.node_id, "host": host, "port": port, "rack": None}],
+        "brokers": brokers,
         "cluster_id": broker.topics.cluster_id,
-        "controller_id": broker.config.node_id,
+        "controller_id": controller_id,
         "topics": topics,
         "cluster_authorized_operations": CLUSTER_OPERATIONS if getattr(
             body, "include_cluster_authorized_operations", False) else NOT_REQUESTED,

@@ -1,0 +1,14 @@
+"""Why a cluster member could not start; importable without the ZooKeeper client (the CLI
+reports these in one line)."""
+
+from __future__ import annotations
+
+__all__ = ["BrokerIdInUseError", "ClusterStartError"]
+
+
+class ClusterStartError(Exception):
+    """The broker cannot join the cluster (ZooKeeper unreachable, or its broker.id taken)."""
+
+
+class BrokerIdInUseError(ClusterStartError):
+    """Another live broker is registered under this broker.id."""
