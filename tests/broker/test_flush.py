@@ -165,3 +165,99 @@ def test_a_failed_flush_messages_fsync_answers_storage_error_and_keeps_the_recor
             assert _produce_error(retried) == ErrorCode.none
             assert _recovery_point(broker, "eio") == 2
         assert gate.calls == 2
+
+
+# The broker's own appends: with log.flush.interval.messages=1 every append of the group and
+# transaction coordinators (and every marker) makes a flush due. One partition per internal topic.
+OWN_APPENDS = {"log.flush.interval.messages": "1", "offsets.topic.num.partitions": "1",
+               "transaction.state.log.num.partitions": "1"}
+
+
+def _create(client: WireClient, name: str) -> None:
+    answer = client.call("create_topics", 7, {
+        "topics": [{"name": name, "num_partitions": 1, "replication_factor": 1, "assignments": [], "configs": []}],
+        "timeout": 5000, "validate_only": False})
+    assert answer.topics[0].error_code == ErrorCode.none
+
+
+def _offset_commit(offset: int) -> dict[str, object]:
+    return {"group_id": "g", "generation_id_or_member_epoch": -1, "member_id": "", "group_instance_id": None,
+            "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": offset,
+                                                     "committed_leader_epoch": -1, "committed_metadata": ""}]}]}
+
+
+def _offsets_recovery_point(broker: BrokerThread) -> int:
+    return _recovery_point(broker, "__consumer_offsets")
+
+
+def test_an_offset_commit_is_answered_after_its_fsync_which_runs_off_the_loop(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    gate = FsyncGate("__consumer_offsets-0")
+    monkeypatch.setattr(os, "fsync", gate.fsync)
+    with BrokerThread(tmp_path / "data", properties=OWN_APPENDS) as broker:
+        try:
+            with WireClient(broker.port) as consumer, WireClient(broker.port) as other:
+                _create(other, "t")
+                consumer.send("offset_commit", 8, _offset_commit(7))
+                assert gate.entered.wait(TIMEOUT_S), "the fsync of __consumer_offsets-0 never started"
+                other.call(*API_VERSIONS)  # the loop answers another connection meanwhile
+                other.call(*METADATA)
+                assert not consumer.has_answer()
+                assert _offsets_recovery_point(broker) == 0
+                gate.release.set()
+                _, answer = consumer.receive("offset_commit", 8)
+                assert _offsets_recovery_point(broker) == 1  # on disk before the answer came
+                assert answer.topics[0].partitions[0].error_code == ErrorCode.none
+        finally:
+            gate.release.set()
+
+
+def test_a_failed_offset_commit_fsync_answers_storage_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    gate = FsyncGate("__consumer_offsets-0", failures=1)
+    gate.release.set()
+    monkeypatch.setattr(os, "fsync", gate.fsync)
+    with BrokerThread(tmp_path / "data", properties=OWN_APPENDS) as broker, WireClient(broker.port) as consumer:
+        _create(consumer, "t")
+        failed = consumer.call("offset_commit", 8, _offset_commit(7))
+        assert failed.topics[0].partitions[0].error_code == ErrorCode.kafka_storage_error
+        assert _offsets_recovery_point(broker) == 0
+        retried = consumer.call("offset_commit", 8, _offset_commit(7))
+        assert retried.topics[0].partitions[0].error_code == ErrorCode.none
+        assert _offsets_recovery_point(broker) == 2
+
+
+def test_end_txn_is_answered_after_the_fsync_of_its_state_which_runs_off_the_loop(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    gate = FsyncGate("__transaction_state-0")
+    gate.release.set()  # InitProducerId and AddPartitionsToTxn pass; EndTxn's fsync is held
+    monkeypatch.setattr(os, "fsync", gate.fsync)
+    with BrokerThread(tmp_path / "data", properties=OWN_APPENDS) as broker:
+        try:
+            with WireClient(broker.port) as producer, WireClient(broker.port) as other:
+                _create(other, "t")
+                init = producer.call("init_producer_id", 4, {"transactional_id": "tx", "transaction_timeout": 60_000,
+                                                             "producer_id": -1, "producer_epoch": -1})
+                assert init.error_code == ErrorCode.none
+                ids = {"producer_id": init.producer_id, "producer_epoch": init.producer_epoch}
+                added = producer.call("add_partitions_to_txn", 3, {
+                    "v3_and_below_transactional_id": "tx", "v3_and_below_producer_id": init.producer_id,
+                    "v3_and_below_producer_epoch": init.producer_epoch,
+                    "v3_and_below_topics": [{"name": "t", "partitions": [0]}]})
+                assert added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == 0
+                state_written = _recovery_point(broker, "__transaction_state")
+                gate.release.clear()
+                gate.entered.clear()
+                producer.send("end_txn", 3, {"transactional_id": "tx", **ids, "committed": True})
+                assert gate.entered.wait(TIMEOUT_S), "the fsync of __transaction_state-0 never started"
+                other.call(*API_VERSIONS)  # the loop answers another connection meanwhile
+                other.call(*METADATA)
+                assert not producer.has_answer()
+                assert _recovery_point(broker, "__transaction_state") == state_written
+                gate.release.set()
+                _, answer = producer.receive("end_txn", 3)
+                assert answer.error_code == ErrorCode.none
+                # PrepareCommit and CompleteCommit, and the marker, are on disk before the answer
+                assert _recovery_point(broker, "__transaction_state") == state_written + 2
+                assert _recovery_point(broker, "t") == 1
+        finally:
+            gate.release.set()

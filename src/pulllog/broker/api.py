@@ -220,6 +220,19 @@ class BrokerApi(Protocol):
         (its OSError). See ``pulllog.broker.flusher``."""
         ...
 
+    def defer_flush(self, log: "Log") -> None:
+        """An append of the broker's own (group or transaction coordinator, a transaction
+        marker) made ``flush.messages`` due: start its fsync off the event loop. The request
+        that appended answers only after it: see :meth:`take_flushes`."""
+        ...
+
+    def take_flushes(self) -> "list[tuple[Log, asyncio.Future[FlushResult]]]":
+        """The fsyncs ``defer_flush`` started since the last call (each with its future), for
+        the request that made them: it awaits them before it answers. Call it right after
+        the coordinator call, with no await between (nothing else runs meanwhile, so they are
+        that request's). Empty when no flush was due: then nothing waits."""
+        ...
+
     def next_producer_id(self) -> int: ...
 
     async def wait_for_fetch(self, op: "DelayedOperation", partitions: Iterable[tuple[str, int]]) -> None:

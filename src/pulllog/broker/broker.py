@@ -79,6 +79,12 @@ _SHUTDOWN_GRACE_S = 5.0
 _UNDAMAGED_LINES = 20
 
 
+def _log_flush_error(name: str, outcome: "asyncio.Future[FlushResult] | OSError") -> None:
+    error = outcome if isinstance(outcome, OSError) else None if outcome.cancelled() else outcome.result()
+    if error is not None:
+        log.error("flush of %s failed: %s", name, error)
+
+
 class Broker:
     def __init__(
         self,
@@ -135,6 +141,8 @@ class Broker:
         # pulllog.cluster is imported), and the latest view of the cluster it gave, set on the loop.
         self.membership: "ClusterMembership | None" = None
         self.cluster_view: "ClusterView | None" = None
+        # flush.messages fsyncs of the coordinators' and markers' appends, for their request (take_flushes)
+        self._deferred_flushes: list[tuple[Log, asyncio.Future[FlushResult]]] = []
 
     # ------------------------------------------------------------------ addresses
 
@@ -164,6 +172,7 @@ class Broker:
                 offsets_partitions=self.config.offsets_topic_num_partitions,
                 initial_rebalance_delay_ms=self.config.group_initial_rebalance_delay_ms,
                 offsets_retention_ms=self.config.offsets_retention_ms,
+                flush_due=self.defer_flush,
             )
         return self._groups
 
@@ -423,6 +432,24 @@ class Broker:
     def flush_logs(self, logs: Sequence[Log]) -> "list[asyncio.Future[FlushResult]]":
         return self.flusher.flush(logs)
 
+    def defer_flush(self, log: Log) -> None:
+        if self._task_group is None:  # starting (a transaction completed at load): no request waits
+            try:
+                log.flush()
+            except OSError as exc:
+                _log_flush_error(log.directory.name, exc)
+            return
+        # A request that does not wait (JoinGroup's group metadata, housekeeping) leaves its
+        # futures here: drop those done, so the list holds only fsyncs still under way.
+        self._deferred_flushes = [(lg, f) for lg, f in self._deferred_flushes if not f.done()]
+        future = self.flusher.flush([log])[0]
+        future.add_done_callback(lambda f, name=log.directory.name: _log_flush_error(name, f))
+        self._deferred_flushes.append((log, future))
+
+    def take_flushes(self) -> "list[tuple[Log, asyncio.Future[FlushResult]]]":
+        taken, self._deferred_flushes = self._deferred_flushes, []
+        return taken
+
     @property
     def transactions(self) -> "TransactionCoordinator":
         """The transaction coordinator, created on first use: txn/ is not imported by a broker
@@ -441,6 +468,7 @@ class Broker:
                 state_segment_bytes=cfg.transaction_state_log_segment_bytes,
                 max_timeout_ms=cfg.transaction_max_timeout_ms,
                 id_expiration_ms=cfg.transactional_id_expiration_ms,
+                flush_due=self.defer_flush,
             )
         return self._transactions
 

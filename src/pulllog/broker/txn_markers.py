@@ -16,6 +16,10 @@ Rules:
   the producer's, TRANSACTION_COORDINATOR_FENCED for the coordinator's.
 * Writing a marker moves the partition's last stable offset: fetches waiting on the partition
   are woken, as after an append.
+* A marker that makes the partition's ``flush.messages`` due is not fsynced here (the event
+  loop never waits for the disk): the log goes to ``BrokerApi.defer_flush``, and the request
+  that wrote it (EndTxn, WriteTxnMarkers) answers once that fsync is done
+  (``BrokerApi.take_flushes``).
 """
 
 from __future__ import annotations
@@ -59,7 +63,7 @@ def _write_one(broker: "BrokerApi", topic: str, index: int, producer_id: int, pr
     if isinstance(partition_log, PartitionError):
         return ErrorCode(partition_log.code)
     try:
-        partition_log.write_txn_marker(producer_id, producer_epoch, commit, coordinator_epoch)
+        partition_log.write_txn_marker(producer_id, producer_epoch, commit, coordinator_epoch, defer_flush=True)
     except TransactionCoordinatorFencedError as exc:
         log.warning("marker for producer %d on %s-%d refused: %s", producer_id, topic, index, exc)
         return ErrorCode.transaction_coordinator_fenced
@@ -70,4 +74,6 @@ def _write_one(broker: "BrokerApi", topic: str, index: int, producer_id: int, pr
         log.error("marker for producer %d on %s-%d failed: %s", producer_id, topic, index, exc)
         return ErrorCode.kafka_storage_error
     broker.on_append(topic, index)
+    if partition_log.flush_messages_due:
+        broker.defer_flush(partition_log)
     return ErrorCode.none

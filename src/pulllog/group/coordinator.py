@@ -31,7 +31,13 @@ results list partitions, members and groups in the request's order. Never the li
 Timeouts (the join deadline, each member's session) are delayed operations in the
 purgatory's timing wheel. Offsets are appended to ``__consumer_offsets`` (compacted,
 partition chosen by the group id's hash) and acknowledged once appended; they are cached in
-memory and replayed from the topic on startup.
+memory and replayed from the topic on startup. ``flush.messages`` (or the broker's
+``log.flush.interval.messages``): in a broker, an append that makes the flush due does not
+fsync here (the event loop never waits for the disk); the log goes to ``flush_due`` and the
+handler of the request answers once the broker's worker thread has fsynced it: OffsetCommit,
+TxnOffsetCommit, OffsetDelete and DeleteGroups (a failed fsync answers as a failed append).
+Group metadata written by a rebalance is not waited for: as before, its write is best effort
+(a failure is logged), so JoinGroup and SyncGroup answer without waiting for the disk.
 
 Offsets in transactions (KIP-98, TxnOffsetCommit): a transactional producer's offsets are
 appended as a *transactional* batch carrying its producer id and epoch, and kept *pending*
@@ -61,7 +67,7 @@ from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from ..log import Log
+from ..log import AppendInfo, Log
 from ..log.log import wall_clock_ms
 from ..log.producer_state import InvalidProducerEpochError, increment_sequence
 from ..net.consumer_protocol import decode_subscription
@@ -654,9 +660,14 @@ class GroupCoordinator:
         initial_rebalance_delay_ms: int = 0,
         offsets_retention_ms: int = 7 * 24 * 3600 * 1000,
         clock: Callable[[], int] = wall_clock_ms,
+        flush_due: Callable[[Log], None] | None = None,
     ) -> None:
         self.topics = topics
         self.purgatory = purgatory
+        self.flush_due = flush_due
+        """Given, an append that makes ``flush.messages`` due does not fsync: the log goes to
+        this callable (the broker fsyncs it off the event loop and the request answers after).
+        None: the append fsyncs inline, as ``Log.append`` does."""
         self.offsets_partitions = offsets_partitions
         self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
         self.offsets_retention_ms = offsets_retention_ms
@@ -683,7 +694,16 @@ class GroupCoordinator:
     def _append(self, group_id: str, pairs: Sequence[tuple[bytes, bytes | None]]) -> int:
         """Append one batch of records; returns the offset of the first."""
         now = self.clock()
-        return self._offsets_log(group_id).append(build_batch([(k, v, now) for k, v in pairs])).first_offset
+        return self._append_batch(self._offsets_log(group_id), build_batch([(k, v, now) for k, v in pairs])).first_offset
+
+    def _append_batch(self, plog: Log, batch: bytes) -> AppendInfo:
+        """Append; with a ``flush_due``, a flush the append makes due goes to it (no fsync here)."""
+        if self.flush_due is None:
+            return plog.append(batch)
+        info = plog.append(batch, defer_flush=True)
+        if plog.flush_messages_due:
+            self.flush_due(plog)
+        return info
 
     def _append_transactional(self, group_id: str, producer_id: int, producer_epoch: int,
                               pairs: list[tuple[bytes, bytes]]) -> int:
@@ -696,7 +716,7 @@ class GroupCoordinator:
                             producer_epoch=producer_epoch,
                             base_sequence=_next_sequence(plog, producer_id, producer_epoch),
                             transactional=True)
-        info = plog.append(batch)
+        info = self._append_batch(plog, batch)
         if info.duplicate:  # cannot happen with the sequence above: never answer a commit not written
             raise InvalidRecordError(f"producer {producer_id}'s offsets batch was taken for a retry")
         return info.first_offset
@@ -1107,7 +1127,8 @@ class GroupCoordinator:
     # ------------------------------------------------------------------ offsets
 
     def commit_offsets(self, request: OffsetCommitRequest) -> OffsetCommitResult:
-        """Append the offsets to ``__consumer_offsets``: durable when this returns.
+        """Append the offsets to ``__consumer_offsets``: durable when this returns, or (with a
+        ``flush_due``) once the broker's flush of the log is done.
         Answers one code per partition, in the request's order."""
         codes = self._commit_offsets(request)
         return OffsetCommitResult(tuple(PartitionResult(o.topic, o.partition, codes[(o.topic, o.partition)])

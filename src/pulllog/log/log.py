@@ -621,16 +621,18 @@ class Log:
         )
 
     def write_txn_marker(
-        self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, now_ms: int | None = None
+        self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, now_ms: int | None = None,
+        *, defer_flush: bool = False,
     ) -> int:
         """Append a COMMIT (``commit``) or ABORT marker for the producer's transaction and
         return its offset. It ends the producer's open transaction, moving the LSO; an
         abort is indexed in the active segment's ``.txnindex``. Raises
         ``InvalidProducerEpochError`` for an epoch older than the producer's, and its
         subclass ``TransactionCoordinatorFencedError`` for a coordinator epoch older than
-        the last marker's; nothing is written then."""
+        the last marker's; nothing is written then. ``defer_flush`` as for ``append``."""
         now = self.clock() if now_ms is None else now_ms
-        return self.append(build_control_batch(producer_id, producer_epoch, commit, coordinator_epoch, now)).first_offset
+        return self.append(build_control_batch(producer_id, producer_epoch, commit, coordinator_epoch, now),
+                           defer_flush=defer_flush).first_offset
 
     @property
     def last_stable_offset(self) -> int:

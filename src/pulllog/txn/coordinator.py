@@ -25,7 +25,12 @@ The states and what each request does in each of them are one table: txn/state.p
 call one method per API with frozen request dataclasses and get frozen results; the live
 :class:`TransactionMetadata` records are the coordinator's alone. Everything runs on the
 broker's event loop and nothing here awaits: a request's state change, its log append and its
-markers happen in one step, so no other request sees a transition half done.
+markers happen in one step, so no other request sees a transition half done. When an append
+makes ``flush.messages`` due, its fsync is not done here either: the log goes to
+``flush_due`` (the broker's, which fsyncs it on a worker thread) and the request's handler
+answers once it is done, NOT_COORDINATOR if it failed (as a failed append). The state change
+is in memory already then, as the records are in the log (counted as unflushed, so the next
+flush retries them).
 """
 
 from __future__ import annotations
@@ -244,9 +249,14 @@ class TransactionCoordinator:
         max_timeout_ms: int = DEFAULT_MAX_TIMEOUT_MS,
         id_expiration_ms: int = DEFAULT_ID_EXPIRATION_MS,
         clock: Callable[[], int] = wall_clock_ms,
+        flush_due: Callable[[Log], None] | None = None,
     ) -> None:
         self.topics = topics
         self.markers = markers
+        self.flush_due = flush_due
+        """Given, a state append that makes ``flush.messages`` due does not fsync: the log goes
+        to this callable (the broker fsyncs it off the event loop and the request answers
+        after). None: the append fsyncs inline, as ``Log.append`` does."""
         self.next_producer_id = next_producer_id
         self.state_partitions = state_partitions
         self.state_segment_bytes = state_segment_bytes
@@ -277,8 +287,14 @@ class TransactionCoordinator:
         """Append one state (or a tombstone); _Refused(NOT_COORDINATOR) when the log refuses,
         as Kafka answers a failed append, so the client retries."""
         try:
-            self._state_log(transactional_id).append(
-                build_batch([(rec.encode_key(transactional_id), value, self.clock())]))
+            plog = self._state_log(transactional_id)
+            batch = build_batch([(rec.encode_key(transactional_id), value, self.clock())])
+            if self.flush_due is None:
+                plog.append(batch)
+            else:
+                plog.append(batch, defer_flush=True)
+                if plog.flush_messages_due:
+                    self.flush_due(plog)
         except OSError as exc:
             log.error("cannot append to %s for transactional id %r: %s", rec.TRANSACTION_STATE_TOPIC,
                       transactional_id, exc)

@@ -47,11 +47,12 @@ if TYPE_CHECKING:
 
     from kio.static.protocol import ResponsePayload
 
+    from ...log import Log
     from ...net.fetch import Chunk
     from ...net.protocol import Request
     from ..api import BrokerApi
 
-__all__ = ["SERVED", "Deferred", "Encoder", "Handler", "HandlerTable", "RequestContext", "encode_kio", "handler",
+__all__ = ["SERVED", "Deferred", "coordinator_flushes", "Encoder", "Handler", "HandlerTable", "RequestContext", "encode_kio", "handler",
            "registry"]
 
 
@@ -70,6 +71,20 @@ class RequestContext(NamedTuple):
     @property
     def body(self) -> Any:
         return self.request.body
+
+
+async def coordinator_flushes(broker: "BrokerApi") -> "dict[Log, OSError]":
+    """Wait for the ``flush.messages`` fsyncs that the coordinator call just made (its
+    appends to ``__consumer_offsets`` or ``__transaction_state``, transaction markers) and
+    return those that failed, by log. Call it right after that call, with no await between
+    (``BrokerApi.take_flushes``). With no flush due it returns at once, with no task switch:
+    an append without a due flush is answered as before."""
+    failed: dict[Log, OSError] = {}
+    for partition_log, future in broker.take_flushes():
+        error = await future
+        if error is not None:
+            failed[partition_log] = error
+    return failed
 
 
 class Deferred:

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kio.schema.errors import ErrorCode
+
 from ...group.coordinator import OFFSETS_TOPIC
 from ...group.records import partition_for
 from ...net.apis import ApiKey
 from ...net.build import build, response_class
-from . import RequestContext, handler
+from . import RequestContext, coordinator_flushes, handler
 from .txn_errors import for_version
 
 if TYPE_CHECKING:
@@ -30,5 +32,8 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     offsets_partition = (OFFSETS_TOPIC, partition_for(body.group_id, partitions))
     codes = broker.transactions.add_partitions(AddPartitionsRequest(
         body.transactional_id, int(body.producer_id), int(body.producer_epoch), (offsets_partition,)))
-    code = for_version(codes[offsets_partition], ctx.version)
+    error = codes[offsets_partition]
+    if await coordinator_flushes(broker) and error == ErrorCode.none:  # flush.messages: after the fsync
+        error = ErrorCode.not_coordinator
+    code = for_version(error, ctx.version)
     return build(response_class(ApiKey.ADD_OFFSETS_TO_TXN, ctx.version), {"throttle_time": 0, "error_code": code})

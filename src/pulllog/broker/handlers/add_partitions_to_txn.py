@@ -18,7 +18,7 @@ from kio.schema.errors import ErrorCode
 from ...net.apis import ApiKey
 from ...net.build import build, response_class
 from ..topics import PartitionError
-from . import RequestContext, handler
+from . import RequestContext, coordinator_flushes, handler
 from .txn_errors import for_version
 
 if TYPE_CHECKING:
@@ -52,17 +52,26 @@ def _add(broker: "BrokerApi", transactional_id: str, producer_id: int, producer_
         AddPartitionsRequest(transactional_id, producer_id, producer_epoch, partitions, verify_only))
 
 
+async def _flushed(broker: "BrokerApi", codes: dict[TopicPartition, ErrorCode]) -> dict[TopicPartition, ErrorCode]:
+    """``codes`` once the state append's fsync is done (flush.messages); NOT_COORDINATOR for
+    the added partitions if it failed, as for a failed append."""
+    if await coordinator_flushes(broker):
+        return {tp: ErrorCode.not_coordinator if code == ErrorCode.none else code for tp, code in codes.items()}
+    return codes
+
+
 @handler(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 5)
 async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     body = ctx.body
     cls = response_class(ApiKey.ADD_PARTITIONS_TO_TXN, ctx.version)
     if ctx.version <= 3:
-        codes = _add(broker, body.v3_and_below_transactional_id, int(body.v3_and_below_producer_id),
-                     int(body.v3_and_below_producer_epoch), _partitions(body.v3_and_below_topics), False)
+        codes = await _flushed(broker, _add(broker, body.v3_and_below_transactional_id,
+                                            int(body.v3_and_below_producer_id), int(body.v3_and_below_producer_epoch),
+                                            _partitions(body.v3_and_below_topics), False))
         return build(cls, {"throttle_time": 0, "results_by_topic_v3_and_below": _topic_results(codes, ctx.version)})
     results = []
     for txn in body.transactions:
-        codes = _add(broker, txn.transactional_id, int(txn.producer_id), int(txn.producer_epoch),
-                     _partitions(txn.topics), bool(txn.verify_only))
+        codes = await _flushed(broker, _add(broker, txn.transactional_id, int(txn.producer_id),
+                                            int(txn.producer_epoch), _partitions(txn.topics), bool(txn.verify_only)))
         results.append({"transactional_id": txn.transactional_id, "topic_results": _topic_results(codes, ctx.version)})
     return build(cls, {"throttle_time": 0, "error_code": 0, "results_by_transaction": results})

@@ -16,9 +16,11 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING, Any
 
+from kio.schema.errors import ErrorCode
+
 from ...net.apis import ApiKey
 from ...net.build import build, response_class
-from . import RequestContext, handler
+from . import RequestContext, coordinator_flushes, handler
 from .txn_errors import for_version
 
 if TYPE_CHECKING:
@@ -38,7 +40,10 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
         timeout_ms = body.transaction_timeout // datetime.timedelta(milliseconds=1)
         result = broker.transactions.init_producer_id(
             InitProducerIdRequest(body.transactional_id, timeout_ms, existing, existing_epoch))
-        data = {"throttle_time": 0, "error_code": for_version(result.error, ctx.version, fenced_since=4),
+        error = result.error
+        if await coordinator_flushes(broker) and error == ErrorCode.none:  # flush.messages: after the fsync
+            error = ErrorCode.not_coordinator
+        data = {"throttle_time": 0, "error_code": for_version(error, ctx.version, fenced_since=4),
                 "producer_id": result.producer_id, "producer_epoch": result.producer_epoch}
         return build(response_class(ApiKey.INIT_PRODUCER_ID, ctx.version), data)
     if existing >= 0 and existing_epoch < _MAX_EPOCH - 1:

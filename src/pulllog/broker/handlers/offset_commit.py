@@ -1,5 +1,8 @@
 """OffsetCommit (8): appended to __consumer_offsets before the answer (durable when acked).
 
+When the append makes ``flush.messages`` due, the answer waits for its fsync, done off the
+event loop; a failed fsync answers KAFKA_STORAGE_ERROR, as a failed append does.
+
 A partition that does not exist is answered UNKNOWN_TOPIC_OR_PARTITION and not committed,
 as Kafka does, whatever the group's state.
 """
@@ -13,7 +16,7 @@ from kio.schema.errors import ErrorCode
 from ...net.apis import ApiKey
 from ...net.build import build, response_class
 from ..topics import PartitionError
-from . import RequestContext, handler
+from . import RequestContext, coordinator_flushes, handler
 
 if TYPE_CHECKING:
     from ..api import BrokerApi
@@ -39,6 +42,9 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
         committed = broker.groups.commit_offsets(OffsetCommitRequest(
             b.group_id, generation, b.member_id, getattr(b, "group_instance_id", None), tuple(offsets)))
         results.update({(r.topic, r.partition): r.error for r in committed.partitions})
+        if await coordinator_flushes(broker):  # flush.messages: answered once on disk, as Kafka
+            results.update({(r.topic, r.partition): ErrorCode.kafka_storage_error
+                            for r in committed.partitions if r.error == ErrorCode.none})
     topics: dict[str, list[dict[str, Any]]] = {}
     for t in b.topics:
         topics[t.name] = [{"partition_index": p.partition_index, "error_code": results[(t.name, p.partition_index)]}

@@ -8,7 +8,7 @@ from kio.schema.errors import ErrorCode
 
 from ...net.apis import ApiKey
 from ...net.build import build, response_class
-from . import RequestContext, handler
+from . import RequestContext, coordinator_flushes, handler
 
 if TYPE_CHECKING:
     from ..api import BrokerApi
@@ -25,6 +25,8 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
         return build(response_class(ApiKey.OFFSET_DELETE, ctx.version),
                      {"error_code": result.error, "throttle_time": 0, "topics": []})
     codes = {(r.topic, r.partition): r.error for r in result.partitions}
+    if await coordinator_flushes(broker):  # flush.messages: answered once the tombstones are on disk
+        codes = {tp: ErrorCode.kafka_storage_error if code == ErrorCode.none else code for tp, code in codes.items()}
     topics = [{"name": t.name, "partitions": [
         {"partition_index": p.partition_index, "error_code": codes[(t.name, p.partition_index)]}
         for p in t.partitions]} for t in b.topics]

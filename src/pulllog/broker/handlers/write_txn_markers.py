@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kio.schema.errors import ErrorCode
+
 from ...net.apis import ApiKey
 from ...net.build import build, response_class
 from ..txn_markers import write_txn_markers
-from . import RequestContext, handler
+from . import RequestContext, coordinator_flushes, handler
 
 if TYPE_CHECKING:
     from ..api import BrokerApi
@@ -25,6 +27,10 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
         partitions = [(t.name, int(p)) for t in marker.topics for p in t.partition_indexes]
         codes = write_txn_markers(broker, int(marker.producer_id), int(marker.producer_epoch),
                                   bool(marker.transaction_result), int(marker.coordinator_epoch), partitions)
+        failed = await coordinator_flushes(broker)  # flush.messages: answered once the markers are on disk
+        if failed:
+            codes = {tp: ErrorCode.kafka_storage_error if code == ErrorCode.none and broker.partition(*tp) in failed
+                     else code for tp, code in codes.items()}
         topics: dict[str, list[dict[str, Any]]] = {}
         for (topic, index), code in codes.items():
             topics.setdefault(topic, []).append({"partition_index": index, "error_code": code})
