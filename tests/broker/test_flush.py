@@ -261,3 +261,17 @@ def test_end_txn_is_answered_after_the_fsync_of_its_state_which_runs_off_the_loo
                 assert _recovery_point(broker, "t") == 1
         finally:
             gate.release.set()
+
+
+def test_a_failed_transaction_state_fsync_answers_not_coordinator(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    gate = FsyncGate("__transaction_state-0", failures=1)
+    gate.release.set()
+    monkeypatch.setattr(os, "fsync", gate.fsync)
+    request = {"transactional_id": "tx", "transaction_timeout": 60_000, "producer_id": -1, "producer_epoch": -1}
+    with BrokerThread(tmp_path / "data", properties=OWN_APPENDS) as broker, WireClient(broker.port) as producer:
+        # As a failed append: the client looks the coordinator up again and retries.
+        assert producer.call("init_producer_id", 4, request).error_code == ErrorCode.not_coordinator
+        assert _recovery_point(broker, "__transaction_state") == 0
+        assert producer.call("init_producer_id", 4, request).error_code == ErrorCode.none
+        assert _recovery_point(broker, "__transaction_state") == 2
