@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -222,15 +223,16 @@ class BrokerApi(Protocol):
 
     def defer_flush(self, log: "Log") -> None:
         """An append of the broker's own (group or transaction coordinator, a transaction
-        marker) made ``flush.messages`` due: start its fsync off the event loop. The request
-        that appended answers only after it: see :meth:`take_flushes`."""
+        marker) made ``flush.messages`` due: start its fsync off the event loop. A request
+        that appended inside :meth:`collect_flushes` answers only after it; elsewhere
+        (rebalances, housekeeping) nothing waits and a failure is logged."""
         ...
 
-    def take_flushes(self) -> "list[tuple[Log, asyncio.Future[FlushResult]]]":
-        """The fsyncs ``defer_flush`` started since the last call (each with its future), for
-        the request that made them: it awaits them before it answers. Call it right after
-        the coordinator call, with no await between (nothing else runs meanwhile, so they are
-        that request's). Empty when no flush was due: then nothing waits."""
+    def collect_flushes(self) -> "AbstractContextManager[list[tuple[Log, asyncio.Future[FlushResult]]]]":
+        """``with broker.collect_flushes() as flushes: <coordinator call>``: the fsyncs that
+        call made due, each with its future, for the request to await before it answers.
+        The call inside does not await, so nothing else's fsyncs get in. Empty when no flush
+        was due: then nothing waits."""
         ...
 
     def next_producer_id(self) -> int: ...

@@ -35,11 +35,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
@@ -141,8 +142,8 @@ class Broker:
         # pulllog.cluster is imported), and the latest view of the cluster it gave, set on the loop.
         self.membership: "ClusterMembership | None" = None
         self.cluster_view: "ClusterView | None" = None
-        # flush.messages fsyncs of the coordinators' and markers' appends, for their request (take_flushes)
-        self._deferred_flushes: list[tuple[Log, asyncio.Future[FlushResult]]] = []
+        # flush.messages fsyncs of the coordinators' and markers' appends, for their request (collect_flushes)
+        self._flush_collector: list[tuple[Log, asyncio.Future[FlushResult]]] | None = None
 
     # ------------------------------------------------------------------ addresses
 
@@ -439,16 +440,19 @@ class Broker:
             except OSError as exc:
                 _log_flush_error(log.directory.name, exc)
             return
-        # A request that does not wait (JoinGroup's group metadata, housekeeping) leaves its
-        # futures here: drop those done, so the list holds only fsyncs still under way.
-        self._deferred_flushes = [(lg, f) for lg, f in self._deferred_flushes if not f.done()]
         future = self.flusher.flush([log])[0]
-        future.add_done_callback(lambda f, name=log.directory.name: _log_flush_error(name, f))
-        self._deferred_flushes.append((log, future))
+        future.add_done_callback(functools.partial(_log_flush_error, log.directory.name))
+        if self._flush_collector is not None:
+            self._flush_collector.append((log, future))
 
-    def take_flushes(self) -> "list[tuple[Log, asyncio.Future[FlushResult]]]":
-        taken, self._deferred_flushes = self._deferred_flushes, []
-        return taken
+    @contextlib.contextmanager
+    def collect_flushes(self) -> "Iterator[list[tuple[Log, asyncio.Future[FlushResult]]]]":
+        collected: list[tuple[Log, asyncio.Future[FlushResult]]] = []
+        outer, self._flush_collector = self._flush_collector, collected
+        try:
+            yield collected
+        finally:
+            self._flush_collector = outer
 
     @property
     def transactions(self) -> "TransactionCoordinator":

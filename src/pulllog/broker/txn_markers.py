@@ -19,7 +19,7 @@ Rules:
 * A marker that makes the partition's ``flush.messages`` due is not fsynced here (the event
   loop never waits for the disk): the log goes to ``BrokerApi.defer_flush``, and the request
   that wrote it (EndTxn, WriteTxnMarkers) answers once that fsync is done
-  (``BrokerApi.take_flushes``).
+  (``BrokerApi.collect_flushes``).
 """
 
 from __future__ import annotations

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from ...net.fetch import Chunk
     from ...net.protocol import Request
     from ..api import BrokerApi
+    from ..flusher import FlushResult
 
 __all__ = ["SERVED", "Deferred", "coordinator_flushes", "Encoder", "Handler", "HandlerTable", "RequestContext", "encode_kio", "handler",
            "registry"]
@@ -73,14 +74,15 @@ class RequestContext(NamedTuple):
         return self.request.body
 
 
-async def coordinator_flushes(broker: "BrokerApi") -> "dict[Log, OSError]":
-    """Wait for the ``flush.messages`` fsyncs that the coordinator call just made (its
-    appends to ``__consumer_offsets`` or ``__transaction_state``, transaction markers) and
-    return those that failed, by log. Call it right after that call, with no await between
-    (``BrokerApi.take_flushes``). With no flush due it returns at once, with no task switch:
-    an append without a due flush is answered as before."""
+async def coordinator_flushes(
+        flushes: "list[tuple[Log, asyncio.Future[FlushResult]]]") -> "dict[Log, OSError]":
+    """Wait for the ``flush.messages`` fsyncs a coordinator call made (``with
+    broker.collect_flushes() as flushes``: its appends to ``__consumer_offsets`` or
+    ``__transaction_state``, transaction markers) and return those that failed, by log. With
+    none it returns at once, with no task switch: an append without a due flush is answered
+    as before."""
     failed: dict[Log, OSError] = {}
-    for partition_log, future in broker.take_flushes():
+    for partition_log, future in flushes:
         error = await future
         if error is not None:
             failed[partition_log] = error

@@ -30,10 +30,11 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     existing = broker.topics.find(OFFSETS_TOPIC)
     partitions = len(existing.partitions) if existing is not None else broker.config.offsets_topic_num_partitions
     offsets_partition = (OFFSETS_TOPIC, partition_for(body.group_id, partitions))
-    codes = broker.transactions.add_partitions(AddPartitionsRequest(
-        body.transactional_id, int(body.producer_id), int(body.producer_epoch), (offsets_partition,)))
+    with broker.collect_flushes() as flushes:
+        codes = broker.transactions.add_partitions(AddPartitionsRequest(
+            body.transactional_id, int(body.producer_id), int(body.producer_epoch), (offsets_partition,)))
     error = codes[offsets_partition]
-    if await coordinator_flushes(broker) and error == ErrorCode.none:  # flush.messages: after the fsync
+    if await coordinator_flushes(flushes) and error == ErrorCode.none:  # flush.messages: after the fsync
         error = ErrorCode.not_coordinator
     code = for_version(error, ctx.version)
     return build(response_class(ApiKey.ADD_OFFSETS_TO_TXN, ctx.version), {"throttle_time": 0, "error_code": code})

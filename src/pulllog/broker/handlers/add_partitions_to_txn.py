@@ -52,10 +52,13 @@ def _add(broker: "BrokerApi", transactional_id: str, producer_id: int, producer_
         AddPartitionsRequest(transactional_id, producer_id, producer_epoch, partitions, verify_only))
 
 
-async def _flushed(broker: "BrokerApi", codes: dict[TopicPartition, ErrorCode]) -> dict[TopicPartition, ErrorCode]:
-    """``codes`` once the state append's fsync is done (flush.messages); NOT_COORDINATOR for
-    the added partitions if it failed, as for a failed append."""
-    if await coordinator_flushes(broker):
+async def _add_flushed(broker: "BrokerApi", transactional_id: str, producer_id: int, producer_epoch: int,
+                      partitions: tuple[TopicPartition, ...], verify_only: bool) -> dict[TopicPartition, ErrorCode]:
+    """``_add``'s codes once the state append's fsync is done (flush.messages); NOT_COORDINATOR
+    for the added partitions if it failed, as for a failed append."""
+    with broker.collect_flushes() as flushes:
+        codes = _add(broker, transactional_id, producer_id, producer_epoch, partitions, verify_only)
+    if await coordinator_flushes(flushes):
         return {tp: ErrorCode.not_coordinator if code == ErrorCode.none else code for tp, code in codes.items()}
     return codes
 
@@ -65,13 +68,12 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     body = ctx.body
     cls = response_class(ApiKey.ADD_PARTITIONS_TO_TXN, ctx.version)
     if ctx.version <= 3:
-        codes = await _flushed(broker, _add(broker, body.v3_and_below_transactional_id,
-                                            int(body.v3_and_below_producer_id), int(body.v3_and_below_producer_epoch),
-                                            _partitions(body.v3_and_below_topics), False))
+        codes = await _add_flushed(broker, body.v3_and_below_transactional_id, int(body.v3_and_below_producer_id),
+                                   int(body.v3_and_below_producer_epoch), _partitions(body.v3_and_below_topics), False)
         return build(cls, {"throttle_time": 0, "results_by_topic_v3_and_below": _topic_results(codes, ctx.version)})
     results = []
     for txn in body.transactions:
-        codes = await _flushed(broker, _add(broker, txn.transactional_id, int(txn.producer_id),
-                                            int(txn.producer_epoch), _partitions(txn.topics), bool(txn.verify_only)))
+        codes = await _add_flushed(broker, txn.transactional_id, int(txn.producer_id), int(txn.producer_epoch),
+                                   _partitions(txn.topics), bool(txn.verify_only))
         results.append({"transactional_id": txn.transactional_id, "topic_results": _topic_results(codes, ctx.version)})
     return build(cls, {"throttle_time": 0, "error_code": 0, "results_by_transaction": results})

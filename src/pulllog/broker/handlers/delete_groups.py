@@ -22,8 +22,9 @@ if TYPE_CHECKING:
 @handler(ApiKey.DELETE_GROUPS, 0, 2)
 async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     from ...group.coordinator import DeleteGroupsRequest  # on first use (see Broker.groups)
-    result = broker.groups.delete_groups(DeleteGroupsRequest(tuple(ctx.body.groups_names)))
-    failed = await coordinator_flushes(broker)  # flush.messages: answered once the tombstones are on disk
+    with broker.collect_flushes() as flushes:
+        result = broker.groups.delete_groups(DeleteGroupsRequest(tuple(ctx.body.groups_names)))
+    failed = await coordinator_flushes(flushes)  # flush.messages: answered once the tombstones are on disk
     results = [{"group_id": g.group_id,
                 "error_code": ErrorCode.kafka_storage_error if failed and g.error == ErrorCode.none
                 and _offsets_log(broker, g.group_id) in failed else g.error} for g in result.groups]

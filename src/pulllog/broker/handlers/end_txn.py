@@ -29,9 +29,10 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     from ...txn.coordinator import EndTxnRequest
 
     body = ctx.body
-    code = broker.transactions.end_txn(EndTxnRequest(body.transactional_id, int(body.producer_id),
-                                                     int(body.producer_epoch), bool(body.committed)))
-    if await coordinator_flushes(broker) and code == ErrorCode.none:
+    with broker.collect_flushes() as flushes:
+        code = broker.transactions.end_txn(EndTxnRequest(body.transactional_id, int(body.producer_id),
+                                                         int(body.producer_epoch), bool(body.committed)))
+    if await coordinator_flushes(flushes) and code == ErrorCode.none:
         # flush.messages: the state and markers are fsynced before the answer; a failed fsync
         # answers as a failed append (the client retries; the next flush retries the records)
         code = ErrorCode.not_coordinator

@@ -38,10 +38,11 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
         from ...txn.coordinator import InitProducerIdRequest
 
         timeout_ms = body.transaction_timeout // datetime.timedelta(milliseconds=1)
-        result = broker.transactions.init_producer_id(
-            InitProducerIdRequest(body.transactional_id, timeout_ms, existing, existing_epoch))
+        with broker.collect_flushes() as flushes:
+            result = broker.transactions.init_producer_id(
+                InitProducerIdRequest(body.transactional_id, timeout_ms, existing, existing_epoch))
         error = result.error
-        if await coordinator_flushes(broker) and error == ErrorCode.none:  # flush.messages: after the fsync
+        if await coordinator_flushes(flushes) and error == ErrorCode.none:  # flush.messages: after the fsync
             error = ErrorCode.not_coordinator
         data = {"throttle_time": 0, "error_code": for_version(error, ctx.version, fenced_since=4),
                 "producer_id": result.producer_id, "producer_epoch": result.producer_epoch}

@@ -39,10 +39,11 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
             offsets.append(OffsetCommit(t.name, p.partition_index, p.committed_offset,
                                         int(getattr(p, "committed_leader_epoch", -1)), p.committed_metadata))
     if offsets:
-        committed = broker.groups.commit_offsets(OffsetCommitRequest(
-            b.group_id, generation, b.member_id, getattr(b, "group_instance_id", None), tuple(offsets)))
+        with broker.collect_flushes() as flushes:
+            committed = broker.groups.commit_offsets(OffsetCommitRequest(
+                b.group_id, generation, b.member_id, getattr(b, "group_instance_id", None), tuple(offsets)))
         results.update({(r.topic, r.partition): r.error for r in committed.partitions})
-        if await coordinator_flushes(broker):  # flush.messages: answered once on disk, as Kafka
+        if await coordinator_flushes(flushes):  # flush.messages: answered once on disk, as Kafka
             results.update({(r.topic, r.partition): ErrorCode.kafka_storage_error
                             for r in committed.partitions if r.error == ErrorCode.none})
     topics: dict[str, list[dict[str, Any]]] = {}

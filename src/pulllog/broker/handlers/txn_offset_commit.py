@@ -54,12 +54,13 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     if offsets and (refused := _unverified(broker, b, ctx.version)) is not ErrorCode.none:
         results.update({(o.topic, o.partition): refused for o in offsets})
     elif offsets:
-        committed = broker.groups.txn_offset_commit(TxnOffsetCommitRequest(
-            b.transactional_id, b.group_id, b.producer_id, b.producer_epoch,
-            int(getattr(b, "generation_id", -1)), getattr(b, "member_id", ""),
-            getattr(b, "group_instance_id", None), tuple(offsets)))
+        with broker.collect_flushes() as flushes:
+            committed = broker.groups.txn_offset_commit(TxnOffsetCommitRequest(
+                b.transactional_id, b.group_id, b.producer_id, b.producer_epoch,
+                int(getattr(b, "generation_id", -1)), getattr(b, "member_id", ""),
+                getattr(b, "group_instance_id", None), tuple(offsets)))
         results.update({(r.topic, r.partition): r.error for r in committed.partitions})
-        if await coordinator_flushes(broker):
+        if await coordinator_flushes(flushes):
             # flush.messages: answered once on disk; a failed fsync as a failed append
             # (Kafka's coordinator answers NOT_COORDINATOR for a storage error: look it up again)
             results.update({(r.topic, r.partition): ErrorCode.not_coordinator

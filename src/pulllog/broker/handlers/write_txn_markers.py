@@ -25,9 +25,10 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     markers = []
     for marker in ctx.body.markers:
         partitions = [(t.name, int(p)) for t in marker.topics for p in t.partition_indexes]
-        codes = write_txn_markers(broker, int(marker.producer_id), int(marker.producer_epoch),
-                                  bool(marker.transaction_result), int(marker.coordinator_epoch), partitions)
-        failed = await coordinator_flushes(broker)  # flush.messages: answered once the markers are on disk
+        with broker.collect_flushes() as flushes:
+            codes = write_txn_markers(broker, int(marker.producer_id), int(marker.producer_epoch),
+                                      bool(marker.transaction_result), int(marker.coordinator_epoch), partitions)
+        failed = await coordinator_flushes(flushes)  # flush.messages: answered once the markers are on disk
         if failed:
             codes = {tp: ErrorCode.kafka_storage_error if code == ErrorCode.none and broker.partition(*tp) in failed
                      else code for tp, code in codes.items()}
