@@ -53,8 +53,8 @@ if TYPE_CHECKING:
     from ..api import BrokerApi
     from ..flusher import FlushResult
 
-__all__ = ["SERVED", "Deferred", "coordinator_flushes", "Encoder", "Handler", "HandlerTable", "RequestContext", "encode_kio", "handler",
-           "registry"]
+__all__ = ["SERVED", "Deferred", "Encoder", "Handler", "HandlerTable", "RequestContext", "coordinator_flushes",
+           "encode_kio", "handler", "registry"]
 
 
 class RequestContext(NamedTuple):

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ...net.apis import ApiKey
-from ...net.build import build, response_class
 from kio.schema.errors import ErrorCode
 
+from ...net.apis import ApiKey
+from ...net.build import build, response_class
 from . import RequestContext, coordinator_flushes, handler
 from .txn_errors import for_version
 
