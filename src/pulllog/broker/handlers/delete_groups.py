@@ -27,7 +27,8 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     failed = await coordinator_flushes(flushes)  # flush.messages: answered once the tombstones are on disk
     results = [{"group_id": g.group_id,
                 "error_code": ErrorCode.kafka_storage_error if failed and g.error == ErrorCode.none
-                and _offsets_log(broker, g.group_id) in failed else g.error} for g in result.groups]
+                and any(_offsets_log(broker, g.group_id) is lg for lg in failed) else g.error}
+               for g in result.groups]
     return build(response_class(ApiKey.DELETE_GROUPS, ctx.version), {"throttle_time": 0, "results": results})
 
 

@@ -30,8 +30,9 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
                                       bool(marker.transaction_result), int(marker.coordinator_epoch), partitions)
         failed = await coordinator_flushes(flushes)  # flush.messages: answered once the markers are on disk
         if failed:
-            codes = {tp: ErrorCode.kafka_storage_error if code == ErrorCode.none and broker.partition(*tp) in failed
-                     else code for tp, code in codes.items()}
+            codes = {tp: ErrorCode.kafka_storage_error
+                     if code == ErrorCode.none and any(broker.partition(*tp) is lg for lg in failed) else code
+                     for tp, code in codes.items()}
         topics: dict[str, list[dict[str, Any]]] = {}
         for (topic, index), code in codes.items():
             topics.setdefault(topic, []).append({"partition_index": index, "error_code": code})
