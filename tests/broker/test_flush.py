@@ -275,3 +275,20 @@ def test_a_failed_transaction_state_fsync_answers_not_coordinator(
         assert _recovery_point(broker, "__transaction_state") == 0
         assert producer.call("init_producer_id", 4, request).error_code == ErrorCode.none
         assert _recovery_point(broker, "__transaction_state") == 2
+
+
+def test_write_txn_markers_answers_after_the_markers_fsync_and_storage_error_when_it_fails(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    gate = FsyncGate("m-0", failures=1)
+    gate.release.set()
+    monkeypatch.setattr(os, "fsync", gate.fsync)
+    request = {"markers": [{"producer_id": 7, "producer_epoch": 0, "transaction_result": False,
+                            "topics": [{"name": "m", "partition_indexes": [0]}], "coordinator_epoch": 0}]}
+    with BrokerThread(tmp_path / "data", properties=OWN_APPENDS) as broker, WireClient(broker.port) as admin:
+        _create(admin, "m")
+        failed = admin.call("write_txn_markers", 1, request)
+        assert failed.markers[0].topics[0].partitions[0].error_code == ErrorCode.kafka_storage_error
+        assert _recovery_point(broker, "m") == 0
+        retried = admin.call("write_txn_markers", 1, request)
+        assert retried.markers[0].topics[0].partitions[0].error_code == ErrorCode.none
+        assert _recovery_point(broker, "m") == 2
