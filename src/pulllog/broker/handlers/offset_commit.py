@@ -19,25 +19,16 @@ from ..topics import PartitionError
 from . import RequestContext, coordinator_flushes, handler
 
 if TYPE_CHECKING:
+    from ...group.coordinator import OffsetCommit
     from ..api import BrokerApi
 
 
 @handler(ApiKey.OFFSET_COMMIT, 2, 9)
 async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
-    from ...group.coordinator import OffsetCommit, OffsetCommitRequest  # on first use (see Broker.groups)
+    from ...group.coordinator import OffsetCommitRequest  # on first use (see Broker.groups)
     b = ctx.body
     generation = int(getattr(b, "generation_id_or_member_epoch", getattr(b, "generation_id", -1)))
-    results: dict[tuple[str, int], ErrorCode] = {}
-    offsets = []
-    for t in b.topics:
-        for p in t.partitions:
-            missing = broker.partition(t.name, p.partition_index)
-            if isinstance(missing, PartitionError):
-                # As Kafka: checked before the group is, and never committed.
-                results[(t.name, p.partition_index)] = missing.code
-                continue
-            offsets.append(OffsetCommit(t.name, p.partition_index, p.committed_offset,
-                                        int(getattr(p, "committed_leader_epoch", -1)), p.committed_metadata))
+    results, offsets = requested_offsets(broker, b.topics)
     if offsets:
         with broker.collect_flushes() as flushes:
             committed = broker.groups.commit_offsets(OffsetCommitRequest(
@@ -52,3 +43,21 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
                           for p in t.partitions]
     return build(response_class(ApiKey.OFFSET_COMMIT, ctx.version), {
         "throttle_time": 0, "topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]})
+
+
+def requested_offsets(broker: "BrokerApi", topics: Any) -> tuple[dict[tuple[str, int], ErrorCode], list["OffsetCommit"]]:
+    """A commit request's partitions (OffsetCommit's or TxnOffsetCommit's) split into the
+    offsets to commit and the error of each partition that does not exist: as Kafka, that is
+    checked before the group is, and such a partition is never committed."""
+    from ...group.coordinator import OffsetCommit  # on first use (see Broker.groups)
+    results: dict[tuple[str, int], ErrorCode] = {}
+    offsets: list[OffsetCommit] = []
+    for t in topics:
+        for p in t.partitions:
+            missing = broker.partition(t.name, p.partition_index)
+            if isinstance(missing, PartitionError):
+                results[(t.name, p.partition_index)] = missing.code
+                continue
+            offsets.append(OffsetCommit(t.name, p.partition_index, p.committed_offset,
+                                        int(getattr(p, "committed_leader_epoch", -1)), p.committed_metadata))
+    return results, offsets

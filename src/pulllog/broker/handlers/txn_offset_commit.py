@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from ...group.coordinator import OFFSETS_TOPIC, OffsetCommit, TxnOffsetCommitRequest
+from ...group.coordinator import OFFSETS_TOPIC, TxnOffsetCommitRequest
 from ...group.records import partition_for
 from ...net.apis import ApiKey
 from ...net.build import build, response_class
-from ..topics import PartitionError
 from . import RequestContext, coordinator_flushes, handler
+from .offset_commit import requested_offsets
 from .txn_errors import for_version
 
 if TYPE_CHECKING:
@@ -41,16 +41,7 @@ if TYPE_CHECKING:
 @handler(ApiKey.TXN_OFFSET_COMMIT, 0, 4)
 async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     b = ctx.body
-    results: dict[tuple[str, int], ErrorCode] = {}
-    offsets = []
-    for t in b.topics:
-        for p in t.partitions:
-            missing = broker.partition(t.name, p.partition_index)
-            if isinstance(missing, PartitionError):
-                results[(t.name, p.partition_index)] = missing.code
-                continue
-            offsets.append(OffsetCommit(t.name, p.partition_index, p.committed_offset,
-                                        int(getattr(p, "committed_leader_epoch", -1)), p.committed_metadata))
+    results, offsets = requested_offsets(broker, b.topics)
     if offsets and (refused := _unverified(broker, b, ctx.version)) is not ErrorCode.none:
         results.update({(o.topic, o.partition): refused for o in offsets})
     elif offsets:
