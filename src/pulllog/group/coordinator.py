@@ -73,7 +73,7 @@ from ..log.producer_state import InvalidProducerEpochError, increment_sequence
 from ..net.consumer_protocol import decode_subscription
 from ..purgatory import DelayedOperation, DelayedOperationPurgatory
 from ..records import build_batch
-from ..records.batch import NO_SEQUENCE, RecordBatch, iter_batches
+from ..records.batch import NO_SEQUENCE
 from ..records.control import ControlType, read_control_record
 from ..records.errors import InvalidRecordError
 from ..records.decoding import DecodedRecord, decode_records
@@ -139,34 +139,23 @@ def _log_entries(plog: Log) -> Iterable[tuple[int, DecodedRecord] | _TxnMarker]:
     """Every record of ``plog`` from its log start offset, across compaction's holes, in log
     order: (producer id of its batch when the batch is transactional, else -1; the record),
     and a :class:`_TxnMarker` for each transaction marker."""
-    offset = plog.log_start_offset
-    while offset < plog.log_end_offset:
-        piece = plog.read(offset, 4 << 20)
-        if piece is None:
-            return
-        data = piece.read()
-        moved = False
-        for pos, header in iter_batches(data):
-            offset = header.next_offset
-            moved = True
-            batch = RecordBatch.from_bytes(data, pos)
-            if header.is_control:
-                try:
-                    marker = read_control_record(batch)
-                except InvalidRecordError as exc:
-                    log.warning("%s: skipping an unreadable control batch at offset %d: %s",
-                                plog.directory.name, header.base_offset, exc)
-                    continue
-                if marker is not None and marker.type in (ControlType.COMMIT, ControlType.ABORT):
-                    yield _TxnMarker(header.producer_id, marker.type == ControlType.COMMIT)
+    for batch in plog.batches_from_start():
+        header = batch.header
+        if header.is_control:
+            try:
+                marker = read_control_record(batch)
+            except InvalidRecordError as exc:
+                log.warning("%s: skipping an unreadable control batch at offset %d: %s",
+                            plog.directory.name, header.base_offset, exc)
                 continue
-            producer_id = header.producer_id if header.is_transactional else -1
-            body = batch.payload()
-            for record in decode_records(DecodedRecord, body, 0, len(body), header.records_count,
-                                         header.base_offset, header.base_timestamp, 0, -1, OFFSETS_TOPIC, 0):
-                yield producer_id, record
-        if not moved:
-            return
+            if marker is not None and marker.type in (ControlType.COMMIT, ControlType.ABORT):
+                yield _TxnMarker(header.producer_id, marker.type == ControlType.COMMIT)
+            continue
+        producer_id = header.producer_id if header.is_transactional else -1
+        body = batch.payload()
+        for record in decode_records(DecodedRecord, body, 0, len(body), header.records_count,
+                                     header.base_offset, header.base_timestamp, 0, -1, OFFSETS_TOPIC, 0):
+            yield producer_id, record
 
 
 def _next_sequence(plog: Log, producer_id: int, producer_epoch: int) -> int:

@@ -99,6 +99,7 @@ from ..records.batch import (
     BatchHeader,
     InvalidRecordError,
     RecordBatch,
+    iter_batches,
     read_header,
     rebuild_batch,
     set_base_offset,
@@ -906,6 +907,24 @@ class Log:
             out.append(batch)
             pos += batch.header.size
         return out
+
+    def batches_from_start(self, chunk_bytes: int = 4 << 20) -> Iterator[RecordBatch]:
+        """Every batch from the log start offset to the log end, read ``chunk_bytes`` at a time,
+        across compaction's holes (the coordinators' replays of their internal topics). A read
+        that answers nothing, or no whole batch, ends it."""
+        offset = self.log_start_offset
+        while offset < self.log_end_offset:
+            piece = self.read(offset, chunk_bytes)
+            if piece is None:
+                return
+            data = piece.read()
+            moved = False
+            for pos, header in iter_batches(data):
+                offset = header.next_offset
+                moved = True
+                yield RecordBatch.from_bytes(data, pos)
+            if not moved:
+                return
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= ``timestamp``."""

@@ -48,7 +48,6 @@ from kio.schema.errors import ErrorCode
 from ..log import Log
 from ..log.log import wall_clock_ms
 from ..records import build_batch
-from ..records.batch import iter_batches, RecordBatch
 from ..records.decoding import DecodedRecord, decode_records
 from . import records as rec
 from .state import Effect, Event, IllegalTransitionError, TxnState, step
@@ -218,23 +217,13 @@ class _Refused(Exception):
 
 def _state_records(plog: Log) -> Iterable[DecodedRecord]:
     """Every data record of ``plog`` from its log start offset, across compaction's holes."""
-    offset = plog.log_start_offset
-    while offset < plog.log_end_offset:
-        piece = plog.read(offset, 4 << 20)
-        if piece is None:
-            return
-        data = piece.read()
-        moved = False
-        for pos, header in iter_batches(data):
-            offset = header.next_offset
-            moved = True
-            if header.is_control:
-                continue
-            body = RecordBatch.from_bytes(data, pos).payload()
-            yield from decode_records(DecodedRecord, body, 0, len(body), header.records_count, header.base_offset,
-                                      header.base_timestamp, 0, -1, rec.TRANSACTION_STATE_TOPIC, 0)
-        if not moved:
-            return
+    for batch in plog.batches_from_start():
+        header = batch.header
+        if header.is_control:
+            continue
+        body = batch.payload()
+        yield from decode_records(DecodedRecord, body, 0, len(body), header.records_count, header.base_offset,
+                                  header.base_timestamp, 0, -1, rec.TRANSACTION_STATE_TOPIC, 0)
 
 
 class TransactionCoordinator:
