@@ -36,7 +36,7 @@ def test_a_random_assignment_is_seedable_and_spreads_leaders_and_replicas_evenly
 
 
 def test_a_replication_factor_above_the_live_brokers_is_refused_with_kafkas_message() -> None:
-    with pytest.raises(InvalidReplicationFactorError, match="replication factor: 3 larger than available brokers: 2"):
+    with pytest.raises(InvalidReplicationFactorError, match="Replication factor: 3 larger than available brokers: 2."):
         assign_replicas([1, 2], 1, 3)
     with pytest.raises(InvalidReplicationFactorError, match="at least 1"):
         assign_replicas([1, 2], 1, 0)

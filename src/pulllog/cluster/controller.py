@@ -92,7 +92,7 @@ def assign_replicas(brokers: Collection[int], partitions: int, replication_facto
         raise InvalidReplicationFactorError(f"replication factor must be at least 1, not {replication_factor}")
     if replication_factor > n:
         raise InvalidReplicationFactorError(
-            f"replication factor: {replication_factor} larger than available brokers: {n}")
+            f"Replication factor: {replication_factor} larger than available brokers: {n}.")
     draw = rng or random.Random()
     start = start_index if start_index is not None else draw.randrange(n)
     shift = start_index if start_index is not None else draw.randrange(n)

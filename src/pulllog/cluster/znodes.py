@@ -24,6 +24,11 @@ the one it read plus one *in one ZooKeeper transaction, conditional on the epoch
 version*, so two brokers can never win the same epoch, and a stale controller's writes can be
 fenced by the epoch.
 
+``/cluster/id``: persistent, the cluster's id, created by the first broker to start (with its
+own ``meta.properties`` id) and taken by every later one, so all answer with one id::
+
+    {"version": "1", "id": "Qh7n5FjdTzSVXZ4ecp2Hvw"}
+
 ``/brokers/topics/<topic>``: persistent, a topic's replica assignment (version 3, Kafka 2.8+;
 ``topic_id`` is the topic id in Kafka's text form: URL-safe base64 of its 16 bytes, no
 padding; ``adding_replicas`` / ``removing_replicas`` name partitions under reassignment only)::
@@ -69,10 +74,10 @@ from dataclasses import dataclass, field
 from .state import LeaderAndIsr
 
 __all__ = [
-    "BROKER_IDS", "BROKER_TOPICS", "CONFIG_TOPICS", "CONTROLLER", "CONTROLLER_EPOCH", "DELETE_TOPICS",
+    "BROKER_IDS", "BROKER_TOPICS", "CLUSTER_ID", "CONFIG_TOPICS", "CONTROLLER", "CONTROLLER_EPOCH", "DELETE_TOPICS",
     "PERSISTENT_PATHS", "PREFERRED_REPLICA_ELECTION", "BrokerRegistration", "ClusterView", "ControllerRegistration",
     "TopicAssignment", "ZnodeFormatError", "broker_path", "decode_epoch", "decode_partition_state",
-    "decode_preferred_election", "decode_topic_config", "decode_topic_id", "delete_topic_path", "encode_epoch",
+    "decode_cluster_id", "decode_preferred_election", "decode_topic_config", "decode_topic_id", "delete_topic_path", "encode_cluster_id", "encode_epoch",
     "encode_partition_state", "encode_preferred_election", "encode_topic_config", "encode_topic_id",
     "parse_zookeeper_connect", "partition_state_path", "partitions_path", "topic_config_path", "topic_path",
 ]
@@ -81,6 +86,7 @@ BROKER_IDS = "/brokers/ids"
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 BROKER_TOPICS = "/brokers/topics"
+CLUSTER_ID = "/cluster/id"
 CONFIG_TOPICS = "/config/topics"
 DELETE_TOPICS = "/admin/delete_topics"
 PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
@@ -333,3 +339,14 @@ def decode_preferred_election(raw: bytes) -> list[tuple[str, int]]:
         if isinstance(entry, dict) and isinstance(entry.get("topic"), str) and isinstance(entry.get("partition"), int):
             out.append((entry["topic"], entry["partition"]))
     return out
+
+
+def encode_cluster_id(cluster_id: str) -> bytes:
+    return json.dumps({"version": "1", "id": cluster_id}, separators=(",", ":")).encode()
+
+
+def decode_cluster_id(raw: bytes) -> str:
+    cluster_id = _json_object(raw, CLUSTER_ID).get("id")
+    if not isinstance(cluster_id, str) or not cluster_id:
+        raise ZnodeFormatError(f"{CLUSTER_ID}: no 'id' in {raw!r}")
+    return cluster_id
