@@ -185,3 +185,32 @@ def test_preferred_leader_election_moves_leadership_back_to_the_first_replica(ow
     assert (state["leader"], state["leader_epoch"], state["isr"]) == (1, 2, [2, 1])
     again = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition("preferred", 0)]).result()
     assert again[TopicPartition("preferred", 0)].name() == "ELECTION_NOT_NEEDED"
+
+
+def test_new_partitions_are_assigned_over_the_brokers_and_led(cluster: Cluster, zk_client: Any) -> None:
+    from confluent_kafka.admin import NewPartitions
+
+    bootstrap = cluster.broker(1).bootstrap_servers
+    _create(bootstrap, NewTopic("growing", 1, 2))
+    admin = _admin(bootstrap)
+    admin.create_partitions([NewPartitions("growing", 4)], operation_timeout=30)["growing"].result()
+    partitions = json.loads(zk_client.get(cluster.path("/brokers/topics/growing"))[0])["partitions"]
+    assert sorted(partitions, key=int) == ["0", "1", "2", "3"]
+    assert all(len(set(r)) == 2 and set(r) <= {1, 2, 3} for r in partitions.values())
+    for partition in range(4):
+        assert _state(zk_client, cluster, "growing", partition)[0]["leader"] == partitions[str(partition)][0]
+    with pytest.raises(KafkaException) as raised:
+        admin.create_partitions([NewPartitions("growing", 2)], operation_timeout=30)["growing"].result()
+    assert raised.value.args[0].name() == "INVALID_PARTITIONS"
+
+
+def test_metadata_auto_creates_a_topic_with_the_default_replication_factor(cluster: Cluster, zk_client: Any) -> None:
+    from confluent_kafka import Producer
+
+    # librdkafka's producer asks Metadata to create the topic it produces to (auto.create.topics.enable)
+    producer = Producer({"bootstrap.servers": cluster.broker(2).bootstrap_servers})
+    producer.list_topics("auto-made", timeout=30)
+    block_until(lambda: zk_client.exists(cluster.path("/brokers/topics/auto-made")), "the topic is in ZooKeeper")
+    assignment = json.loads(zk_client.get(cluster.path("/brokers/topics/auto-made"))[0])
+    assert len(assignment["partitions"]) == 1 and len(assignment["partitions"]["0"]) == 1  # num.partitions, RF 1
+    block_until(lambda: _leaders(cluster.broker(3).bootstrap_servers, "auto-made"), "another broker lists it")

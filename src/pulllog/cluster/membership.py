@@ -568,7 +568,7 @@ class ClusterMembership:
     def write_assignment(self, assignment: TopicAssignment, version: int) -> bool:
         """Replace a topic's assignment if its znode is still at ``version`` (new partitions)."""
         try:
-            self._client.set_data(self._path(topic_path(assignment.topic)), assignment.encode(), version=version)
+            self._client.set(self._path(topic_path(assignment.topic)), assignment.encode(), version=version)
         except (BadVersionError, NoNodeError):
             return False
         return True
@@ -589,7 +589,7 @@ class ClusterMembership:
         ``state.zk_version`` (blocking). The written state with its new version, or None when
         the znode moved (a controller's election, or an earlier change): wait for the next view."""
         try:
-            stat = self._client.set_data(self._path(partition_state_path(topic, partition)),
+            stat = self._client.set(self._path(partition_state_path(topic, partition)),
                                          encode_partition_state(state), version=state.zk_version)
         except (BadVersionError, NoNodeError):
             return None
