@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     from ..purgatory import DelayedOperation
     from .config import BrokerConfig
     from .flusher import FlushResult
+    from .replica_manager import ReplicaManager
     from .topics import OfflineTopic, PartitionError, Topic
 
 __all__ = ["BrokerApi", "GroupCoordinatorApi", "TopicCatalog", "TransactionCoordinatorApi"]
@@ -181,6 +182,12 @@ class BrokerApi(Protocol):
     @property
     def cluster_view(self) -> "ClusterView | None":
         """A cluster member's latest view (live brokers, controller); None for a single broker."""
+        ...
+
+    @property
+    def replicas(self) -> "ReplicaManager | None":
+        """A cluster member's replicated partitions (leader or follower); None for a single
+        broker, whose every partition it leads with the high watermark at the log end."""
         ...
 
     @property

@@ -65,6 +65,8 @@ CONFIG_TYPES: dict[str, int] = {
     "transaction.remove.expired.transaction.cleanup.interval.ms": INT,
     "transaction.partition.verification.enable": BOOLEAN,
     "zookeeper.connect": STRING, "zookeeper.session.timeout.ms": INT, "zookeeper.connection.timeout.ms": INT,
+    "replica.lag.time.max.ms": LONG, "replica.fetch.wait.max.ms": INT, "replica.fetch.max.bytes": INT,
+    "replica.fetch.backoff.ms": INT, "replica.high.watermark.checkpoint.interval.ms": LONG,
 }
 
 
