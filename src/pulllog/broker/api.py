@@ -68,6 +68,7 @@ if TYPE_CHECKING:
     from ..purgatory import DelayedOperation
     from .config import BrokerConfig
     from .flusher import FlushResult
+    from .replica_manager import ReplicaManager
     from .topics import OfflineTopic, PartitionError, Topic
 
 __all__ = ["BrokerApi", "GroupCoordinatorApi", "TopicCatalog", "TransactionCoordinatorApi"]
@@ -201,6 +202,12 @@ class BrokerApi(Protocol):
 
     async def alter_isr(self, state: "LeaderAndIsr", topic: str, partition: int) -> "LeaderAndIsr | None":
         """A leader's conditional ISR change (a cluster member); None on a conflict."""
+        ...
+
+    @property
+    def replicas(self) -> "ReplicaManager | None":
+        """A cluster member's replicated partitions (leader or follower); None for a single
+        broker, whose every partition it leads with the high watermark at the log end."""
         ...
 
     @property

@@ -64,6 +64,7 @@ from .topics import OFFSETS_TOPIC, Topic, TopicManager
 if TYPE_CHECKING:
     from ..cluster.membership import ClusterMembership
     from ..cluster.state import LeaderAndIsr, PartitionView
+    from .replica_manager import ReplicaManager
     from ..cluster.znodes import ClusterView
     from ..group.coordinator import GroupCoordinator
     from .faults import Faults
@@ -151,6 +152,23 @@ class Broker:
         self._view_waiters: list[asyncio.Future[None]] = []
         # flush.messages fsyncs of the coordinators' and markers' appends, for their request (collect_flushes)
         self._flush_collector: list[tuple[Log, asyncio.Future[FlushResult]]] | None = None
+        # A cluster member's replicated partitions (broker/replica_manager.py). None for a single
+        # broker: it leads every partition, with the high watermark at the log end offset.
+        self.replicas: "ReplicaManager | None" = None
+        if self.config.zookeeper_connect is not None:
+            self.enable_replication()
+
+    def enable_replication(self) -> "ReplicaManager":
+        """Make this broker a replica manager's (cluster mode does at construction; a test's
+        own controller may too, then drives ``replicas.apply`` and ``alter_isr`` itself)."""
+        if self.replicas is None:
+            from .replica_manager import ReplicaManager
+
+            self.replicas = ReplicaManager(self)
+            if self._task_group is not None:
+                self.replicas.start(self._task_group)
+        return self.replicas
+
 
     # ------------------------------------------------------------------ addresses
 
@@ -309,6 +327,8 @@ class Broker:
             tg.create_task(self._housekeeping(), name="pulllog-housekeeping"),
             tg.create_task(self._shutdown_when_stopped(), name="pulllog-shutdown"),
         ]
+        if self.replicas is not None:
+            self.replicas.start(tg)
         self.accepting = True
         for listener in listeners:
             listener.start()
@@ -370,7 +390,7 @@ class Broker:
         this broker's own to the replica manager (``broker.replicas``), which makes this broker
         leader or follower by them. Views whose state the controller has not written yet are
         kept but not applied: there is no role to take up."""
-        replicas = getattr(self, "replicas", None)  # the replica manager (issue 16's data path)
+        replicas = self.replicas  # the replica manager (issue 16's data path)
         node = self.config.node_id
         for name in removed:
             for key in [k for k in self.partition_views if k[0] == name]:
@@ -431,6 +451,8 @@ class Broker:
     async def _shutdown_when_stopped(self) -> None:
         await self._stop.wait()
         await self._shutdown_connections()
+        if self.replicas is not None:
+            self.replicas.shutdown()
         await self._leave_cluster()
         for task in self._tasks:
             if task is not asyncio.current_task():
@@ -471,6 +493,8 @@ class Broker:
                 conn.task.cancel()
         for task in self._tasks:
             task.cancel()
+        if self.replicas is not None:
+            self.replicas.shutdown()
 
     def _final_cleanup(self) -> None:
         if self._cleaned_up:
@@ -490,6 +514,9 @@ class Broker:
             self.cleaner.shutdown()  # one batch at most, then the worker's exit; a pending swap is cancelled
         if self.membership is not None:
             self.membership.stop()  # after an error or a cancellation (else done already)
+        if self.replicas is not None:
+            self.replicas.shutdown()
+            self.replicas.close()  # the high watermarks, before the logs close
         self.topics.close()  # flush every log and write its clean-shutdown marker
         self.data_dir_lock.release()
         log.info("pulllog broker %d stopped cleanly", self.config.node_id)
@@ -603,6 +630,8 @@ class Broker:
                 last_producer_expiry = now
                 self.expire_producer_ids(now)
             last_txn_abort, last_txn_expiry = self._transaction_housekeeping(now, last_txn_abort, last_txn_expiry)
+            if self.replicas is not None:
+                await self.replicas.housekeeping()
 
     async def checkpoint_recovery_points(self) -> None:
         """Write recovery-point-offset-checkpoint on a worker thread (two fsyncs and a

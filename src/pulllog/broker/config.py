@@ -63,9 +63,7 @@ _IGNORED_BY_REASON = {
         follower.replication.throttled.rate leader.imbalance.check.interval.seconds
         leader.imbalance.per.broker.percentage leader.replication.throttled.rate
         num.replica.alter.log.dirs.threads num.replica.fetchers offsets.topic.replication.factor
-        replica.fetch.backoff.ms replica.fetch.max.bytes replica.fetch.min.bytes
-        replica.fetch.response.max.bytes replica.fetch.wait.max.ms
-        replica.high.watermark.checkpoint.interval.ms replica.lag.time.max.ms replica.selector.class
+        replica.fetch.min.bytes replica.fetch.response.max.bytes replica.selector.class
         replica.socket.receive.buffer.bytes replica.socket.timeout.ms replication.quota.window.num
         replication.quota.window.size.seconds alter.log.dirs.replication.quota.window.num
         alter.log.dirs.replication.quota.window.size.seconds replica.alter.log.dirs.io.max.bytes.per.second
@@ -235,6 +233,15 @@ _TRANSACTION_INTS: dict[str, tuple[str, int, int]] = {
         ("transaction_remove_expired_transaction_cleanup_interval_ms", 1, 2**31 - 1),
 }
 
+# Replication's settings (a cluster member's replica manager): name -> (field, min, max).
+_REPLICA_INTS: dict[str, tuple[str, int, int]] = {
+    "replica.lag.time.max.ms": ("replica_lag_time_max_ms", 1, 2**31 - 1),
+    "replica.fetch.wait.max.ms": ("replica_fetch_wait_max_ms", 0, 2**31 - 1),
+    "replica.fetch.max.bytes": ("replica_fetch_max_bytes", 0, 2**31 - 1),
+    "replica.fetch.backoff.ms": ("replica_fetch_backoff_ms", 0, 2**31 - 1),
+    "replica.high.watermark.checkpoint.interval.ms": ("replica_high_watermark_checkpoint_interval_ms", 1, 2**31 - 1),
+}
+
 
 # Broker settings pulllog implements besides _LOG_DEFAULTS, _HOURS and _MINUTES (from_properties).
 _OWN = (
@@ -245,7 +252,7 @@ _OWN = (
     "offsets.retention.minutes",
     "offsets.retention.check.interval.ms", "producer.id.expiration.ms", "producer.id.expiration.check.interval.ms",
     "group.initial.rebalance.delay.ms", "start.with.offline.partitions", "log.max.open.files", "max.broker.partitions",
-    *_TRANSACTION_INTS, "transaction.partition.verification.enable",
+    *_TRANSACTION_INTS, "transaction.partition.verification.enable", *_REPLICA_INTS,
     "zookeeper.connect", "zookeeper.session.timeout.ms", "zookeeper.connection.timeout.ms", *_CLUSTER,
 )
 KNOWN_NAMES: frozenset[str] = frozenset((*_LOG_DEFAULTS, *_HOURS, *_MINUTES, *_OWN, *_IGNORED))
@@ -361,6 +368,15 @@ class BrokerConfig:
     # fails until that many brokers are live). A single broker keeps one replica.
     offsets_topic_replication_factor: int = 3
     transaction_state_log_replication_factor: int = 3
+    # Replication (Kafka's names and defaults): a follower that has not caught up for
+    # replica.lag.time.max.ms leaves the ISR; followers long-poll their leader for up to
+    # replica.fetch.wait.max.ms, replica.fetch.max.bytes per partition, and retry a failed
+    # fetch after replica.fetch.backoff.ms; high watermarks are checkpointed this often.
+    replica_lag_time_max_ms: int = 30_000
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_max_bytes: int = 1_048_576
+    replica_fetch_backoff_ms: int = 1_000
+    replica_high_watermark_checkpoint_interval_ms: int = 5_000
     # Kafka settings that were given but do not apply to pulllog: the caller warns about each.
     ignored: tuple[IgnoredSetting, ...] = field(default=(), compare=False)
 
@@ -458,6 +474,9 @@ class BrokerConfig:
                 kw[field_name] = _int(name, raw, low, high)
             elif name == "transaction.partition.verification.enable":
                 kw["transaction_partition_verification_enable"] = _bool(name, raw)
+            elif name in _REPLICA_INTS:
+                field_name, low, high = _REPLICA_INTS[name]
+                kw[field_name] = _int(name, raw, low, high)
             elif name == "group.initial.rebalance.delay.ms":
                 kw["group_initial_rebalance_delay_ms"] = _int(name, raw, 0)
             elif name == "zookeeper.connect":
@@ -522,7 +541,7 @@ class BrokerConfig:
         out["leader.imbalance.per.broker.percentage"] = str(self.leader_imbalance_per_broker_percentage)
         out["offsets.topic.replication.factor"] = str(self.offsets_topic_replication_factor)
         out["transaction.state.log.replication.factor"] = str(self.transaction_state_log_replication_factor)
-        for name, (field_name, _low, _high) in _TRANSACTION_INTS.items():
+        for name, (field_name, _low, _high) in (*_TRANSACTION_INTS.items(), *_REPLICA_INTS.items()):
             out[name] = str(getattr(self, field_name))
         topic_values = self.log_defaults.to_kafka()
         for broker_name, topic_name in _LOG_DEFAULTS.items():

@@ -505,14 +505,16 @@ class TopicManager:
                 f"{more} more partition(s) would make {have + more} on this broker; max.broker.partitions is "
                 f"{self.max_partitions} (raise it in server.properties if the open-file limit allows)")
 
-    def create(self, name: str, partitions: int, configs: Mapping[str, str] | None = None) -> Topic:
-        """Create the topic with all its partitions, or nothing (OSError: nothing is left)."""
+    def create(self, name: str, partitions: int, configs: Mapping[str, str] | None = None,
+               *, topic_id: uuid.UUID | None = None) -> Topic:
+        """Create the topic with all its partitions, or nothing (OSError: nothing is left).
+        ``topic_id``: the cluster's id for it (a replica's local copy), else a new one."""
         configs = {str(k): str(v) for k, v in (configs or {}).items()}
         config = self.check_new_topic(name, partitions, configs)
         if self._meta_path(name).exists():  # on disk but not served (it failed to load): never re-create it
             raise TopicExistsError(f"topic {name!r} exists on disk ({self._meta_path(name)}) but is not served; "
                                    "see the broker's start-up log")
-        topic = Topic(name, uuid.uuid4(), configs, config, internal=name.startswith("__"))
+        topic = Topic(name, topic_id or uuid.uuid4(), configs, config, internal=name.startswith("__"))
         topic.partitions = self._grow(topic, 0, partitions)
         self.topics[name] = topic
         log.info("created topic %s with %d partition(s)", name, partitions)

@@ -8,6 +8,7 @@ Directory layout (one directory per partition, ``<topic>-<partition>/``)::
     recovery-point        (older pulllog only: read once, then the data dir's checkpoint)
     log-start-offset      first offset still visible, written when retention / DeleteRecords
                           move it (absent: 0)
+    leader-epoch-checkpoint   a replicated partition's leader epochs (leader_epoch.py)
     .clean-shutdown       a log used on its own: present only while it is closed cleanly
 
 Owned by a broker, a log keeps no marker of its own: the broker's data directory holds
@@ -70,6 +71,16 @@ Guarantees (the paper's section 3.1 and Kafka's "Log" design):
   retry of one of a producer's last 5 batches is answered with its original offsets and not
   written again; an out-of-order sequence or an old epoch is refused. Batches without a
   producer id pay one comparison each.
+* Replication: a log standing alone (single-broker mode) has its high watermark at the log
+  end offset and stamps nothing. A replica of a replicated partition (``start_replication``)
+  keeps the high watermark apart (the broker's replica manager moves it); as leader
+  (``become_leader(epoch)``) it stamps partitionLeaderEpoch on every appended batch (4 bytes
+  outside the CRC'd part) and starts the epoch in the leader-epoch cache
+  (``leader-epoch-checkpoint``, leader_epoch.py); as follower it appends the leader's batches
+  unchanged (``append_as_follower``) and truncates (``truncate_to``: segments, indexes,
+  producer state, transaction index, epochs, high watermark) where its history and the
+  leader's part. The high watermark itself is checkpointed by the owner
+  (``replication-offset-checkpoint`` in the data directory).
 * Reads see an immutable snapshot (a tuple that is replaced, never mutated), so a read that
   races with retention or compaction keeps working on the segments it started with.
 """
@@ -91,6 +102,7 @@ from pathlib import Path
 
 from .swap import SWAP_SUFFIX, complete_interrupted_swaps
 from .config import LogConfig
+from .leader_epoch import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache
 from ..records.compression import Compression
 from .producer_state import SNAPSHOT_SUFFIX, BatchMetadata, MarkerReader, ProducerSnapshotView, ProducerStateManager
 from ..records.control import ControlRecord, build_control_batch, read_control_record
@@ -104,12 +116,14 @@ from ..records.batch import (
     rebuild_batch,
     set_base_offset,
     set_log_append_time,
+    set_partition_leader_epoch,
     validate_batch,
 )
 from .segment import FileSlice, LogSegment, RecoveryResult, parse_segment_name
 
 __all__ = [
     "AppendInfo",
+    "FollowerAppendError",
     "Log",
     "OffsetOutOfRangeError",
     "RecordTooLargeError",
@@ -148,6 +162,10 @@ class OffsetOutOfRangeError(Exception):
 
 class RecordTooLargeError(InvalidRecordError):
     """A batch is larger than max.message.bytes (RECORD_TOO_LARGE)."""
+
+
+class FollowerAppendError(InvalidRecordError):
+    """A follower's append does not continue its log (offsets before its log end, or going back)."""
 
 
 class RecordErrors(InvalidRecordError):
@@ -271,6 +289,11 @@ class Log:
         self.defer_unlinks = False
         self.files_to_unlink: collections.deque[Path] = collections.deque()
         self._closed = False
+        # Replication (see "Replication" in the module docstring): None while the log stands
+        # alone, so the high watermark is the log end offset and nothing else is paid.
+        self._high_watermark: int | None = None
+        self.leader_epoch = -1  # >= 0: this replica leads in that epoch, and stamps it on appends
+        self._leader_epochs: LeaderEpochCache | None = None  # read on first use
 
     # ------------------------------------------------------------------ opening
 
@@ -500,8 +523,50 @@ class Log:
 
     @property
     def high_watermark(self) -> int:
-        # One replica: everything appended is committed. Replication will change this.
-        return self.log_end_offset
+        """What every in-sync replica has: consumers read below it. A log standing alone
+        (one replica) commits everything appended, so it is the log end offset."""
+        hw = self._high_watermark
+        return self._segments[-1].next_offset if hw is None else hw
+
+    @property
+    def replicated(self) -> bool:
+        return self._high_watermark is not None
+
+    def start_replication(self, high_watermark: int) -> None:
+        """From now on the high watermark is kept apart from the log end offset (a replica of a
+        replicated partition): it starts at ``high_watermark`` (the checkpointed one), never
+        past the log end."""
+        self._high_watermark = max(self.log_start_offset, min(high_watermark, self.log_end_offset))
+
+    def update_high_watermark(self, offset: int) -> bool:
+        """Move the high watermark to ``offset`` (clamped to [log start, log end]); True if it moved.
+        A leader only raises it (the ISR's minimum log end); a follower takes the leader's."""
+        offset = max(self.log_start_offset, min(offset, self.log_end_offset))
+        if offset == self._high_watermark:
+            return False
+        self._high_watermark = offset
+        return True
+
+    @property
+    def leader_epochs(self) -> LeaderEpochCache:
+        """The leader-epoch cache (``leader-epoch-checkpoint``), read on first use."""
+        cache = self._leader_epochs
+        if cache is None:
+            cache = self._leader_epochs = LeaderEpochCache(self.directory)
+        return cache
+
+    def become_leader(self, epoch: int) -> None:
+        """This replica leads in ``epoch``: the epoch starts at the log end offset, and every
+        append from now on is stamped with it (partitionLeaderEpoch, outside the CRC)."""
+        self.leader_epoch = epoch
+        self.leader_epochs.assign(epoch, self.log_end_offset)
+
+    def become_follower(self) -> None:
+        self.leader_epoch = -1
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(epoch, end offset) for OffsetsForLeaderEpoch (leader_epoch.py has the rules)."""
+        return self.leader_epochs.end_offset_for(epoch, self.log_end_offset)
 
     @property
     def size_bytes(self) -> int:
@@ -592,9 +657,12 @@ class Log:
         first_offset = next_offset = self.log_end_offset
         records = 0
         max_timestamp = -1
+        epoch = self.leader_epoch
         patched: list[tuple[int, BatchHeader]] = []
         for pos, header in batches:
             set_base_offset(buf, pos, next_offset)
+            if epoch >= 0:
+                set_partition_leader_epoch(buf, pos, epoch)
             if log_append_time:
                 set_log_append_time(buf, pos, now)
             header = read_header(buf, pos)
@@ -634,6 +702,76 @@ class Log:
         now = self.clock() if now_ms is None else now_ms
         return self.append(build_control_batch(producer_id, producer_epoch, commit, coordinator_epoch, now),
                            defer_flush=defer_flush).first_offset
+
+    def append_as_follower(self, data: bytes | bytearray | memoryview) -> AppendInfo | None:
+        """Append batches fetched from the leader as they are: their offsets and
+        partitionLeaderEpoch are the leader's. A partial batch at the end (a fetch cut at its
+        size limit) is left for the next fetch; None when no whole batch is there.
+
+        Checks that they continue this log (the first at or past the log end offset, each
+        after the one before: compaction may leave gaps) and their CRCs; the producer
+        state, the transaction index and the leader-epoch cache follow as for a leader's
+        append. The caller flushes (``flush_messages_due``) as for a deferred-flush append."""
+        if self._closed:
+            raise RuntimeError(f"log {self.directory.name} is closed")
+        batches: list[tuple[int, BatchHeader]] = []
+        end = len(data)
+        pos = 0
+        expected = self.log_end_offset
+        records = 0
+        max_timestamp = -1
+        idempotent = control = False
+        while pos + 61 <= end:
+            header = read_header(data, pos)
+            if pos + header.size > end:
+                break
+            header = validate_batch(data, pos)
+            if header.base_offset < expected:
+                raise FollowerAppendError(
+                    f"{self.directory.name}: batch at offset {header.base_offset} does not continue the log "
+                    f"(next offset {expected})")
+            batches.append((pos, header))
+            expected = header.next_offset
+            records += header.records_count
+            max_timestamp = max(max_timestamp, header.max_timestamp)
+            if header.producer_id >= 0:
+                idempotent = True
+                control = control or header.is_control
+            pos += header.size
+        if not batches:
+            return None
+        buf = data if pos == end else data[:pos]
+        first_offset = batches[0][1].base_offset
+        cache = self.leader_epochs
+        for _pos, header in batches:
+            if header.partition_leader_epoch > cache.latest_epoch:
+                cache.assign(header.partition_leader_epoch, header.base_offset)
+        segment = self._maybe_roll(pos, self.clock(), expected - 1, max_timestamp)
+        segment.append(buf, batches)
+        if idempotent:
+            self.producer_state.record_append(batches, _marker_reader(buf) if control else None,
+                                              segment.txn_index.append)
+        self._unflushed_records += records
+        return AppendInfo(first_offset=first_offset, last_offset=expected - 1, records=records,
+                          max_timestamp=max_timestamp, log_append_time=-1, log_start_offset=self.log_start_offset)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Replace the whole log by an empty one starting at ``offset`` (a follower whose log
+        end is below the leader's log start offset: nothing of its log can be kept)."""
+        with self.cleaning.paused():
+            for segment in self._segments:
+                segment.close()
+                segment.delete()
+            self._set_segments([LogSegment(self.directory, offset, self.config, created_ms=self.clock())])
+        self.log_start_offset = offset
+        self.recovery_point = offset
+        self._checkpoint()
+        self.leader_epochs.clear()
+        if self._high_watermark is not None:
+            self._high_watermark = offset
+        self._producers.delete_snapshots_after(-1)
+        self._producers.load(self._segments, offset)
+        self._producers_loaded = True
 
     @property
     def last_stable_offset(self) -> int:
@@ -1016,6 +1154,10 @@ class Log:
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
         self._checkpoint()
+        if self._leader_epochs is not None or (self.directory / LEADER_EPOCH_CHECKPOINT_FILE).exists():
+            self.leader_epochs.truncate_from_end(self.log_end_offset)
+        if self._high_watermark is not None:
+            self._high_watermark = min(self._high_watermark, self.log_end_offset)
         # The removed batches may be a producer's latest: its state must come from the log again.
         if self._producers_loaded:
             self._producers.truncate_and_reload(self._segments, self.log_end_offset)

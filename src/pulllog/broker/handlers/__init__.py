@@ -188,6 +188,7 @@ _MODULES = (
     "list_transactions",
     "describe_producers",
     "describe_cluster",
+    "offsets_for_leader_epoch",
 )
 
 
@@ -233,6 +234,7 @@ SERVED: dict[int, tuple[str, int, int]] = {
     ApiKey.LIST_TRANSACTIONS: ("list_transactions", 0, 2),
     ApiKey.DESCRIBE_PRODUCERS: ("describe_producers", 0, 0),
     ApiKey.DESCRIBE_CLUSTER: ("describe_cluster", 0, 2),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: ("offsets_for_leader_epoch", 2, 4),
 }
 
 

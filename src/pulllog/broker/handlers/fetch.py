@@ -10,6 +10,13 @@ enough is appended to a partition it reads (``check_and_complete`` on append) or
 ``max_wait_ms`` passes, then reads again. Fetch sessions (KIP-227) are answered
 sessionless (session id 0), which every client accepts: it then sends full requests.
 
+Replication (a cluster member, broker/replica_manager.py): a consumer (replica_id -1) reads
+a partition led here up to the high watermark; a follower (replica_id = its broker id)
+reads up to the log end, and its fetch offset is its log end offset as the leader tracks it
+(the high watermark and the ISR follow). A partition not led here, or a
+current_leader_epoch other than the leader's, answers NOT_LEADER_OR_FOLLOWER,
+FENCED_LEADER_EPOCH or UNKNOWN_LEADER_EPOCH.
+
 Isolation (KIP-98): read_uncommitted (0) reads up to the high watermark and answers a null
 aborted-transactions list; read_committed (1) reads up to the last stable offset (the
 first offset of the oldest open transaction) and lists the aborted transactions (producer
@@ -61,6 +68,7 @@ class _Watch:
     segment: object
     start_size: int
     read_committed: bool = False
+    follower: bool = False  # a follower reads to the log end; a consumer to the high watermark
 
 
 class DelayedFetch(DelayedOperation):
@@ -78,7 +86,7 @@ class DelayedFetch(DelayedOperation):
         available = self.already_available
         for w in self.watches:
             log = w.log
-            end = log.log_end_offset
+            end = log.log_end_offset if w.follower else log.high_watermark
             if w.read_committed:
                 stable = log.last_stable_offset
                 if stable <= w.fetch_offset:
@@ -103,8 +111,22 @@ def _partition_max_bytes(p: Any) -> int:
     return int(getattr(p, "partition_max_bytes", 1 << 20))
 
 
-def read_partitions(broker: "BrokerApi", topics: Any, max_bytes: int, isolation: int) -> tuple[list[FetchTopicResponse], int]:
+def _lookup(broker: "BrokerApi", name: str, p: Any, replica_id: int) -> "Log | PartitionError":
+    """A cluster member's partition: led here (in the request's epoch, if it names one); a
+    follower's fetch also reports its position to the leader (replica_manager.py)."""
+    replicas = broker.replicas
+    if replicas is None:
+        return broker.partition(name, p.partition)
+    epoch = int(getattr(p, "current_leader_epoch", -1))
+    if replica_id >= 0:
+        return replicas.follower_fetch(name, p.partition, replica_id, p.fetch_offset, epoch)
+    return replicas.leader_log(name, p.partition, epoch)
+
+
+def read_partitions(broker: "BrokerApi", topics: Any, max_bytes: int, isolation: int,
+                    replica_id: int = -1) -> tuple[list[FetchTopicResponse], int]:
     remaining = max_bytes
+    replicated = broker.replicas is not None
     total = 0
     slices = 0
     out: list[FetchTopicResponse] = []
@@ -113,7 +135,7 @@ def read_partitions(broker: "BrokerApi", topics: Any, max_bytes: int, isolation:
         parts: list[FetchPartitionResponse] = []
         for p in t.partitions:
             index = p.partition
-            log = broker.partition(name, index)
+            log = _lookup(broker, name, p, replica_id) if replicated else broker.partition(name, index)
             if isinstance(log, PartitionError):
                 # As Kafka: no offsets (-1) and an empty, not null, aborted_transactions.
                 parts.append(FetchPartitionResponse(index, log.code.value, aborted_transactions=[], records=b""))
@@ -129,7 +151,8 @@ def read_partitions(broker: "BrokerApi", topics: Any, max_bytes: int, isolation:
                         piece, txns = log.read_committed(p.fetch_offset, size, min_one_batch=total == 0)
                         aborted = [AbortedTransaction(pid, first) for pid, first in txns]
                     else:
-                        piece = log.read(p.fetch_offset, size, max_offset=hw, min_one_batch=total == 0)
+                        piece = log.read(p.fetch_offset, size, max_offset=hw if replica_id < 0 else None,
+                                         min_one_batch=total == 0)
                 elif p.fetch_offset < log.log_start_offset or p.fetch_offset > log.log_end_offset:
                     raise OffsetOutOfRangeError(p.fetch_offset, log.log_start_offset, log.log_end_offset)
             except OffsetOutOfRangeError:
@@ -152,14 +175,17 @@ def read_partitions(broker: "BrokerApi", topics: Any, max_bytes: int, isolation:
     return out, total
 
 
-def _watches(broker: "BrokerApi", topics: Any, isolation: int) -> list[_Watch]:
+def _watches(broker: "BrokerApi", topics: Any, isolation: int, replica_id: int) -> list[_Watch]:
     watches = []
+    replicas = broker.replicas
     for t in topics:
         for p in t.partitions:
-            log = broker.partition(t.topic, p.partition)
+            log = broker.partition(t.topic, p.partition) if replicas is None else \
+                replicas.leader_log(t.topic, p.partition)
             if not isinstance(log, PartitionError):
                 active = log.active_segment
-                watches.append(_Watch(log, p.fetch_offset, active, active.size, isolation == READ_COMMITTED))
+                watches.append(_Watch(log, p.fetch_offset, active, active.size, isolation == READ_COMMITTED,
+                                      replica_id >= 0))
     return watches
 
 
@@ -170,11 +196,13 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> FetchResponseData:
     isolation = int(getattr(body, "isolation_level", 0))
     max_wait_ms = int(body.max_wait.total_seconds() * 1000)
     min_bytes = int(body.min_bytes)
-    topics, total = read_partitions(broker, body.topics, max_bytes, isolation)
+    replica_id = int(getattr(body, "replica_id", -1))
+    topics, total = read_partitions(broker, body.topics, max_bytes, isolation, replica_id)
     has_error = any(p.error_code for t in topics for p in t.partitions)
     if total < min_bytes and max_wait_ms > 0 and not has_error and body.topics:
-        op = DelayedFetch(max_wait_ms, min_bytes, _watches(broker, body.topics, isolation), already_available=total)
+        op = DelayedFetch(max_wait_ms, min_bytes, _watches(broker, body.topics, isolation, replica_id),
+                          already_available=total)
         keys = [(t.topic, p.partition) for t in body.topics for p in t.partitions]
         await broker.wait_for_fetch(op, keys)
-        topics, total = read_partitions(broker, body.topics, max_bytes, isolation)
+        topics, total = read_partitions(broker, body.topics, max_bytes, isolation, replica_id)
     return FetchResponseData(throttle_time_ms=0, error_code=0, session_id=0, topics=topics)

@@ -3,7 +3,9 @@ isolation level read_committed, v2+: the last stable offset, as Kafka), max time
 or the earliest offset whose timestamp is >= the target (through the time index), else -1.
 A record found by timestamp at or past the last fetchable offset (the LSO for
 read_committed) is answered as not found (-1), as Kafka does: the consumer could not read
-it yet."""
+it yet. On a cluster member only the partition's leader answers (NOT_LEADER_OR_FOLLOWER,
+FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH for another current_leader_epoch), and latest is
+the high watermark, which the followers have too."""
 
 from __future__ import annotations
 
@@ -27,11 +29,13 @@ READ_COMMITTED = 1
 async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     topics = []
     isolation = int(getattr(ctx.body, "isolation_level", 0))
+    replicas = broker.replicas
     for t in ctx.body.topics:
         parts = []
         for p in t.partitions:
             index = p.partition_index
-            log = broker.partition(t.name, index)
+            log = broker.partition(t.name, index) if replicas is None else \
+                replicas.leader_log(t.name, index, int(getattr(p, "current_leader_epoch", -1)))
             if isinstance(log, PartitionError):
                 parts.append({"partition_index": index, "error_code": log.code, "timestamp": -1, "offset": -1})
                 continue
@@ -52,6 +56,6 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
                               "timestamp": -1, "offset": -1})
                 continue
             parts.append({"partition_index": index, "error_code": 0, "timestamp": ts, "offset": offset,
-                          "leader_epoch": 0})
+                          "leader_epoch": 0 if replicas is None else replicas.leader_epoch_of(t.name, index)})
         topics.append({"name": t.name, "partitions": parts})
     return build(response_class(ApiKey.LIST_OFFSETS, ctx.version), {"throttle_time": 0, "topics": topics})

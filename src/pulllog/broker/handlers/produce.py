@@ -4,7 +4,9 @@ Each partition stands alone, as in Kafka: a bad batch for one partition fails th
 partition with its error code and leaves the others of the request unharmed. Nothing of a
 partition's records is appended unless all of its batches are valid. With one replica,
 acks=-1 is satisfied as soon as the append returns (the high watermark is the log end
-offset); with replication it will wait in the purgatory.
+offset); on a cluster member it waits in the produce purgatory until the high watermark
+passes the records (broker/replica_manager.py), and a partition not led here answers
+NOT_LEADER_OR_FOLLOWER.
 
 The answer is encoded by hand (``pulllog.net.produce``), not through kio: a producer that
 sends one record per request makes this the broker's most frequent response. For the same
@@ -67,6 +69,8 @@ def handle(broker: "BrokerApi", ctx: RequestContext) -> list[TopicProduceRespons
                 _partition_error(p.index, ErrorCode.invalid_required_acks) for p in topic.partition_data]))
         return responses
     flushes: list[tuple[str, int, Log]] = []  # partitions whose answer waits for their fsync
+    replicas = broker.replicas  # None for a single broker: acks=all needs nobody else
+    acks_all: list[tuple[str, int, int]] | None = [] if replicas is not None and acks == -1 else None
     for topic_data in body.topic_data:
         name = topic_data.name
         if name in INTERNAL_TOPICS and broker.topics.find(name) is not None:
@@ -77,8 +81,14 @@ def handle(broker: "BrokerApi", ctx: RequestContext) -> list[TopicProduceRespons
                 for p in topic_data.partition_data]))
             continue
         responses.append(TopicProduceResponse(name, [append_partition(broker, name, p.index, p.records, flushes,
-                                                                      body.transactional_id)
+                                                                      body.transactional_id, acks, acks_all)
                                                      for p in topic_data.partition_data]))
+    if acks_all:
+        assert replicas is not None
+        op = replicas.wait_for_acks(body.timeout_ms, acks_all)
+        waits = broker.flush_logs([partition_log for _t, _i, partition_log in flushes]) if flushes else []
+        return Deferred(_answer_after_replication, responses, flushes, waits, op.result,
+                        waits_for=[*waits, op.result])
     if flushes:
         waits = broker.flush_logs([partition_log for _t, _i, partition_log in flushes])
         if acks != 0:
@@ -130,11 +140,34 @@ async def _answer_after_flush(responses: list[TopicProduceResponse], flushes: li
         for p in topic.partitions]) for topic in responses]
 
 
+async def _answer_after_replication(
+        responses: list[TopicProduceResponse], flushes: list[tuple[str, int, "Log"]],
+        waits: "list[asyncio.Future[FlushResult]]",
+        replicated: "asyncio.Future[dict[tuple[str, int], ErrorCode]]") -> list[TopicProduceResponse]:
+    """acks=all on a cluster member: the answer once the flushes are done and the high
+    watermark passed every partition's records (or the request's timeout came)."""
+    if flushes:
+        responses = await _answer_after_flush(responses, flushes, waits)
+    codes = await replicated
+    failed = {key: code for key, code in codes.items() if code != ErrorCode.none}
+    if not failed:
+        return responses
+    return [TopicProduceResponse(topic.name, [
+        _partition_error(p.index, failed[key], f"acks=all: {failed[key].name}")
+        if (key := (topic.name, p.index)) in failed and p.error_code == 0 else p
+        for p in topic.partitions]) for topic in responses]
+
+
 def append_partition(broker: "BrokerApi", topic_name: str, index: int, records: bytes | None,
-                     flushes: list[tuple[str, int, "Log"]], transactional_id: str | None = None) -> PartitionProduceResponse:
+                     flushes: list[tuple[str, int, "Log"]], transactional_id: str | None = None,
+                     acks: int = 1, acks_all: list[tuple[str, int, int]] | None = None) -> PartitionProduceResponse:
     """Validate and append one partition's records; a partition whose flush.messages is due
-    joins ``flushes`` (its answer waits for the fsync)."""
-    partition_log = broker.partition(topic_name, index)
+    joins ``flushes`` (its answer waits for the fsync). A cluster member's partition must be
+    led here; with acks=all (``acks_all`` given) it joins ``acks_all`` as (topic, partition,
+    offset the high watermark must reach)."""
+    replicas = broker.replicas
+    partition_log = broker.partition(topic_name, index) if replicas is None else \
+        replicas.produce_log(topic_name, index, acks)
     if isinstance(partition_log, PartitionError):
         # As Kafka: only Metadata creates topics (auto.create.topics.enable). Every
         # producer asks for metadata before it sends, and retries this error after it.
@@ -172,6 +205,10 @@ def append_partition(broker: "BrokerApi", topic_name: str, index: int, records: 
         log.error("append to %s-%d failed: %s", topic_name, index, exc)
         return _partition_error(index, ErrorCode.kafka_storage_error, f"storage error: {exc.strerror}")
     broker.on_append(topic_name, index)
+    if replicas is not None:
+        replicas.after_leader_append(topic_name, index)
+        if acks_all is not None:
+            acks_all.append((topic_name, index, info.last_offset + 1))
     if partition_log.flush_messages_due:
         flushes.append((topic_name, index, partition_log))
     return PartitionProduceResponse(index, 0, info.first_offset, info.log_append_time, info.log_start_offset)

@@ -1,0 +1,257 @@
+"""A follower's fetcher: one task per source broker, fetching every partition this broker
+follows there (Kafka's ReplicaFetcherThread, on the broker's event loop).
+
+Its connection is a plain asyncio stream on net/'s codec (Fetch v12 and
+OffsetForLeaderEpoch v4 through kio); the broker never imports the client package.
+
+Per partition, in order:
+
+1. *Truncation* (a partition just became a follower, or its fetch said its log does not
+   continue the leader's): OffsetForLeaderEpoch with the follower's latest epoch; the leader
+   answers (its largest epoch <= that one, where that epoch ended in its log). When the
+   follower has that epoch too, it truncates to the smaller of the two ends and is done;
+   when it does not, it truncates to its own end of the epoch it has below and asks again
+   with its new latest epoch. No epoch on either side (UNDEFINED): it truncates to its high
+   watermark, as Kafka does.
+2. *Fetching*: Fetch with replica_id = this broker, from the log end offset, with the
+   current leader epoch; the batches are appended as they are (``Log.append_as_follower``)
+   and the high watermark becomes min(leader's, own log end). OFFSET_OUT_OF_RANGE below the
+   leader's log start: the log starts again there; otherwise: truncate again.
+   NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH: the partition rests for
+   replica.fetch.backoff.ms, until the next view moves it.
+
+A connection failure closes the connection and retries after replica.fetch.backoff.ms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import struct
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ..log.log import FollowerAppendError, OffsetOutOfRangeError
+from ..net.apis import ApiKey
+from ..net.build import build, request_class, response_class
+from ..net.protocol import decode_response, encode_request
+from ..records import InvalidRecordError
+
+# The replica manager and its partitions, as this module sees them (it does not import
+# replica_manager.py, which starts fetchers: one direction of import only).
+Key = tuple[str, int]
+PartitionReplica = Any
+ReplicaManager = Any
+
+__all__ = ["ReplicaFetcher"]
+
+log = logging.getLogger(__name__)
+
+_FETCH_VERSION = 12
+_EPOCH_VERSION = 4
+_SIZE = struct.Struct(">i")
+_RESTING = (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch, ErrorCode.unknown_leader_epoch,
+            ErrorCode.unknown_topic_or_partition, ErrorCode.kafka_storage_error)
+
+
+@dataclass(slots=True)
+class _Fetching:
+    replica: PartitionReplica
+    epoch: int  # the leader epoch the partition follows in
+    truncating: bool = True
+    resting_until: float = 0.0
+
+
+class ReplicaFetcher:
+    def __init__(self, manager: ReplicaManager, leader_id: int) -> None:
+        self.manager = manager
+        self.leader_id = leader_id
+        self.partitions: dict[Key, _Fetching] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+        self._correlation_id = 0
+        self.fetches = 0  # answered Fetch requests (tests wait on it)
+
+    def start(self, task_group: asyncio.TaskGroup) -> None:
+        if self._task is None:
+            self._task = task_group.create_task(self._run(), name=f"pulllog-replica-fetcher-{self.leader_id}")
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        self._close()
+
+    def add(self, replica: PartitionReplica) -> None:
+        self.partitions[replica.key] = _Fetching(replica, replica.leader_epoch)
+        self._wake.set()
+
+    def remove(self, key: Key) -> None:
+        self.partitions.pop(key, None)
+
+    # ------------------------------------------------------------------ the loop
+
+    async def _run(self) -> None:
+        backoff = self.manager.broker.config.replica_fetch_backoff_ms / 1000
+        while True:
+            now = time.monotonic()
+            ready = [f for f in self.partitions.values() if f.resting_until <= now]
+            if not ready:
+                self._wake.clear()
+                rest = min((f.resting_until for f in self.partitions.values()), default=None)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), None if rest is None else max(0.01, rest - now))
+                continue
+            try:
+                truncating = [f for f in ready if f.truncating]
+                if truncating:
+                    await self._truncate(truncating)
+                else:
+                    await self._fetch(ready)
+            except (OSError, EOFError, asyncio.IncompleteReadError, ValueError) as exc:
+                log.warning("replica fetcher for broker %d: %s; retrying in %.1f s", self.leader_id, exc, backoff)
+                self._close()
+                await asyncio.sleep(backoff)
+
+    async def _request(self, api: ApiKey, version: int, data: dict[str, Any]) -> Any:
+        if self._streams is None:
+            address = self.manager.address_of(self.leader_id)
+            if address is None:
+                raise OSError(f"broker {self.leader_id} has no known address")
+            self._streams = await asyncio.open_connection(*address)
+        reader, writer = self._streams
+        self._correlation_id += 1
+        body = build(request_class(api, version), data)
+        writer.write(encode_request(body, correlation_id=self._correlation_id,
+                                    client_id=f"pulllog-replica-fetcher-{self.manager.broker_id}"))
+        await writer.drain()
+        (size,) = _SIZE.unpack(await reader.readexactly(4))
+        frame = await reader.readexactly(size)
+        correlation_id, response = decode_response(frame, response_class(api, version))
+        if correlation_id != self._correlation_id:
+            raise ValueError(f"response {correlation_id} to request {self._correlation_id}")
+        return response
+
+    def _close(self) -> None:
+        if self._streams is not None:
+            self._streams[1].close()
+            self._streams = None
+
+    def _rest(self, fetching: _Fetching, code: ErrorCode) -> None:
+        backoff = self.manager.broker.config.replica_fetch_backoff_ms / 1000
+        replica = fetching.replica
+        log.info("%s-%d: leader %d answered %s; waiting for a new view", replica.topic, replica.index,
+                 self.leader_id, code.name)
+        fetching.resting_until = time.monotonic() + backoff
+
+    def _current(self, key: Key, fetching: _Fetching) -> bool:
+        """The partition still follows here, in the epoch of the request."""
+        return self.partitions.get(key) is fetching and fetching.replica.leader_epoch == fetching.epoch
+
+    # ------------------------------------------------------------------ truncation
+
+    async def _truncate(self, truncating: list[_Fetching]) -> None:
+        by_topic: dict[str, list[dict[str, int]]] = {}
+        for f in truncating:
+            by_topic.setdefault(f.replica.topic, []).append(
+                {"partition": f.replica.index, "current_leader_epoch": f.epoch,
+                 "leader_epoch": f.replica.log.leader_epochs.latest_epoch})
+        response = await self._request(ApiKey.OFFSET_FOR_LEADER_EPOCH, _EPOCH_VERSION, {
+            "replica_id": self.manager.broker_id,
+            "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]})
+        for topic in response.topics:
+            for p in topic.partitions:
+                key = (topic.topic, p.partition)
+                fetching = self.partitions.get(key)
+                if fetching is None or not self._current(key, fetching):
+                    continue
+                if p.error_code != ErrorCode.none:
+                    self._rest(fetching, p.error_code)
+                    continue
+                fetching.truncating = not self._truncate_one(fetching, p.leader_epoch, p.end_offset)
+
+    def _truncate_one(self, fetching: _Fetching, leader_epoch: int, leader_end: int) -> bool:
+        """Truncate by the leader's answer; True once the follower's log agrees with it."""
+        replica = fetching.replica
+        partition_log = replica.log
+        if leader_epoch < 0 or leader_end < 0 or partition_log.leader_epochs.latest_epoch < 0:
+            target, done = partition_log.high_watermark, True
+        else:
+            own_epoch, own_end = partition_log.end_offset_for_epoch(leader_epoch)
+            if own_epoch == leader_epoch:
+                target, done = min(leader_end, own_end), True
+            elif own_epoch < 0:
+                target, done = partition_log.high_watermark, True
+            else:
+                target, done = own_end, False
+        if target < partition_log.log_end_offset:
+            log.info("%s-%d: truncating from %d to %d (leader %d's epoch %d ends at %d)", replica.topic,
+                     replica.index, partition_log.log_end_offset, target, self.leader_id, leader_epoch, leader_end)
+            partition_log.truncate_to(target)
+        return done
+
+    # ------------------------------------------------------------------ fetching
+
+    async def _fetch(self, ready: list[_Fetching]) -> None:
+        cfg = self.manager.broker.config
+        by_topic: dict[str, list[dict[str, int]]] = {}
+        for f in ready:
+            partition_log = f.replica.log
+            by_topic.setdefault(f.replica.topic, []).append({
+                "partition": f.replica.index, "current_leader_epoch": f.epoch,
+                "fetch_offset": partition_log.log_end_offset, "last_fetched_epoch": -1,
+                "log_start_offset": partition_log.log_start_offset, "partition_max_bytes": cfg.replica_fetch_max_bytes})
+        response = await self._request(ApiKey.FETCH, _FETCH_VERSION, {
+            "replica_id": self.manager.broker_id, "max_wait": cfg.replica_fetch_wait_max_ms, "min_bytes": 1,
+            "max_bytes": max(cfg.replica_fetch_max_bytes, 10 * 1024 * 1024), "isolation_level": 0,
+            "session_id": 0, "session_epoch": -1,
+            "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
+            "forgotten_topics_data": [], "rack_id": ""})
+        self.fetches += 1
+        if response.error_code != ErrorCode.none:
+            raise OSError(f"Fetch answered {ErrorCode(response.error_code).name}")
+        for topic in response.responses:
+            for p in topic.partitions:
+                key = (topic.topic, p.partition_index)
+                fetching = self.partitions.get(key)
+                if fetching is not None and self._current(key, fetching):
+                    self._fetched(fetching, p)
+
+    def _fetched(self, fetching: _Fetching, p: Any) -> None:
+        replica = fetching.replica
+        partition_log = replica.log
+        code = p.error_code
+        if code == ErrorCode.offset_out_of_range:
+            if partition_log.log_end_offset < p.log_start_offset:
+                log.info("%s-%d: log end %d is below leader %d's log start %d: starting there", replica.topic,
+                         replica.index, partition_log.log_end_offset, self.leader_id, p.log_start_offset)
+                partition_log.truncate_fully_and_start_at(p.log_start_offset)
+            else:
+                fetching.truncating = True
+            return
+        if code != ErrorCode.none:
+            self._rest(fetching, ErrorCode(code))
+            return
+        records = p.records
+        if records:
+            try:
+                partition_log.append_as_follower(records)
+            except (FollowerAppendError, OffsetOutOfRangeError) as exc:
+                log.warning("%s-%d: %s; truncating again", replica.topic, replica.index, exc)
+                fetching.truncating = True
+                return
+            except InvalidRecordError as exc:  # a damaged batch from the leader: fetch it again later
+                log.error("%s-%d: fetched batch refused: %s", replica.topic, replica.index, exc)
+                fetching.resting_until = time.monotonic() + self.manager.broker.config.replica_fetch_backoff_ms / 1000
+                return
+            except OSError as exc:
+                log.error("%s-%d: append as follower failed: %s", replica.topic, replica.index, exc)
+                fetching.resting_until = time.monotonic() + self.manager.broker.config.replica_fetch_backoff_ms / 1000
+                return
+            if partition_log.flush_messages_due:
+                self.manager.broker.defer_flush(partition_log)
+        partition_log.update_high_watermark(min(p.high_watermark, partition_log.log_end_offset))

@@ -1,0 +1,127 @@
+"""A replicated partition's leader-epoch cache: the offset at which each leader epoch began.
+
+Kept in the partition directory as ``leader-epoch-checkpoint``, Kafka's format::
+
+    0               version
+    2               count of entries
+    0 0             epoch startOffset
+    3 1200          (epochs 1 and 2 wrote nothing: no entry)
+
+Rules (Kafka's ``LeaderEpochFileCache``):
+
+* Entries are strictly increasing in both epoch and start offset. An entry is added when a
+  leader takes over (its epoch, starting at the log end offset) and when a follower appends a
+  batch stamped with an epoch newer than the latest; an entry that would break the order
+  replaces the entries it conflicts with (a follower's history rewritten by truncation).
+* ``end_offset_for(epoch, log_end)`` answers OffsetsForLeaderEpoch: for the latest epoch,
+  the log end offset; otherwise the start offset of the first epoch above the one asked
+  for, with the largest epoch at or below it (or the asked epoch itself when the cache
+  starts above it); (-1, -1) when the asked epoch is above every known one or unknown.
+* Truncation of the log removes the entries from the truncation offset on
+  (``truncate_from_end``).
+* Every change rewrites the file (temporary file, fsync, rename): changes come with leader
+  elections and truncations, never per append. A missing file reads as empty; a damaged
+  one too (the replica then truncates to its high watermark, as Kafka does without a cache).
+* Single-broker logs never make one: their batches keep the producer's epoch (-1).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from bisect import bisect_left, bisect_right
+from pathlib import Path
+
+__all__ = ["LEADER_EPOCH_CHECKPOINT_FILE", "UNDEFINED_EPOCH", "UNDEFINED_OFFSET", "LeaderEpochCache"]
+
+LEADER_EPOCH_CHECKPOINT_FILE = "leader-epoch-checkpoint"
+UNDEFINED_EPOCH = -1
+UNDEFINED_OFFSET = -1
+_VERSION = 0
+
+log = logging.getLogger(__name__)
+
+
+class LeaderEpochCache:
+    """The (epoch, start offset) entries of one partition, persisted on every change."""
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / LEADER_EPOCH_CHECKPOINT_FILE
+        self._epochs: list[int] = []
+        self._starts: list[int] = []
+        self._load()
+
+    def _load(self) -> None:
+        try:
+            lines = self.path.read_text().splitlines()
+        except FileNotFoundError:
+            return
+        try:
+            if int(lines[0]) != _VERSION:
+                raise ValueError(f"unknown version {lines[0]!r}")
+            count = int(lines[1])
+            entries = [tuple(int(v) for v in line.split(" ")) for line in lines[2:2 + count]]
+            if len(entries) != count or any(len(e) != 2 for e in entries):
+                raise ValueError("the count does not match the entries")
+        except (ValueError, IndexError) as exc:
+            log.warning("%s: ignored, cannot parse (%s)", self.path, exc)
+            return
+        for epoch, start in entries:
+            self._epochs.append(epoch)
+            self._starts.append(start)
+
+    @property
+    def entries(self) -> list[tuple[int, int]]:
+        return list(zip(self._epochs, self._starts))
+
+    @property
+    def latest_epoch(self) -> int:
+        return self._epochs[-1] if self._epochs else UNDEFINED_EPOCH
+
+    def assign(self, epoch: int, start_offset: int) -> None:
+        """Epoch ``epoch`` begins at ``start_offset`` (a no-op when it is known already)."""
+        if epoch < 0 or (self._epochs and self._epochs[-1] == epoch and self._starts[-1] <= start_offset):
+            return
+        # Drop what the new entry contradicts: a newer-or-equal epoch, or a start at or past its own.
+        keep = len(self._epochs)
+        while keep and (self._epochs[keep - 1] >= epoch or self._starts[keep - 1] >= start_offset):
+            keep -= 1
+        del self._epochs[keep:], self._starts[keep:]
+        self._epochs.append(epoch)
+        self._starts.append(start_offset)
+        self._write()
+
+    def truncate_from_end(self, end_offset: int) -> None:
+        """The log was truncated to ``end_offset``: forget the epochs that start at or after it."""
+        keep = bisect_left(self._starts, end_offset)
+        if keep < len(self._starts):
+            del self._epochs[keep:], self._starts[keep:]
+            self._write()
+
+    def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
+        """(epoch, end offset) as OffsetsForLeaderEpoch answers for ``epoch`` (module docstring)."""
+        if epoch < 0 or not self._epochs:
+            return UNDEFINED_EPOCH, UNDEFINED_OFFSET
+        if epoch == self._epochs[-1]:
+            return epoch, log_end_offset
+        higher = bisect_right(self._epochs, epoch)
+        if higher == len(self._epochs):
+            return UNDEFINED_EPOCH, UNDEFINED_OFFSET
+        if higher == 0:
+            return epoch, self._starts[0]
+        return self._epochs[higher - 1], self._starts[higher]
+
+    def clear(self) -> None:
+        if self._epochs:
+            self._epochs.clear()
+            self._starts.clear()
+            self._write()
+
+    def _write(self) -> None:
+        lines = [str(_VERSION), str(len(self._epochs))] + [f"{e} {s}" for e, s in zip(self._epochs, self._starts)]
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with open(tmp, "w") as out:
+            out.write("\n".join(lines) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, self.path)

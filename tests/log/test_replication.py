@@ -1,0 +1,127 @@
+"""The log's replication pieces: high watermark, appends as follower, truncation, leader epochs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pulllog.log import Log
+from pulllog.log.leader_epoch import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache
+from pulllog.log.log import FollowerAppendError
+from pulllog.records import build_batch
+from pulllog.records.batch import iter_batches, validate_batch
+
+
+def batch(n: int, start: int = 0, **kw: object) -> bytes:
+    return build_batch([(b"k%d" % (start + i), b"v%d" % (start + i), 1_700_000_000_000 + i) for i in range(n)], **kw)
+
+
+def raw_log(log: Log) -> bytes:
+    """Every byte of every segment, in order: what two replicas must agree on."""
+    return b"".join(s.log_path.read_bytes() for s in log.segments)
+
+
+def test_a_log_alone_has_its_high_watermark_at_the_log_end(tmp_path: Path) -> None:
+    log = Log.open(tmp_path / "t-0")
+    log.append(batch(3))
+    assert not log.replicated and log.high_watermark == log.log_end_offset == 3
+    headers = [h for _p, h in iter_batches(raw_log(log))]
+    assert [h.partition_leader_epoch for h in headers] == [-1]  # nothing stamped without a leader epoch
+    assert not (tmp_path / "t-0" / LEADER_EPOCH_CHECKPOINT_FILE).exists()
+
+
+def test_a_replicated_log_keeps_its_high_watermark_apart(tmp_path: Path) -> None:
+    log = Log.open(tmp_path / "t-0")
+    log.append(batch(3))
+    log.start_replication(1)
+    log.append(batch(2))
+    assert (log.high_watermark, log.log_end_offset) == (1, 5)
+    assert log.last_stable_offset == 1
+    assert log.read(1, 1 << 20, max_offset=log.high_watermark) is None
+    assert log.update_high_watermark(9) and log.high_watermark == 5  # never past the log end
+    assert not log.update_high_watermark(5)
+
+
+def test_a_leader_stamps_its_epoch_and_starts_it_at_the_log_end(tmp_path: Path) -> None:
+    log = Log.open(tmp_path / "t-0")
+    log.start_replication(0)
+    log.become_leader(0)
+    log.append(batch(2))
+    log.become_leader(3)
+    log.append(batch(1) + batch(1))
+    headers = [h for _p, h in iter_batches(raw_log(log))]
+    assert [h.partition_leader_epoch for h in headers] == [0, 3, 3]
+    assert log.leader_epochs.entries == [(0, 0), (3, 2)]
+    text = (tmp_path / "t-0" / LEADER_EPOCH_CHECKPOINT_FILE).read_text()
+    assert text == "0\n2\n0 0\n3 2\n"  # Kafka's format: version, count, "epoch startOffset"
+    data = raw_log(log)
+    for pos, _header in iter_batches(data):
+        validate_batch(data, pos)  # the stamp is outside the CRC'd part
+    assert log.end_offset_for_epoch(3) == (3, 4)
+    assert log.end_offset_for_epoch(0) == (0, 2)
+    assert log.end_offset_for_epoch(1) == (0, 2)  # epochs 1, 2 wrote nothing: epoch 0's end
+    assert log.end_offset_for_epoch(7) == (-1, -1)
+
+
+def test_a_follower_appends_the_leaders_batches_byte_for_byte(tmp_path: Path) -> None:
+    leader = Log.open(tmp_path / "leader" / "t-0")
+    leader.start_replication(0)
+    leader.become_leader(2)
+    leader.append(batch(3))
+    leader.append(batch(2, producer_id=5, producer_epoch=0, base_sequence=0))
+    follower = Log.open(tmp_path / "follower" / "t-0")
+    follower.start_replication(0)
+    data = raw_log(leader)
+    info = follower.append_as_follower(data + data[:30])  # a partial batch at the end is left
+    assert info is not None and (info.first_offset, info.last_offset) == (0, 4)
+    assert raw_log(follower) == data
+    assert follower.log_end_offset == 5 and follower.high_watermark == 0
+    assert follower.leader_epochs.entries == [(2, 0)]
+    assert [v.producer_id for v in follower.producer_states()] == [5]
+    with pytest.raises(FollowerAppendError):
+        follower.append_as_follower(data)  # offsets 0..4 again: not a continuation
+    assert follower.append_as_follower(data[:30]) is None
+
+
+def test_truncation_cuts_segments_producers_epochs_and_the_high_watermark(tmp_path: Path) -> None:
+    log = Log.open(tmp_path / "t-0")
+    log.start_replication(0)
+    log.become_leader(0)
+    log.append(batch(3))
+    log.become_leader(1)
+    log.append(batch(2, producer_id=9, producer_epoch=0, base_sequence=0))
+    log.update_high_watermark(5)
+    log.truncate_to(3)
+    assert (log.log_end_offset, log.high_watermark) == (3, 3)
+    assert log.leader_epochs.entries == [(0, 0)]
+    assert log.producer_states() == []
+    assert LeaderEpochCache(tmp_path / "t-0").entries == [(0, 0)]  # on disk too
+
+
+def test_truncate_fully_starts_the_log_again_at_an_offset(tmp_path: Path) -> None:
+    log = Log.open(tmp_path / "t-0")
+    log.start_replication(0)
+    log.become_leader(0)
+    log.append(batch(3))
+    log.truncate_fully_and_start_at(100)
+    assert (log.log_start_offset, log.log_end_offset, log.high_watermark) == (100, 100, 100)
+    leader = Log.open(tmp_path / "leader" / "t-0")
+    leader.append_as_follower(batch(2, base_offset=100))
+    log.append_as_follower(raw_log(leader))
+    assert log.log_end_offset == 102
+
+
+def test_epoch_cache_drops_what_a_new_entry_contradicts(tmp_path: Path) -> None:
+    cache = LeaderEpochCache(tmp_path)
+    cache.assign(1, 0)
+    cache.assign(2, 10)
+    cache.assign(4, 20)
+    cache.assign(3, 15)  # a follower's history rewritten: epoch 4 at 20 cannot stand after it
+    assert cache.entries == [(1, 0), (2, 10), (3, 15)]
+    cache.assign(3, 18)  # the same epoch, later: kept as it was
+    assert cache.entries[-1] == (3, 15)
+    assert cache.end_offset_for(0, 30) == (0, 0)  # below the first epoch: its own start
+    assert LeaderEpochCache(tmp_path).entries == cache.entries
+    (tmp_path / LEADER_EPOCH_CHECKPOINT_FILE).write_text("junk")
+    assert LeaderEpochCache(tmp_path).entries == []  # damaged: as if there were none

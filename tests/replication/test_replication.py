@@ -1,0 +1,218 @@
+"""Replication's data path over three real brokers: followers, high watermark, ISR, acks=all,
+leader epochs and truncation (the controller is the in-test stand-in of conftest.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer as RdProducer
+from kio.schema.errors import ErrorCode
+from waits import wait_until
+
+from pulllog import Producer
+from pulllog.client.connection import KafkaConnection
+from pulllog.records import build_batch
+
+from replica_cluster import HOSTS, TestController, raw_log
+
+TOPIC = "orders"
+
+
+def rd_produce(bootstrap: str, topic: str, count: int, acks: str = "all") -> list[Any]:
+    """librdkafka's producer, blocking (run it in a thread): the delivery errors, if any."""
+    errors: list[Any] = []
+    producer = RdProducer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5,
+                           "enable.idempotence": acks == "all", "message.timeout.ms": 30_000})
+    for i in range(count):
+        producer.produce(topic, key=b"k%d" % i, value=b"v%d" % i,
+                         on_delivery=lambda err, msg: errors.append(err) if err is not None else None)
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    return errors
+
+
+async def connect(cluster: TestController, broker_id: int) -> KafkaConnection:
+    return await KafkaConnection.connect(HOSTS[broker_id], cluster.brokers[broker_id].port)
+
+
+async def produce_raw(conn: KafkaConnection, topic: str, records: list[bytes], *, acks: int = -1,
+                      timeout_ms: int = 30_000) -> Any:
+    batch = build_batch([(None, value) for value in records])
+    response = await conn.request("produce", 9, {
+        "transactional_id": None, "acks": acks, "timeout": timeout_ms,
+        "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}]})
+    return response.responses[0].partition_responses[0]
+
+
+async def fetch_raw(conn: KafkaConnection, topic: str, offset: int, *, epoch: int = -1) -> Any:
+    response = await conn.request("fetch", 12, {
+        "replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20, "isolation_level": 0,
+        "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
+        "topics": [{"topic": topic, "partitions": [{
+            "partition": 0, "current_leader_epoch": epoch, "fetch_offset": offset, "last_fetched_epoch": -1,
+            "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}]})
+    return response.responses[0].partitions[0]
+
+
+async def list_latest(conn: KafkaConnection, topic: str, *, epoch: int = -1) -> Any:
+    response = await conn.request("list_offsets", 7, {
+        "replica_id": -1, "isolation_level": 0,
+        "topics": [{"name": topic, "partitions": [{"partition_index": 0, "current_leader_epoch": epoch,
+                                                    "timestamp": -1}]}]})
+    return response.topics[0].partitions[0]
+
+
+async def epoch_end(conn: KafkaConnection, topic: str, epoch: int, *, current: int = -1) -> Any:
+    response = await conn.request("offset_for_leader_epoch", 4, {
+        "replica_id": -1, "topics": [{"topic": topic, "partitions": [
+            {"partition": 0, "current_leader_epoch": current, "leader_epoch": epoch}]}]})
+    return response.topics[0].partitions[0]
+
+
+async def replicas_equal(cluster: TestController, topic: str, brokers: tuple[int, ...] = (1, 2, 3)) -> bool:
+    logs = [cluster.log(b, topic) for b in brokers]
+    ends = {log.log_end_offset for log in logs}
+    hws = {log.high_watermark for log in logs}
+    return len(ends) == 1 and hws == ends and len({raw_log(log) for log in logs}) == 1
+
+
+async def test_librdkafka_acks_all_reaches_every_replica_byte_for_byte(cluster: TestController) -> None:
+    cluster.create(TOPIC)
+    errors = await asyncio.to_thread(rd_produce, cluster.brokers[1].bootstrap_servers, TOPIC, 200)
+    assert errors == []
+    leader = cluster.log(1, TOPIC)
+    assert leader.high_watermark == leader.log_end_offset == 200  # acked: the whole ISR has it
+    await wait_until(lambda: replicas_equal(cluster, TOPIC), "the followers' logs equal the leader's")
+    headers = leader.read_batches(0)
+    assert headers and all(b.header.partition_leader_epoch == 0 for b in headers)
+
+
+async def test_pulllog_producer_acks_all_reaches_every_replica(cluster: TestController) -> None:
+    cluster.create(TOPIC)
+    async with Producer(cluster.brokers[1].bootstrap_servers, acks="all") as producer:
+        futures = [await producer.send(TOPIC, b"v%d" % i, key=b"k%d" % i) for i in range(50)]
+        await producer.flush()
+    assert [f.result().offset for f in futures] == list(range(50))
+    await wait_until(lambda: replicas_equal(cluster, TOPIC), "the followers' logs equal the leader's")
+
+
+@pytest.mark.broker_properties({"replica.lag.time.max.ms": "1000"})
+async def test_a_stopped_follower_holds_the_high_watermark_until_it_leaves_the_isr(cluster: TestController) -> None:
+    cluster.create(TOPIC, configs={"min.insync.replicas": "2"})
+    conn = await connect(cluster, 1)
+    try:
+        assert (await produce_raw(conn, TOPIC, [b"a", b"b"])).error_code == ErrorCode.none
+        await wait_until(lambda: replicas_equal(cluster, TOPIC), "all three have the first records")
+        await cluster.stop(3)
+        written = await produce_raw(conn, TOPIC, [b"c"], acks=1)
+        assert written.error_code == ErrorCode.none and written.base_offset == 2
+        leader = cluster.log(1, TOPIC)
+        await wait_until(lambda: cluster.log(2, TOPIC).log_end_offset == 3, "broker 2 fetched offset 2")
+        # Broker 3 is still in the ISR: the high watermark stays, and consumers see only below it.
+        assert cluster.states[(TOPIC, 0)].isr == (1, 2, 3)
+        assert leader.high_watermark == 2 and (await list_latest(conn, TOPIC)).offset == 2
+        fetched = await fetch_raw(conn, TOPIC, 0)
+        assert fetched.high_watermark == 2
+        assert [r.value for b in _batches(fetched.records) for r in b.records()] == [b"a", b"b"]
+        # Past replica.lag.time.max.ms it is shrunk out; the HW moves, acks=all works with 2 of 3.
+        await wait_until(lambda: cluster.states[(TOPIC, 0)].isr == (1, 2), "broker 3 left the ISR")
+        await wait_until(lambda: leader.high_watermark == 3, "the high watermark moved on")
+        assert (await produce_raw(conn, TOPIC, [b"d"])).error_code == ErrorCode.none
+        # With 1 of 3 in sync (min.insync.replicas=2): refused before the append.
+        await cluster.stop(2)
+        await wait_until(lambda: cluster.states[(TOPIC, 0)].isr == (1,), "broker 2 left the ISR")
+        end = leader.log_end_offset
+        refused = await produce_raw(conn, TOPIC, [b"e"])
+        assert refused.error_code == ErrorCode.not_enough_replicas
+        assert leader.log_end_offset == end
+        assert (await produce_raw(conn, TOPIC, [b"f"], acks=1)).error_code == ErrorCode.none
+    finally:
+        await conn.close()
+
+
+async def test_acks_all_times_out_while_an_in_sync_follower_is_away(cluster: TestController) -> None:
+    cluster.create(TOPIC)
+    await cluster.stop(3)
+    conn = await connect(cluster, 1)
+    try:
+        answer = await produce_raw(conn, TOPIC, [b"x"], timeout_ms=300)
+        assert answer.error_code == ErrorCode.request_timed_out
+        assert cluster.brokers[1].replicas.produce_purgatory.num_delayed == 0  # type: ignore[union-attr]
+    finally:
+        await conn.close()
+
+
+async def test_a_follower_and_a_wrong_epoch_are_refused(cluster: TestController) -> None:
+    cluster.create(TOPIC)
+    cluster.elect((TOPIC, 0), 1)  # epoch 1
+    follower, leader = await connect(cluster, 2), await connect(cluster, 1)
+    try:
+        assert (await produce_raw(follower, TOPIC, [b"x"])).error_code == ErrorCode.not_leader_or_follower
+        assert (await fetch_raw(follower, TOPIC, 0)).error_code == ErrorCode.not_leader_or_follower
+        assert (await list_latest(follower, TOPIC)).error_code == ErrorCode.not_leader_or_follower
+        assert (await fetch_raw(leader, TOPIC, 0, epoch=0)).error_code == ErrorCode.fenced_leader_epoch
+        assert (await fetch_raw(leader, TOPIC, 0, epoch=2)).error_code == ErrorCode.unknown_leader_epoch
+        assert (await list_latest(leader, TOPIC, epoch=0)).error_code == ErrorCode.fenced_leader_epoch
+        assert (await fetch_raw(leader, TOPIC, 0, epoch=1)).error_code == ErrorCode.none
+    finally:
+        await follower.close()
+        await leader.close()
+
+
+async def test_a_demoted_leader_truncates_its_divergent_tail(cluster: TestController) -> None:
+    cluster.create(TOPIC)
+    conn = await connect(cluster, 1)
+    try:
+        assert (await produce_raw(conn, TOPIC, [b"a", b"b", b"c"])).error_code == ErrorCode.none
+        await wait_until(lambda: replicas_equal(cluster, TOPIC), "all three have offsets 0-2")
+        # Brokers 2 and 3 go away; the old leader takes writes nobody else gets (acks=1).
+        await cluster.stop(2)
+        await cluster.stop(3)
+        assert (await produce_raw(conn, TOPIC, [b"lost1", b"lost2"], acks=1)).error_code == ErrorCode.none
+    finally:
+        await conn.close()
+    old_leader = cluster.log(1, TOPIC)
+    assert old_leader.log_end_offset == 5
+    # Broker 2 comes back as the leader of epoch 1 (broker 1 is left out of the ISR), takes a write.
+    cluster.elect((TOPIC, 0), 2, isr=(2, 3))
+    for broker_id in (2, 3):
+        await cluster.start(broker_id)
+    new_leader = cluster.log(2, TOPIC)
+    assert new_leader.leader_epochs.entries == [(0, 0), (1, 3)]
+    conn = await connect(cluster, 2)
+    try:
+        written = await produce_raw(conn, TOPIC, [b"new"])
+        assert (written.error_code, written.base_offset) == (ErrorCode.none, 3)
+        answer = await epoch_end(conn, TOPIC, 0)
+        assert (answer.error_code, answer.leader_epoch, answer.end_offset) == (ErrorCode.none, 0, 3)
+        answer = await epoch_end(conn, TOPIC, 1, current=1)
+        assert (answer.leader_epoch, answer.end_offset) == (1, 4)
+        assert (await epoch_end(conn, TOPIC, 0, current=0)).error_code == ErrorCode.fenced_leader_epoch
+    finally:
+        await conn.close()
+    # The old leader, now a follower, cuts offsets 3-4 (epoch 0's tail past 3) and takes epoch 1's.
+    await wait_until(lambda: replicas_equal(cluster, TOPIC), "broker 1's log equals the new leader's")
+    values = [r.value for b in old_leader.read_batches(0) for r in b.records()]
+    assert values == [b"a", b"b", b"c", b"new"]
+    assert old_leader.leader_epochs.entries == [(0, 0), (1, 3)]
+
+
+async def test_the_high_watermark_survives_a_restart(cluster: TestController) -> None:
+    cluster.create(TOPIC)
+    errors = await asyncio.to_thread(rd_produce, cluster.brokers[1].bootstrap_servers, TOPIC, 20)
+    assert errors == []
+    await wait_until(lambda: replicas_equal(cluster, TOPIC), "all three have every record")
+    await cluster.stop(2)
+    path = cluster.root / "broker-2" / "replication-offset-checkpoint"
+    assert path.read_text() == f"0\n1\n{TOPIC} 0 20\n"
+    await cluster.start(2)
+    assert cluster.log(2, TOPIC).high_watermark == 20
+
+
+def _batches(records: bytes | None) -> list[Any]:
+    from pulllog.records.batch import RecordBatch, iter_batches
+
+    data = records or b""
+    return [RecordBatch.from_bytes(data, pos) for pos, _h in iter_batches(data)]
