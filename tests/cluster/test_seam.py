@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka.admin import AdminClient, NewTopic
-from conftest import Cluster
 from waits import wait_until
+from zk_brokers import Cluster
 
 from pulllog.broker import Broker
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
-from conftest import Cluster
 from waits import block_until
+from zk_brokers import Cluster
 
 SHORT_SESSION = ("zookeeper.session.timeout.ms=2000",)  # a SIGKILLed broker is gone in ~2 s
 
