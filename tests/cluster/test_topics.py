@@ -93,6 +93,7 @@ def test_a_topic_is_deleted_cluster_wide(cluster: Cluster, zk_client: Any) -> No
     _create(cluster.broker(1).bootstrap_servers, NewTopic("doomed", 2, 2))
     for broker in cluster.brokers.values():
         block_until(lambda b=broker: _leaders(b.bootstrap_servers, "doomed"), "every broker sees the topic")
+    assert sum(len(list(b.data_dir.glob("doomed-*"))) for b in cluster.brokers.values()) >= 4  # the replicas' logs
     admin = _admin(cluster.broker(3).bootstrap_servers)
     admin.delete_topics(["doomed"], operation_timeout=30)["doomed"].result()
     assert zk_client.exists(cluster.path("/brokers/topics/doomed")) is None
@@ -101,6 +102,7 @@ def test_a_topic_is_deleted_cluster_wide(cluster: Cluster, zk_client: Any) -> No
     for broker in cluster.brokers.values():
         block_until(lambda b=broker: "doomed" not in _admin(b.bootstrap_servers).list_topics(timeout=30).topics,
                     f"broker {broker.broker_id}'s Metadata no longer lists the topic", interval_s=0.1)
+        block_until(lambda b=broker: not list(b.data_dir.glob("doomed-*")), f"broker {broker.broker_id} drops its logs")
 
 
 def test_when_a_leader_is_killed_the_controller_elects_another_from_the_isr_with_the_next_epoch(
