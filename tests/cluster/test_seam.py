@@ -38,7 +38,8 @@ async def test_views_reach_the_broker_and_the_leaders_isr_change_is_conditional(
 
         # A change based on the old read loses: None, and nothing is written.
         assert await broker.alter_isr(view.state.with_isr((3,)), "seam", 0) is None
-        assert json.loads(zk_client.get(own_cluster.path("/brokers/topics/seam/partitions/0/state"))[0])["isr"] == [3, 1]
+        state_path = own_cluster.path("/brokers/topics/seam/partitions/0/state")
+        assert json.loads(zk_client.get(state_path)[0])["isr"] == [3, 1]
 
         futures = admin.delete_topics(["seam"], operation_timeout=30)
         await asyncio.to_thread(futures["seam"].result)
