@@ -216,3 +216,17 @@ def test_metadata_auto_creates_a_topic_with_the_default_replication_factor(clust
     assignment = json.loads(zk_client.get(cluster.path("/brokers/topics/auto-made"))[0])
     assert len(assignment["partitions"]) == 1 and len(assignment["partitions"]["0"]) == 1  # num.partitions, RF 1
     block_until(lambda: _leaders(cluster.broker(3).bootstrap_servers, "auto-made"), "another broker lists it")
+
+
+def test_auto_leader_rebalance_moves_leadership_back_to_the_preferred_replica(own_cluster: Cluster,
+                                                                             zk_client: Any) -> None:
+    own_cluster.overrides = ("leader.imbalance.check.interval.seconds=1",)
+    own_cluster.start(2)
+    _create(own_cluster.broker(1).bootstrap_servers, NewTopic("rebalanced", 1, replica_assignment=[[1, 2]]))
+    # After a failover broker 2 leads, and broker 1 is back in the ISR (the leader's doing).
+    state, version = _state(zk_client, own_cluster, "rebalanced", 0)
+    zk_client.set(own_cluster.path("/brokers/topics/rebalanced/partitions/0/state"),
+                  json.dumps({**state, "leader": 2, "leader_epoch": 1, "isr": [2, 1]}).encode(), version=version)
+    back = block_until(lambda: (s := _state(zk_client, own_cluster, "rebalanced", 0)[0])["leader"] == 1 and s,
+                       "the periodic imbalance check makes broker 1 lead again")
+    assert (back["leader_epoch"], back["isr"]) == (2, [2, 1])
