@@ -230,3 +230,28 @@ def test_auto_leader_rebalance_moves_leadership_back_to_the_preferred_replica(ow
     back = block_until(lambda: (s := _state(zk_client, own_cluster, "rebalanced", 0)[0])["leader"] == 1 and s,
                        "the periodic imbalance check makes broker 1 lead again")
     assert (back["leader_epoch"], back["isr"]) == (2, [2, 1])
+
+
+def test_a_topics_config_is_altered_cluster_wide_through_zookeeper(cluster: Cluster, zk_client: Any) -> None:
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    _create(cluster.broker(1).bootstrap_servers, NewTopic("tuned", 1, replica_assignment=[[1, 2]]))
+    admin = _admin(cluster.broker(3).bootstrap_servers)  # not a replica of the topic
+    resource = ConfigResource(ResourceType.TOPIC, "tuned", incremental_configs=[
+        ConfigEntry("retention.ms", "123456", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource])[resource].result()
+    assert json.loads(zk_client.get(cluster.path("/config/topics/tuned"))[0]) == {
+        "version": 1, "config": {"retention.ms": "123456"}}
+
+    def retention(bootstrap: str) -> str:
+        client = _admin(bootstrap)
+        described = client.describe_configs([ConfigResource(ResourceType.TOPIC, "tuned")])
+        return next(iter(described.values())).result()["retention.ms"].value
+
+    for broker in cluster.brokers.values():  # replicas and the broker that holds none
+        block_until(lambda b=broker: retention(b.bootstrap_servers) == "123456",
+                    f"broker {broker.broker_id} describes the new config", interval_s=0.1)
+    for broker_id in (1, 2):  # the replicas' own copies of the topic took it too (their topic files)
+        data_dir = cluster.broker(broker_id).data_dir
+        block_until(lambda d=data_dir: any("123456" in f.read_text() for f in d.rglob("tuned.json")),
+                    f"broker {broker_id}'s copy of the topic has the new config")

@@ -573,6 +573,14 @@ class ClusterMembership:
             return False
         return True
 
+    def write_topic_config(self, topic: str, configs: Mapping[str, str]) -> None:
+        """Replace the topic's overrides (``/config/topics/<topic>``); every broker's watch applies them."""
+        path = self._path(topic_config_path(topic))
+        try:
+            self._client.set(path, encode_topic_config(configs))
+        except NoNodeError:
+            self._client.create(path, encode_topic_config(configs))
+
     def request_topic_deletion(self, topic: str) -> None:
         """Ask the controller to delete the topic (Kafka's /admin/delete_topics/<topic>)."""
         try:
