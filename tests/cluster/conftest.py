@@ -9,18 +9,16 @@ scripts/test.sh installs both, so CI runs these tests.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 import zk_cluster  # scripts/, on sys.path through tests/conftest.py
+from zk_brokers import Cluster
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
-
-_chroots = itertools.count(1)
 
 
 @pytest.fixture(scope="session")
@@ -47,32 +45,6 @@ def zk_client(zookeeper: zk_cluster.ZooKeeper) -> Iterator[KazooClient]:
     finally:
         client.stop()
         client.close()
-
-
-class Cluster:
-    """Brokers 1..n under one chroot of the session's ZooKeeper."""
-
-    def __init__(self, zookeeper: zk_cluster.ZooKeeper, base_dir: Path, overrides: tuple[str, ...] = ()) -> None:
-        self.chroot = f"/cluster-{next(_chroots)}"
-        self.connect = zookeeper.connect + self.chroot
-        self.base_dir = base_dir
-        self.overrides = overrides
-        self.brokers: dict[int, zk_cluster.BrokerProcess] = {}
-
-    def start(self, count: int) -> Cluster:
-        for broker in zk_cluster.start_brokers(self.connect, self.base_dir, count, self.overrides):
-            self.brokers[broker.broker_id] = broker
-        return self
-
-    def broker(self, broker_id: int) -> zk_cluster.BrokerProcess:
-        return self.brokers[broker_id]
-
-    def path(self, znode: str) -> str:
-        return self.chroot + znode
-
-    def stop(self) -> None:
-        for broker in self.brokers.values():
-            broker.stop()
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,8 @@ from typing import Any
 
 import zk_cluster
 from confluent_kafka.admin import AdminClient
-from conftest import Cluster
 from waits import block_until
+from zk_brokers import Cluster
 
 PULLLOG = [sys.executable, "-m", "pulllog.cli.main"]
 

@@ -11,9 +11,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from conftest import Cluster
 from kazoo.client import KazooClient
 from waits import wait_until
+from zk_brokers import Cluster
 
 from pulllog.broker import Broker
 

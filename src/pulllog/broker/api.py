@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Protocol
 
@@ -62,6 +62,8 @@ if TYPE_CHECKING:
         ListTransactionsResult,
         TransactionDescription,
     )
+    from ..cluster.membership import ClusterMembership
+    from ..cluster.state import LeaderAndIsr, PartitionView
     from ..cluster.znodes import ClusterView
     from ..purgatory import DelayedOperation
     from .config import BrokerConfig
@@ -182,6 +184,24 @@ class BrokerApi(Protocol):
     @property
     def cluster_view(self) -> "ClusterView | None":
         """A cluster member's latest view (live brokers, controller); None for a single broker."""
+        ...
+
+    @property
+    def membership(self) -> "ClusterMembership | None":
+        """A cluster member's ZooKeeper session (its admin writes); None for a single broker."""
+        ...
+
+    @property
+    def partition_views(self) -> "Mapping[tuple[str, int], PartitionView]":
+        """A cluster member's view of every partition of the cluster (empty for a single broker)."""
+        ...
+
+    async def wait_for_views(self, ready: "Callable[[], bool]", timeout_s: float) -> bool:
+        """Wait (at most ``timeout_s``) until ``ready()`` holds over the partition views."""
+        ...
+
+    async def alter_isr(self, state: "LeaderAndIsr", topic: str, partition: int) -> "LeaderAndIsr | None":
+        """A leader's conditional ISR change (a cluster member); None on a conflict."""
         ...
 
     @property

@@ -40,7 +40,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
@@ -63,7 +63,7 @@ from .topics import OFFSETS_TOPIC, Topic, TopicManager
 
 if TYPE_CHECKING:
     from ..cluster.membership import ClusterMembership
-    from ..cluster.state import LeaderAndIsr
+    from ..cluster.state import LeaderAndIsr, PartitionView
     from .replica_manager import ReplicaManager
     from ..cluster.znodes import ClusterView
     from ..group.coordinator import GroupCoordinator
@@ -144,6 +144,12 @@ class Broker:
         # pulllog.cluster is imported), and the latest view of the cluster it gave, set on the loop.
         self.membership: "ClusterMembership | None" = None
         self.cluster_view: "ClusterView | None" = None
+        # A cluster member's view of every partition in the cluster (from ZooKeeper's watches,
+        # updated on the loop), for Metadata; and the partitions this broker was last told it
+        # holds a replica of (so a view that drops it still reaches the replica manager).
+        self.partition_views: "dict[tuple[str, int], PartitionView]" = {}
+        self._replica_of: set[tuple[str, int]] = set()
+        self._view_waiters: list[asyncio.Future[None]] = []
         # flush.messages fsyncs of the coordinators' and markers' appends, for their request (collect_flushes)
         self._flush_collector: list[tuple[Log, asyncio.Future[FlushResult]]] | None = None
         # A cluster member's replicated partitions (broker/replica_manager.py). None for a single
@@ -163,12 +169,6 @@ class Broker:
                 self.replicas.start(self._task_group)
         return self.replicas
 
-    async def alter_isr(self, state: "LeaderAndIsr", topic: str, partition: int) -> "LeaderAndIsr | None":
-        """A leader's ISR change: write ``state`` (same leader and epoch, a new ISR) if the
-        partition's state is still at ``state.zk_version``; the state as written, or None
-        when it lost a race (the next view decides). The cluster layer provides it; without
-        one there is nobody to agree with, and nothing changes."""
-        return None
 
     # ------------------------------------------------------------------ addresses
 
@@ -354,22 +354,95 @@ class Broker:
         assert self.config.zookeeper_connect is not None
         host, port = self.advertised
 
+        from ..cluster.membership import ControllerSettings
+
         def deliver(view: "ClusterView") -> None:  # on a ZooKeeper client thread
             if not loop.is_closed():
                 loop.call_soon_threadsafe(self._set_cluster_view, view)
 
+        def deliver_partitions(views: "list[PartitionView]", removed: list[str]) -> None:  # ditto
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(self._apply_partition_views, views, removed)
+
+        settings = ControllerSettings(
+            unclean_leader_election=lambda: self.topics.defaults.unclean_leader_election_enable,
+            auto_leader_rebalance=self.config.auto_leader_rebalance_enable,
+            rebalance_interval_s=float(self.config.leader_imbalance_check_interval_seconds),
+            imbalance_percentage=self.config.leader_imbalance_per_broker_percentage)
         membership = ClusterMembership(
             self.config.zookeeper_connect, BrokerRegistration(self.config.node_id, host, port), deliver,
+            on_partitions=deliver_partitions, controller_settings=settings, cluster_id=self.topics.cluster_id,
             session_timeout_ms=self.config.zookeeper_session_timeout_ms,
             connection_timeout_ms=(self.config.zookeeper_connection_timeout_ms
                                    or self.config.zookeeper_session_timeout_ms))
         self.cluster_view = await asyncio.to_thread(membership.start)
+        self.topics.cluster_id = membership.cluster_id  # every member answers with the cluster's id
         self.membership = membership
 
     def _set_cluster_view(self, view: "ClusterView") -> None:
         # Views arrive in the order the watches made them (call_soon_threadsafe is FIFO, and
         # start's own result comes after the views it queued), so the last one is the newest.
         self.cluster_view = view
+        self._wake_view_waiters()
+
+    def _apply_partition_views(self, views: "list[PartitionView]", removed: list[str]) -> None:
+        """ZooKeeper's news of partitions, on the loop: keep every view for Metadata, and hand
+        this broker's own to the replica manager (``broker.replicas``), which makes this broker
+        leader or follower by them. Views whose state the controller has not written yet are
+        kept but not applied: there is no role to take up."""
+        replicas = self.replicas  # the replica manager (issue 16's data path)
+        node = self.config.node_id
+        for name in removed:
+            for key in [k for k in self.partition_views if k[0] == name]:
+                del self.partition_views[key]
+                self._replica_of.discard(key)
+            if replicas is not None:
+                replicas.remove_topic(name)
+        for view in views:
+            key = (view.topic, view.partition)
+            self.partition_views[key] = view
+            mine = node in view.replicas
+            if view.state is None or not (mine or key in self._replica_of):
+                continue
+            if mine:
+                self._replica_of.add(key)
+            else:
+                self._replica_of.discard(key)
+            if replicas is not None:
+                replicas.apply(view)
+        self._wake_view_waiters()
+
+    def _wake_view_waiters(self) -> None:
+        waiters, self._view_waiters = self._view_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def wait_for_views(self, ready: "Callable[[], bool]", timeout_s: float) -> bool:
+        """Wait until ``ready()`` holds over this broker's views (checked after every change
+        ZooKeeper delivers), at most ``timeout_s``; whether it holds."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while not ready():
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._view_waiters.append(waiter)
+            try:
+                await asyncio.wait_for(waiter, remaining)
+            except TimeoutError:
+                return ready()
+        return True
+
+    async def alter_isr(self, state: "LeaderAndIsr", topic: str, partition: int) -> "LeaderAndIsr | None":
+        """A leader's ISR change, written to the partition's state znode only if it is still at
+        ``state.zk_version`` (the leader epoch unchanged, as Kafka's ZooKeeper mode did before
+        AlterIsr). The state written, with its new version; None on a conflict (the controller
+        or an earlier change moved it: wait for the next view and decide again)."""
+        if self.membership is None:
+            raise RuntimeError("alter_isr is for a cluster member (zookeeper.connect)")
+        return await asyncio.to_thread(self.membership.update_isr, topic, partition, state)
 
     async def _leave_cluster(self) -> None:
         if self.membership is not None:

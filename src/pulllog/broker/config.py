@@ -45,6 +45,8 @@ _LOG_DEFAULTS = {
     "compression.type": "compression.type",
     "log.segment.delete.delay.ms": "file.delete.delay.ms",
     "min.insync.replicas": "min.insync.replicas",
+    # A cluster's broker-wide default; a topic's own override wins (the controller reads both).
+    "unclean.leader.election.enable": "unclean.leader.election.enable",
 }
 # The broker log defaults that (Incremental)AlterConfigs may change at run time (Kafka's
 # dynamic broker configs that pulllog implements), broker name -> topic config name.
@@ -138,8 +140,15 @@ _IGNORED_PREFIXES = {
     "group.consumer.": "pulllog's group coordinator has fixed limits (the classic protocol only)",
     "group.share.": "pulllog has no share groups yet",
 }
+# The cluster's settings (issue 16) that a cluster member uses; a single broker keeps their
+# values and has no use for them.
+_CLUSTER = (
+    "unclean.leader.election.enable", "auto.leader.rebalance.enable", "leader.imbalance.check.interval.seconds",
+    "leader.imbalance.per.broker.percentage", "offsets.topic.replication.factor",
+    "transaction.state.log.replication.factor",
+)
 _IGNORED: dict[str, str] = {
-    name: reason for reason, names in _IGNORED_BY_REASON.items() for name in names.split()
+    name: reason for reason, names in _IGNORED_BY_REASON.items() for name in names.split() if name not in _CLUSTER
 }
 
 
@@ -244,7 +253,7 @@ _OWN = (
     "offsets.retention.check.interval.ms", "producer.id.expiration.ms", "producer.id.expiration.check.interval.ms",
     "group.initial.rebalance.delay.ms", "start.with.offline.partitions", "log.max.open.files", "max.broker.partitions",
     *_TRANSACTION_INTS, "transaction.partition.verification.enable", *_REPLICA_INTS,
-    "zookeeper.connect", "zookeeper.session.timeout.ms", "zookeeper.connection.timeout.ms",
+    "zookeeper.connect", "zookeeper.session.timeout.ms", "zookeeper.connection.timeout.ms", *_CLUSTER,
 )
 KNOWN_NAMES: frozenset[str] = frozenset((*_LOG_DEFAULTS, *_HOURS, *_MINUTES, *_OWN, *_IGNORED))
 
@@ -350,6 +359,15 @@ class BrokerConfig:
     # timeout (default: the session timeout) bounds the wait for ZooKeeper at start.
     zookeeper_session_timeout_ms: int = 18_000
     zookeeper_connection_timeout_ms: int | None = None
+    # The cluster's controller (Kafka's names and defaults): a periodic preferred-leader election
+    # for brokers leading fewer of their preferred partitions than the percentage allows.
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_seconds: int = 300
+    leader_imbalance_per_broker_percentage: int = 10
+    # Replicas of the internal topics in a cluster (Kafka's ZooKeeper mode: their creation
+    # fails until that many brokers are live). A single broker keeps one replica.
+    offsets_topic_replication_factor: int = 3
+    transaction_state_log_replication_factor: int = 3
     # Replication (Kafka's names and defaults): a follower that has not caught up for
     # replica.lag.time.max.ms leaves the ISR; followers long-poll their leader for up to
     # replica.fetch.wait.max.ms, replica.fetch.max.bytes per partition, and retry a failed
@@ -467,6 +485,16 @@ class BrokerConfig:
                 kw["zookeeper_session_timeout_ms"] = _int(name, raw, 1000, 2**31 - 1)
             elif name == "zookeeper.connection.timeout.ms":
                 kw["zookeeper_connection_timeout_ms"] = _int(name, raw, 1, 2**31 - 1)
+            elif name == "auto.leader.rebalance.enable":
+                kw["auto_leader_rebalance_enable"] = _bool(name, raw)
+            elif name == "leader.imbalance.check.interval.seconds":
+                kw["leader_imbalance_check_interval_seconds"] = _int(name, raw, 1, 2**31 - 1)
+            elif name == "leader.imbalance.per.broker.percentage":
+                kw["leader_imbalance_per_broker_percentage"] = _int(name, raw, 0, 100)
+            elif name == "offsets.topic.replication.factor":
+                kw["offsets_topic_replication_factor"] = _int(name, raw, 1, 32767)
+            elif name == "transaction.state.log.replication.factor":
+                kw["transaction_state_log_replication_factor"] = _int(name, raw, 1, 32767)
             elif name == "log.max.open.files":
                 kw["max_open_files"] = _int(name, raw, 0, 2**31 - 1)
             elif (reason := _ignored_reason(name)) is not None:
@@ -508,6 +536,11 @@ class BrokerConfig:
         out["zookeeper.session.timeout.ms"] = str(self.zookeeper_session_timeout_ms)
         out["zookeeper.connection.timeout.ms"] = str(self.zookeeper_connection_timeout_ms
                                                      or self.zookeeper_session_timeout_ms)
+        out["auto.leader.rebalance.enable"] = str(self.auto_leader_rebalance_enable).lower()
+        out["leader.imbalance.check.interval.seconds"] = str(self.leader_imbalance_check_interval_seconds)
+        out["leader.imbalance.per.broker.percentage"] = str(self.leader_imbalance_per_broker_percentage)
+        out["offsets.topic.replication.factor"] = str(self.offsets_topic_replication_factor)
+        out["transaction.state.log.replication.factor"] = str(self.transaction_state_log_replication_factor)
         for name, (field_name, _low, _high) in (*_TRANSACTION_INTS.items(), *_REPLICA_INTS.items()):
             out[name] = str(getattr(self, field_name))
         topic_values = self.log_defaults.to_kafka()

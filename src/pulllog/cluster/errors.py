@@ -3,7 +3,7 @@ reports these in one line)."""
 
 from __future__ import annotations
 
-__all__ = ["BrokerIdInUseError", "ClusterStartError"]
+__all__ = ["BrokerIdInUseError", "ClusterStartError", "NotControllerError", "TopicAlreadyExistsError"]
 
 
 class ClusterStartError(Exception):
@@ -12,3 +12,11 @@ class ClusterStartError(Exception):
 
 class BrokerIdInUseError(ClusterStartError):
     """Another live broker is registered under this broker.id."""
+
+
+class TopicAlreadyExistsError(Exception):
+    """CreateTopics of a topic ZooKeeper has already (or still has, marked for deletion)."""
+
+
+class NotControllerError(Exception):
+    """A request only the controller serves reached another broker (NOT_CONTROLLER)."""

@@ -30,13 +30,30 @@ The broker calls :meth:`start` and :meth:`stop` through ``asyncio.to_thread``; w
 on kazoo's callback thread and hand each new :class:`~pulllog.cluster.znodes.ClusterView` to
 ``on_change``, which the broker turns into a ``call_soon_threadsafe`` onto its event loop, so
 request handlers still see state only on the loop.
+
+Topics: every broker watches ``/brokers/topics`` (its children), each topic's assignment and
+config, and each partition's state znode, and hands each change to ``on_partitions`` as
+:class:`~pulllog.cluster.state.PartitionView` values (and the names of topics that went), so
+every broker can answer Metadata for every partition and apply the roles of its own (this is
+how roles reach brokers: they pull them from ZooKeeper, as KRaft brokers pull their metadata,
+instead of being sent LeaderAndIsr requests). A watch belongs to one incarnation of a topic: a
+topic deleted and created again gets new watches, and the old ones end at their next event.
+
+The controller's work (:mod:`pulllog.cluster.active_controller`) runs while this broker holds
+``/controller``: it starts on a won election and stops when ``/controller`` names another broker
+or the session is lost. Every watch above also pokes it, as Kafka's controller watches the same
+znodes. Writes a broker makes itself: a topic's creation (its config and assignment in one
+transaction, as Kafka's admin code does), new partitions (conditional on the assignment's
+version), a delete request, and a leader's ISR change (:meth:`ClusterMembership.update_isr`,
+conditional on the state's version).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
@@ -48,23 +65,58 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
-from .errors import BrokerIdInUseError, ClusterStartError
+from .active_controller import ActiveController, ElectionResult
+from .controller import ElectionType
+from .errors import (
+    BrokerIdInUseError,
+    ClusterStartError,
+    NotControllerError,
+    TopicAlreadyExistsError,
+)
+from .state import LeaderAndIsr, PartitionView
 from .znodes import (
     BROKER_IDS,
+    BROKER_TOPICS,
+    CLUSTER_ID,
     CONTROLLER,
     CONTROLLER_EPOCH,
+    DELETE_TOPICS,
     PERSISTENT_PATHS,
+    PREFERRED_REPLICA_ELECTION,
     BrokerRegistration,
     ClusterView,
     ControllerRegistration,
+    TopicAssignment,
     ZnodeFormatError,
     broker_path,
+    decode_cluster_id,
     decode_epoch,
+    decode_partition_state,
+    decode_topic_config,
+    delete_topic_path,
+    encode_cluster_id,
     encode_epoch,
+    encode_partition_state,
+    encode_topic_config,
     parse_zookeeper_connect,
+    partition_state_path,
+    topic_config_path,
+    topic_path,
 )
 
-__all__ = ["ClusterMembership"]
+__all__ = ["ClusterMembership", "ControllerSettings"]
+
+PartitionsCallback = Callable[[list[PartitionView], list[str]], None]
+
+
+@dataclass(frozen=True)
+class ControllerSettings:
+    """How this broker's controller behaves when it is elected (broker settings)."""
+
+    unclean_leader_election: Callable[[], bool] = lambda: False  # the broker default, read when needed
+    auto_leader_rebalance: bool = False
+    rebalance_interval_s: float = 300.0
+    imbalance_percentage: int = 10
 
 log = logging.getLogger("pulllog.cluster")
 
@@ -78,8 +130,13 @@ class ClusterMembership:
 
     def __init__(self, connect: str, registration: BrokerRegistration,
                  on_change: Callable[[ClusterView], None] = lambda view: None, *,
-                 session_timeout_ms: int = 18_000, connection_timeout_ms: int = 18_000) -> None:
+                 on_partitions: PartitionsCallback = lambda views, removed: None,
+                 controller_settings: ControllerSettings | None = None,
+                 session_timeout_ms: int = 18_000, connection_timeout_ms: int = 18_000,
+                 cluster_id: str = "") -> None:
         self.connect = connect
+        # This broker's own id (meta.properties) until start: then the cluster's, /cluster/id.
+        self.cluster_id = cluster_id
         hosts, self.chroot = parse_zookeeper_connect(connect)
         self.registration = registration
         self.broker_id = registration.broker_id
@@ -93,6 +150,17 @@ class ClusterMembership:
         self._session_lost = False
         self._stopped = False
         self.view = ClusterView()
+        self._on_partitions = on_partitions
+        self._controller_settings = controller_settings or ControllerSettings()
+        self.controller: ActiveController | None = None  # while this broker is the controller
+        # The topics as the watches last saw them; a topic's generation tells its watches apart
+        # from those of an earlier topic of the same name.
+        self._generations: dict[str, int] = {}
+        self._next_generation = 0
+        self._assignments: dict[str, TopicAssignment] = {}
+        self._configs: dict[str, dict[str, str]] = {}
+        self._states: dict[tuple[str, int], LeaderAndIsr | None] = {}
+        self._watched: set[tuple[str, int]] = set()
 
     # ------------------------------------------------------------------ lifecycle (blocking)
 
@@ -113,11 +181,15 @@ class ClusterMembership:
                 self._client.ensure_path(self.chroot)  # Kafka creates its chroot too
             for path in PERSISTENT_PATHS:
                 self._client.ensure_path(self._path(path))
+            self.cluster_id = self._take_cluster_id()
             self._register()
             self._client.add_listener(self._on_session_state)
             # Brokers first: each watch reports at once, and the first view should list them.
             ChildrenWatch(self._client, self._path(BROKER_IDS), self._on_brokers)
             DataWatch(self._client, self._path(CONTROLLER), self._on_controller)
+            ChildrenWatch(self._client, self._path(BROKER_TOPICS), self._on_topics)
+            ChildrenWatch(self._client, self._path(DELETE_TOPICS), self._poke_controller)
+            DataWatch(self._client, self._path(PREFERRED_REPLICA_ELECTION), self._poke_controller)
         except BaseException:
             self._close()
             raise
@@ -130,6 +202,7 @@ class ClusterMembership:
             if self._stopped:
                 return
             self._stopped = True
+        self._stop_controller()
         self._close()
         log.info("broker %d left the cluster (ZooKeeper session closed)", self.broker_id)
 
@@ -164,6 +237,25 @@ class ClusterMembership:
         log.info("broker %d registered in ZooKeeper at %s%s as %s:%d", self.broker_id, self.connect,
                  broker_path(self.broker_id), self.registration.host, self.registration.port)
 
+    def _take_cluster_id(self) -> str:
+        """The cluster's id: ours if we are the first broker, else the one ZooKeeper has."""
+        path = self._path(CLUSTER_ID)
+        self._client.ensure_path(self._path("/cluster"))
+        try:
+            self._client.create(path, encode_cluster_id(self.cluster_id))
+            return self.cluster_id
+        except NodeExistsError:
+            data, _stat = self._client.get(path)
+        try:
+            cluster_id = decode_cluster_id(data)
+        except ZnodeFormatError as exc:
+            log.warning("%s; keeping this broker's own cluster id", exc)
+            return self.cluster_id
+        if cluster_id != self.cluster_id:
+            log.info("broker %d takes the cluster's id %s (its data directory had %s)", self.broker_id,
+                     cluster_id, self.cluster_id)
+        return cluster_id
+
     def _in_use_message(self, data: bytes) -> str:
         try:
             other = BrokerRegistration.decode(self.broker_id, data)
@@ -192,6 +284,7 @@ class ClusterMembership:
         with self._lock:
             self._brokers = brokers
         self._publish()
+        self._poke_controller()
 
     def _on_controller(self, data: bytes | None, _stat: object, _event: object) -> None:
         controller_id, epoch = -1, None
@@ -208,6 +301,8 @@ class ClusterMembership:
             if epoch is not None and epoch >= 0:
                 self._epoch = epoch
             stopped = self._stopped or self._session_lost
+        if controller_id != self.broker_id:
+            self._stop_controller()  # resigned: another broker won, or /controller is gone
         self._publish()
         if data is None and not stopped:
             self._elect()
@@ -220,6 +315,7 @@ class ClusterMembership:
                     return
                 self._session_lost = True
                 self._controller_id = -1
+            self._stop_controller()  # its ephemeral /controller is gone with the session
             log.warning("broker %d lost its ZooKeeper session; it registers again once reconnected",
                         self.broker_id)
             self._publish()
@@ -254,6 +350,7 @@ class ClusterMembership:
                     pass
                 raw, stat = self._client.get(epoch_path)
             epoch = decode_epoch(raw) + 1
+            epoch_version = stat.version + 1  # what our set below leaves: our writes check it
             txn = self._client.transaction()
             txn.create(controller, ControllerRegistration(self.broker_id).encode(), ephemeral=True)
             txn.set_data(epoch_path, encode_epoch(epoch), version=stat.version)
@@ -268,6 +365,7 @@ class ClusterMembership:
         with self._lock:
             self._controller_id, self._epoch = self.broker_id, epoch
         log.info("broker %d is the controller (controller epoch %d)", self.broker_id, epoch)
+        self._start_controller(epoch, epoch_version)
         self._publish()
 
     def controller_epoch(self) -> int:
@@ -289,3 +387,210 @@ class ClusterMembership:
             self._on_change(view)
         except Exception:  # a broker shutting down may have closed its loop
             log.debug("cluster view not delivered", exc_info=True)
+
+    # ------------------------------------------------------------------ the controller's work
+
+    def _start_controller(self, epoch: int, epoch_version: int) -> None:
+        settings = self._controller_settings
+        controller = ActiveController(
+            self._client, self.chroot, self.broker_id, epoch, epoch_version,
+            unclean_default=settings.unclean_leader_election, auto_rebalance=settings.auto_leader_rebalance,
+            rebalance_interval_s=settings.rebalance_interval_s, imbalance_percentage=settings.imbalance_percentage)
+        with self._lock:
+            old, self.controller = self.controller, controller
+            stopped = self._stopped
+        if old is not None:
+            old.stop()
+        if not stopped:
+            controller.start()
+
+    def _stop_controller(self) -> None:
+        with self._lock:
+            controller, self.controller = self.controller, None
+        if controller is not None:
+            controller.stop()
+            log.info("broker %d is no longer the controller", self.broker_id)
+
+    def _poke_controller(self, *_args: object) -> None:
+        controller = self.controller
+        if controller is not None:
+            controller.trigger()
+
+    def elect_leaders(self, partitions: Iterable[tuple[str, int]] | None,
+                      election: ElectionType) -> dict[tuple[str, int], ElectionResult | None]:
+        """ElectLeaders, run by the controller (blocking). NotControllerError elsewhere."""
+        controller = self.controller
+        if controller is None or not controller.active:
+            raise NotControllerError(f"broker {self.broker_id} is not the controller")
+        return controller.elect_leaders(partitions, election)
+
+    # ------------------------------------------------------------------ topics (kazoo's thread)
+
+    def _on_topics(self, children: list[str]) -> None:
+        current = set(children)
+        with self._lock:
+            removed = [t for t in self._generations if t not in current]
+            added = [t for t in sorted(current) if t not in self._generations]
+            for topic in removed:
+                del self._generations[topic]
+                self._assignments.pop(topic, None)
+                self._configs.pop(topic, None)
+                for key in [k for k in self._states if k[0] == topic]:
+                    del self._states[key]
+                self._watched = {k for k in self._watched if k[0] != topic}
+            for topic in added:
+                self._next_generation += 1
+                self._generations[topic] = self._next_generation
+            generations = {t: self._generations[t] for t in added}
+        if removed:
+            self._deliver([], removed)
+        for topic in added:
+            generation = generations[topic]
+            DataWatch(self._client, self._path(topic_config_path(topic)),
+                      lambda data, stat, event, t=topic, g=generation: self._on_config(t, g, data))
+            DataWatch(self._client, self._path(topic_path(topic)),
+                      lambda data, stat, event, t=topic, g=generation: self._on_assignment(t, g, data))
+        self._poke_controller()
+
+    def _current(self, topic: str, generation: int) -> bool:
+        with self._lock:
+            return self._generations.get(topic) == generation
+
+    def _on_assignment(self, topic: str, generation: int, data: bytes | None) -> bool | None:
+        if not self._current(topic, generation):
+            return False  # the topic went (or is another one now): this watch ends
+        if data is None:
+            return None  # deleted: the /brokers/topics watch reports the topic's removal
+        try:
+            assignment = TopicAssignment.decode(topic, data)
+        except ZnodeFormatError as exc:
+            log.warning("ignoring topic %s: %s", topic, exc)
+            return None
+        with self._lock:
+            self._assignments[topic] = assignment
+            new = [p for p in sorted(assignment.partitions) if (topic, p) not in self._watched]
+            self._watched.update((topic, p) for p in new)
+        for partition in new:
+            DataWatch(self._client, self._path(partition_state_path(topic, partition)),
+                      lambda data, stat, event, p=partition: self._on_state(topic, generation, p, data, stat))
+        self._deliver(self._topic_views(topic), [])
+        self._poke_controller()
+        return None
+
+    def _on_config(self, topic: str, generation: int, data: bytes | None) -> bool | None:
+        if not self._current(topic, generation):
+            return False
+        try:
+            configs = decode_topic_config(topic, data)
+        except ZnodeFormatError as exc:
+            log.warning("ignoring the config of topic %s: %s", topic, exc)
+            configs = {}
+        with self._lock:
+            self._configs[topic] = configs
+            known = topic in self._assignments
+        if known:
+            self._deliver(self._topic_views(topic), [])
+        return None
+
+    def _on_state(self, topic: str, generation: int, partition: int, data: bytes | None,
+                  stat: object) -> bool | None:
+        if not self._current(topic, generation):
+            return False
+        state = None
+        if data is not None:
+            try:
+                state = decode_partition_state(topic, partition, data, getattr(stat, "version", -1))
+            except ZnodeFormatError as exc:
+                log.warning("ignoring a partition state: %s", exc)
+        with self._lock:
+            self._states[(topic, partition)] = state
+            view = self._view(topic, partition)
+        if view is not None:
+            self._deliver([view], [])
+        return None
+
+    def _view(self, topic: str, partition: int) -> PartitionView | None:
+        """Under the lock."""
+        assignment = self._assignments.get(topic)
+        if assignment is None or partition not in assignment.partitions:
+            return None
+        return PartitionView(topic, partition, assignment.topic_id, assignment.partitions[partition],
+                             self._states.get((topic, partition)), dict(self._configs.get(topic, {})))
+
+    def _topic_views(self, topic: str) -> list[PartitionView]:
+        with self._lock:
+            assignment = self._assignments.get(topic)
+            if assignment is None:
+                return []
+            return [v for p in sorted(assignment.partitions) if (v := self._view(topic, p)) is not None]
+
+    def partition_views(self) -> list[PartitionView]:
+        """Every partition as the watches last saw it."""
+        with self._lock:
+            return [v for t, a in self._assignments.items() for p in sorted(a.partitions)
+                    if (v := self._view(t, p)) is not None]
+
+    def _deliver(self, views: list[PartitionView], removed: list[str]) -> None:
+        try:
+            self._on_partitions(views, removed)
+        except Exception:  # a broker shutting down may have closed its loop
+            log.debug("partition views not delivered", exc_info=True)
+
+    # ------------------------------------------------------------------ a broker's writes (blocking)
+
+    def create_topic(self, assignment: TopicAssignment, configs: Mapping[str, str]) -> None:
+        """Write a new topic's config and assignment in one transaction (the controller then
+        elects its leaders). TopicAlreadyExistsError when it exists or awaits deletion."""
+        topic = assignment.topic
+        if self._client.exists(self._path(delete_topic_path(topic))) is not None:
+            raise TopicAlreadyExistsError(f"topic {topic!r} is marked for deletion; create it again once it is gone")
+        config_path = self._path(topic_config_path(topic))
+        if self._client.exists(self._path(topic_path(topic))) is None and self._client.exists(config_path):
+            self._client.delete(config_path)  # a leftover of a topic deleted half-way
+        txn = self._client.transaction()
+        txn.create(config_path, encode_topic_config(configs))
+        txn.create(self._path(topic_path(topic)), assignment.encode())
+        results = txn.commit()
+        if any(isinstance(r, NodeExistsError) for r in results):
+            raise TopicAlreadyExistsError(f"topic {topic!r} already exists")
+        failed = [r for r in results if isinstance(r, Exception)]
+        if failed:
+            raise failed[0]
+
+    def read_assignment(self, topic: str) -> tuple[TopicAssignment, int] | None:
+        """The topic's assignment and its znode version, or None when there is no such topic."""
+        try:
+            data, stat = self._client.get(self._path(topic_path(topic)))
+        except NoNodeError:
+            return None
+        return TopicAssignment.decode(topic, data), stat.version
+
+    def write_assignment(self, assignment: TopicAssignment, version: int) -> bool:
+        """Replace a topic's assignment if its znode is still at ``version`` (new partitions)."""
+        try:
+            self._client.set(self._path(topic_path(assignment.topic)), assignment.encode(), version=version)
+        except (BadVersionError, NoNodeError):
+            return False
+        return True
+
+    def request_topic_deletion(self, topic: str) -> None:
+        """Ask the controller to delete the topic (Kafka's /admin/delete_topics/<topic>)."""
+        try:
+            self._client.create(self._path(delete_topic_path(topic)), b"")
+        except NodeExistsError:
+            pass  # asked already
+
+    def live_broker_ids(self) -> list[int]:
+        with self._lock:
+            return sorted(self._brokers)
+
+    def update_isr(self, topic: str, partition: int, state: LeaderAndIsr) -> LeaderAndIsr | None:
+        """A leader's ISR change: written only if the state znode is still at
+        ``state.zk_version`` (blocking). The written state with its new version, or None when
+        the znode moved (a controller's election, or an earlier change): wait for the next view."""
+        try:
+            stat = self._client.set(self._path(partition_state_path(topic, partition)),
+                                         encode_partition_state(state), version=state.zk_version)
+        except (BadVersionError, NoNodeError):
+            return None
+        return LeaderAndIsr(state.leader, state.leader_epoch, state.isr, state.controller_epoch, stat.version)

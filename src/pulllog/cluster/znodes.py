@@ -23,22 +23,73 @@ until its session ends::
 the one it read plus one *in one ZooKeeper transaction, conditional on the epoch's znode
 version*, so two brokers can never win the same epoch, and a stale controller's writes can be
 fenced by the epoch.
+
+``/cluster/id``: persistent, the cluster's id, created by the first broker to start (with its
+own ``meta.properties`` id) and taken by every later one, so all answer with one id::
+
+    {"version": "1", "id": "Qh7n5FjdTzSVXZ4ecp2Hvw"}
+
+``/brokers/topics/<topic>``: persistent, a topic's replica assignment (version 3, Kafka 2.8+;
+``topic_id`` is the topic id in Kafka's text form: URL-safe base64 of its 16 bytes, no
+padding; ``adding_replicas`` / ``removing_replicas`` name partitions under reassignment only)::
+
+    {"version": 3, "partitions": {"0": [1, 2, 3], "1": [2, 3, 1]},
+     "adding_replicas": {}, "removing_replicas": {}, "topic_id": "yU3VbXWkR9a8C7sEr1Z4lA"}
+
+  Replica lists are in assignment order: the first is the partition's preferred leader.
+
+``/brokers/topics/<topic>/partitions/<p>/state``: persistent, the partition's leadership,
+written by the controller (elections) and the leader (ISR changes), every write conditional on
+the znode's version::
+
+    {"controller_epoch": 1, "leader": 1, "version": 1, "leader_epoch": 0, "isr": [1, 2, 3]}
+
+  ``leader`` is -1 while no replica can lead (every ISR replica is down and unclean election
+  is off). Kafka 3.2+ adds ``leader_recovery_state`` (1: RECOVERING, after an unclean election
+  on KRaft only) when it is not 0; pulllog never writes it and reads it as 0.
+
+``/config/topics/<topic>``: persistent, the topic's config overrides (all values strings)::
+
+    {"version": 1, "config": {"cleanup.policy": "compact"}}
+
+``/admin/delete_topics/<topic>``: persistent, empty: a request to delete the topic. The
+controller deletes the topic's znodes (state, partitions, assignment, config) and then this one;
+the brokers drop the topic's logs when its assignment goes.
+
+``/admin/preferred_replica_election``: persistent, a request for preferred-leader elections;
+the controller runs them and deletes the znode::
+
+    {"version": 1, "partitions": [{"topic": "t", "partition": 0}]}
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import time
-from dataclasses import dataclass
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from .state import LeaderAndIsr
 
 __all__ = [
-    "BROKER_IDS", "CONTROLLER", "CONTROLLER_EPOCH", "PERSISTENT_PATHS", "BrokerRegistration", "ClusterView",
-    "ControllerRegistration", "ZnodeFormatError", "broker_path", "decode_epoch", "encode_epoch", "parse_zookeeper_connect",
+    "BROKER_IDS", "BROKER_TOPICS", "CLUSTER_ID", "CONFIG_TOPICS", "CONTROLLER", "CONTROLLER_EPOCH", "DELETE_TOPICS",
+    "PERSISTENT_PATHS", "PREFERRED_REPLICA_ELECTION", "BrokerRegistration", "ClusterView", "ControllerRegistration",
+    "TopicAssignment", "ZnodeFormatError", "broker_path", "decode_epoch", "decode_partition_state",
+    "decode_cluster_id", "decode_preferred_election", "decode_topic_config", "decode_topic_id", "delete_topic_path", "encode_cluster_id", "encode_epoch",
+    "encode_partition_state", "encode_preferred_election", "encode_topic_config", "encode_topic_id",
+    "parse_zookeeper_connect", "partition_state_path", "partitions_path", "topic_config_path", "topic_path",
 ]
 
 BROKER_IDS = "/brokers/ids"
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
+BROKER_TOPICS = "/brokers/topics"
+CLUSTER_ID = "/cluster/id"
+CONFIG_TOPICS = "/config/topics"
+DELETE_TOPICS = "/admin/delete_topics"
+PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
 # Created (empty) at a broker's start when missing, as Kafka's brokers do: the parents of
 # everything above, and the topic registry the next layer (topic assignments) fills.
 PERSISTENT_PATHS = ("/brokers/ids", "/brokers/topics", "/brokers/seqid", "/config/topics", "/admin/delete_topics")
@@ -170,3 +221,132 @@ def _int_or_zero(value: object) -> int:
         return int(value)  # type: ignore[call-overload]
     except (TypeError, ValueError):
         return 0
+
+
+# ---------------------------------------------------------------------- topics
+
+def topic_path(topic: str) -> str:
+    return f"{BROKER_TOPICS}/{topic}"
+
+
+def partitions_path(topic: str) -> str:
+    return f"{BROKER_TOPICS}/{topic}/partitions"
+
+
+def partition_state_path(topic: str, partition: int) -> str:
+    return f"{BROKER_TOPICS}/{topic}/partitions/{partition}/state"
+
+
+def topic_config_path(topic: str) -> str:
+    return f"{CONFIG_TOPICS}/{topic}"
+
+
+def delete_topic_path(topic: str) -> str:
+    return f"{DELETE_TOPICS}/{topic}"
+
+
+def encode_topic_id(topic_id: uuid.UUID) -> str:
+    """Kafka's text form of a topic id (``Uuid.toString``): URL-safe base64, no padding."""
+    return base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
+
+
+def decode_topic_id(text: str) -> uuid.UUID:
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        return uuid.UUID(bytes=raw)
+    except (ValueError, TypeError):
+        raise ZnodeFormatError(f"not a Kafka topic id (22 characters of URL-safe base64): {text!r}") from None
+
+
+@dataclass(frozen=True)
+class TopicAssignment:
+    """A topic's ``/brokers/topics/<topic>`` znode: its id and every partition's replicas."""
+
+    topic: str
+    topic_id: uuid.UUID
+    partitions: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+
+    def encode(self) -> bytes:
+        data = {
+            "version": 3,
+            "partitions": {str(p): list(replicas) for p, replicas in sorted(self.partitions.items())},
+            "adding_replicas": {},
+            "removing_replicas": {},
+            "topic_id": encode_topic_id(self.topic_id),
+        }
+        return json.dumps(data, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, topic: str, raw: bytes) -> TopicAssignment:
+        """From the znode. A version 1 / 2 znode (Kafka before 2.8) has no ``topic_id``: one is
+        derived from the name, so every broker reading it agrees on it."""
+        path = topic_path(topic)
+        data = _json_object(raw, path)
+        parts = data.get("partitions")
+        if not isinstance(parts, dict):
+            raise ZnodeFormatError(f"{path}: no 'partitions' object in {raw!r}")
+        partitions: dict[int, tuple[int, ...]] = {}
+        for key, replicas in parts.items():
+            if not key.isdigit() or not isinstance(replicas, list) or not all(isinstance(r, int) for r in replicas):
+                raise ZnodeFormatError(f"{path}: partition {key!r} is not a list of broker ids: {replicas!r}")
+            partitions[int(key)] = tuple(replicas)
+        text = data.get("topic_id")
+        topic_id = decode_topic_id(text) if isinstance(text, str) else uuid.uuid5(uuid.NAMESPACE_URL, f"kafka-topic:{topic}")
+        return cls(topic, topic_id, partitions)
+
+
+def encode_partition_state(state: LeaderAndIsr) -> bytes:
+    data = {"controller_epoch": state.controller_epoch, "leader": state.leader, "version": 1,
+            "leader_epoch": state.leader_epoch, "isr": list(state.isr)}
+    return json.dumps(data, separators=(",", ":")).encode()
+
+
+def decode_partition_state(topic: str, partition: int, raw: bytes, zk_version: int = -1) -> LeaderAndIsr:
+    path = partition_state_path(topic, partition)
+    data = _json_object(raw, path)
+    leader, epoch, isr, controller_epoch = (data.get("leader"), data.get("leader_epoch"), data.get("isr"),
+                                            data.get("controller_epoch"))
+    if not (isinstance(leader, int) and isinstance(epoch, int) and isinstance(controller_epoch, int)
+            and isinstance(isr, list) and all(isinstance(b, int) for b in isr)):
+        raise ZnodeFormatError(f"{path}: expected integer leader, leader_epoch, controller_epoch and an isr list "
+                               f"in {raw!r}")
+    return LeaderAndIsr(leader, epoch, tuple(isr), controller_epoch, zk_version)
+
+
+def encode_topic_config(configs: Mapping[str, str]) -> bytes:
+    return json.dumps({"version": 1, "config": dict(sorted(configs.items()))}, separators=(",", ":")).encode()
+
+
+def decode_topic_config(topic: str, raw: bytes | None) -> dict[str, str]:
+    """A missing or empty znode is no overrides (Kafka reads it so)."""
+    if not raw:
+        return {}
+    config = _json_object(raw, topic_config_path(topic)).get("config")
+    if not isinstance(config, dict):
+        return {}
+    return {str(k): str(v) for k, v in config.items()}
+
+
+def encode_preferred_election(partitions: list[tuple[str, int]]) -> bytes:
+    data = {"version": 1, "partitions": [{"topic": t, "partition": p} for t, p in partitions]}
+    return json.dumps(data, separators=(",", ":")).encode()
+
+
+def decode_preferred_election(raw: bytes) -> list[tuple[str, int]]:
+    parts = _json_object(raw, PREFERRED_REPLICA_ELECTION).get("partitions")
+    out = []
+    for entry in parts if isinstance(parts, list) else ():
+        if isinstance(entry, dict) and isinstance(entry.get("topic"), str) and isinstance(entry.get("partition"), int):
+            out.append((entry["topic"], entry["partition"]))
+    return out
+
+
+def encode_cluster_id(cluster_id: str) -> bytes:
+    return json.dumps({"version": "1", "id": cluster_id}, separators=(",", ":")).encode()
+
+
+def decode_cluster_id(raw: bytes) -> str:
+    cluster_id = _json_object(raw, CLUSTER_ID).get("id")
+    if not isinstance(cluster_id, str) or not cluster_id:
+        raise ZnodeFormatError(f"{CLUSTER_ID}: no 'id' in {raw!r}")
+    return cluster_id

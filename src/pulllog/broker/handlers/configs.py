@@ -65,6 +65,9 @@ CONFIG_TYPES: dict[str, int] = {
     "transaction.remove.expired.transaction.cleanup.interval.ms": INT,
     "transaction.partition.verification.enable": BOOLEAN,
     "zookeeper.connect": STRING, "zookeeper.session.timeout.ms": INT, "zookeeper.connection.timeout.ms": INT,
+    "auto.leader.rebalance.enable": BOOLEAN,
+    "leader.imbalance.check.interval.seconds": LONG, "leader.imbalance.per.broker.percentage": INT,
+    "offsets.topic.replication.factor": SHORT, "transaction.state.log.replication.factor": SHORT,
     "replica.lag.time.max.ms": LONG, "replica.fetch.wait.max.ms": INT, "replica.fetch.max.bytes": INT,
     "replica.fetch.backoff.ms": INT, "replica.high.watermark.checkpoint.interval.ms": LONG,
 }

@@ -30,6 +30,11 @@ if TYPE_CHECKING:
 @handler(ApiKey.CREATE_PARTITIONS, 0, 3)
 async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     body = ctx.body
+    if broker.membership is not None:  # a cluster member: through ZooKeeper (see cluster_admin)
+        from .cluster_admin import create_partitions
+
+        answers = await create_partitions(broker, body.topics, bool(body.validate_only), body.timeout.total_seconds())
+        return build(response_class(ApiKey.CREATE_PARTITIONS, ctx.version), {"throttle_time": 0, "results": answers})
     results = []
     for t in body.topics:
         if t.name in INTERNAL_TOPICS and broker.topics.find(t.name) is not None:

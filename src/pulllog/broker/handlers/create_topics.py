@@ -30,6 +30,11 @@ if TYPE_CHECKING:
 async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     body = ctx.body
     validate_only = bool(getattr(body, "validate_only", False))
+    if broker.membership is not None:  # a cluster member: through ZooKeeper (see cluster_admin)
+        from .cluster_admin import create_topics
+
+        results = await create_topics(broker, body.topics, validate_only, body.timeout.total_seconds())
+        return build(response_class(ApiKey.CREATE_TOPICS, ctx.version), {"throttle_time": 0, "topics": results})
     results = []
     seen: set[str] = set()
     for t in body.topics:

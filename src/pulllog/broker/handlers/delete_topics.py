@@ -33,6 +33,11 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
         requested = [(t.name, t.topic_id) for t in body.topics]
     else:
         requested = [(name, None) for name in body.topic_names]
+    if broker.membership is not None:  # a cluster member: through ZooKeeper (see cluster_admin)
+        from .cluster_admin import delete_topics
+
+        answers = await delete_topics(broker, requested, ctx.version >= 6, body.timeout.total_seconds())
+        return build(response_class(ApiKey.DELETE_TOPICS, ctx.version), {"throttle_time": 0, "responses": answers})
     responses = []
     for name, topic_id in requested:
         topic = None

@@ -2,8 +2,8 @@
 
 A single broker lists itself as the one broker and the controller. A cluster member
 (``zookeeper.connect``) lists every broker registered in ZooKeeper and the elected controller
-(-1 between a controller's death and the next election); its topics are still its own, led by
-itself (topic assignments across brokers come with replication).
+(-1 between a controller's death and the next election), and every topic of the cluster from
+its partition views, with their leaders, replicas and ISR (see cluster_admin).
 
 Unknown topics are created when auto-creation is on (broker ``auto.create.topics.enable``
 and the request's ``allow_auto_topic_creation``), as Kafka does for Metadata requests; not
@@ -124,6 +124,12 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     allow_create = getattr(body, "allow_auto_topic_creation", True) and broker.config.auto_create_topics
     operations = TOPIC_OPERATIONS if getattr(body, "include_topic_authorized_operations", False) else NOT_REQUESTED
     topics = []
+    if broker.membership is not None:  # a cluster member: every topic of the cluster, from ZooKeeper
+        from .cluster_admin import metadata_topics
+
+        every = requested is None or (version == 0 and not requested)
+        topics = await metadata_topics(broker, None if every else names, allow_create, operations)
+        names = []
     for name in names:
         topic = broker.topics.find(name)
         offline = broker.topics.offline.get(name) if topic is None else None

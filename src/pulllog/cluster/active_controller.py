@@ -1,0 +1,326 @@
+"""The controller's ZooKeeper side: run by the elected broker only, on its own thread.
+
+:class:`~pulllog.cluster.membership.ClusterMembership` starts one :class:`ActiveController`
+when its broker wins the election (with the epoch it won and the version of
+``/controller_epoch`` its win left) and stops it when the broker loses ``/controller`` or its
+session. Every trigger (a broker joins or leaves, a topic or partition appears, a delete or
+preferred-election request, the election itself) only marks the controller *dirty*; its thread
+then makes one pass over the whole cluster:
+
+1. read the live brokers (``/brokers/ids``), the delete requests, the preferred-election
+   request, and every topic's assignment, config and partition states;
+2. delete the topics asked for (their znodes, then the request);
+3. for every partition, write what :func:`pulllog.cluster.controller.reconcile` decides (a new
+   partition's first leader, an election after a death or a return), plus the preferred
+   elections asked for and, with ``auto.leader.rebalance.enable``, those the periodic
+   imbalance check wants.
+
+One pass decides from what it read, so a new controller finishes whatever its predecessor
+left (a partition still led by a dead broker, a half-deleted topic), and triggers that come
+while a pass runs cost one more pass, not one each. Passes read every partition: fine for the
+hundreds of partitions of a test cluster, a place to add per-topic caching when clusters grow.
+
+Fencing: every state write is a ZooKeeper transaction of two operations, "``/controller_epoch``
+is still at the version my election left" and the conditional create or set of the state znode
+(at the version read). A newer controller's election bumps that version, so a deposed one's
+writes fail whole; it then stops. A state write that loses to the leader's own ISR change (the
+state's version moved) makes the controller dirty: the next pass decides again from the new state.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Collection, Iterable
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import (
+    BadVersionError,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+)
+
+from .controller import ElectionError, ElectionType, elect_by_request, reconcile
+from .state import LeaderAndIsr
+from .znodes import (
+    BROKER_IDS,
+    BROKER_TOPICS,
+    CONTROLLER_EPOCH,
+    DELETE_TOPICS,
+    PREFERRED_REPLICA_ELECTION,
+    TopicAssignment,
+    ZnodeFormatError,
+    decode_partition_state,
+    decode_preferred_election,
+    decode_topic_config,
+    delete_topic_path,
+    encode_partition_state,
+    partition_state_path,
+    partitions_path,
+    topic_config_path,
+    topic_path,
+)
+
+__all__ = ["ActiveController", "ElectionResult"]
+
+log = logging.getLogger("pulllog.cluster.controller")
+
+_RETRY_S = 0.5  # after ZooKeeper refused a pass (connection loss): try again this soon
+
+ElectionResult = LeaderAndIsr | ElectionError
+
+
+class FencedError(Exception):
+    """A newer controller was elected: this one must stop writing."""
+
+
+class ActiveController:
+    """The controller's work while this broker holds ``/controller`` at ``epoch``."""
+
+    def __init__(self, client: KazooClient, chroot: str, broker_id: int, epoch: int, epoch_zk_version: int, *,
+                 unclean_default: Callable[[], bool] = lambda: False, auto_rebalance: bool = False,
+                 rebalance_interval_s: float = 300.0, imbalance_percentage: int = 10) -> None:
+        self._client = client
+        self._chroot = chroot
+        self.broker_id = broker_id
+        self.epoch = epoch
+        self._epoch_version = epoch_zk_version
+        self._unclean_default = unclean_default
+        self._auto_rebalance = auto_rebalance
+        self._rebalance_interval_s = rebalance_interval_s
+        self._imbalance_percentage = imbalance_percentage
+        self._dirty = threading.Event()
+        self._stopped = False
+        self._work = threading.Lock()  # one pass or one ElectLeaders at a time
+        self._next_rebalance = time.monotonic() + rebalance_interval_s
+        self.passes = 0
+        self._thread = threading.Thread(target=self._run, name=f"pulllog-controller-epoch-{epoch}", daemon=True)
+
+    def _path(self, path: str) -> str:
+        return self._chroot + path
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        log.info("broker %d takes up the controller's work (epoch %d)", self.broker_id, self.epoch)
+        self._dirty.set()
+        self._thread.start()
+
+    def trigger(self) -> None:
+        """Something in ZooKeeper changed: make a pass soon (never blocks)."""
+        self._dirty.set()
+
+    def stop(self) -> None:
+        """Stop after the pass under way (its writes are fenced if a newer controller exists)."""
+        self._stopped = True
+        self._dirty.set()
+
+    @property
+    def active(self) -> bool:
+        return not self._stopped
+
+    def _run(self) -> None:
+        while True:
+            timeout = max(0.0, self._next_rebalance - time.monotonic()) if self._auto_rebalance else None
+            self._dirty.wait(timeout)
+            if self._stopped:
+                return
+            self._dirty.clear()
+            rebalance = self._auto_rebalance and time.monotonic() >= self._next_rebalance
+            if rebalance:
+                self._next_rebalance = time.monotonic() + self._rebalance_interval_s
+            try:
+                with self._work:
+                    self._pass(rebalance=rebalance)
+            except FencedError:
+                log.warning("controller epoch %d was superseded; broker %d stops acting as controller",
+                            self.epoch, self.broker_id)
+                self._stopped = True
+                return
+            except KazooException as exc:
+                log.warning("controller pass failed (%s); retrying", exc)
+                time.sleep(_RETRY_S)
+                self._dirty.set()
+            except Exception:  # a bug: log it, keep the controller alive for the next trigger
+                log.exception("controller pass failed")
+
+    # ------------------------------------------------------------------ one pass
+
+    def live_brokers(self) -> set[int]:
+        return {int(c) for c in self._client.get_children(self._path(BROKER_IDS)) if c.isdigit()}
+
+    def _pass(self, *, rebalance: bool = False) -> None:
+        self.passes += 1
+        live = self.live_brokers()
+        deletions = set(self._children(DELETE_TOPICS))
+        for topic in sorted(deletions):
+            self._delete_topic(topic)
+        preferred = self._preferred_requests()
+        for topic in sorted(self._children(BROKER_TOPICS)):
+            if topic in deletions:
+                continue
+            assignment = self._assignment(topic)
+            if assignment is None:
+                continue
+            unclean = self._unclean(topic)
+            states = {p: self._state(topic, p) for p in assignment.partitions}
+            wanted = set(self._imbalanced(assignment, states, live)) if rebalance else set()
+            for partition, replicas in sorted(assignment.partitions.items()):
+                state = states[partition]
+                decision = reconcile(replicas, state, live, self.epoch, unclean=unclean)
+                if decision is None and state is not None and (
+                        (topic, partition) in preferred or partition in wanted):
+                    chosen = elect_by_request(state, replicas, live, self.epoch, ElectionType.PREFERRED)
+                    decision = chosen if isinstance(chosen, LeaderAndIsr) else None
+                if decision is not None:
+                    self._write(topic, partition, decision, create=state is None)
+        if preferred:
+            self._delete_quietly(PREFERRED_REPLICA_ELECTION)
+
+    def _imbalanced(self, assignment: TopicAssignment, states: dict[int, LeaderAndIsr | None],
+                    live: Collection[int]) -> Iterable[int]:
+        """Partitions of this topic whose preferred leader should take over (Kafka's imbalance
+        check, per topic here: a broker leading less than its share by more than the percentage)."""
+        by_preferred: dict[int, list[int]] = {}
+        for partition, replicas in assignment.partitions.items():
+            if replicas:
+                by_preferred.setdefault(replicas[0], []).append(partition)
+        for broker, partitions in by_preferred.items():
+            if broker not in live:
+                continue
+            not_led = [p for p in partitions if (s := states[p]) is not None and s.leader != broker]
+            if len(not_led) * 100 > self._imbalance_percentage * len(partitions):
+                yield from not_led
+
+    def _write(self, topic: str, partition: int, decision: LeaderAndIsr, *, create: bool) -> bool:
+        path = self._path(partition_state_path(topic, partition))
+        if create:
+            self._client.ensure_path(self._path(partitions_path(topic)) + f"/{partition}")
+        txn = self._client.transaction()
+        txn.check(self._path(CONTROLLER_EPOCH), self._epoch_version)
+        if create:
+            txn.create(path, encode_partition_state(decision))
+        else:
+            txn.set_data(path, encode_partition_state(decision), version=decision.zk_version)
+        results = txn.commit()
+        if isinstance(results[0], (BadVersionError, NoNodeError)):
+            raise FencedError()
+        if any(isinstance(r, Exception) for r in results):
+            # The state moved under us (the leader's ISR change, or another writer): decide again.
+            log.debug("state of %s-%d changed while deciding (%s); another pass", topic, partition,
+                      [type(r).__name__ for r in results])
+            self._dirty.set()
+            return False
+        log.info("controller (epoch %d): %s-%d leader %d, leader epoch %d, ISR %s", self.epoch, topic, partition,
+                 decision.leader, decision.leader_epoch, list(decision.isr))
+        return True
+
+    def _delete_topic(self, topic: str) -> None:
+        """Kafka's order: the topic's partitions and assignment, its config, then the request."""
+        self._check_epoch()
+        try:
+            self._client.delete(self._path(topic_path(topic)), recursive=True)
+        except NoNodeError:
+            pass
+        self._delete_quietly(topic_config_path(topic))
+        self._delete_quietly(delete_topic_path(topic))
+        log.info("controller (epoch %d): deleted topic %s", self.epoch, topic)
+
+    def _check_epoch(self) -> None:
+        try:
+            _data, stat = self._client.get(self._path(CONTROLLER_EPOCH))
+        except NoNodeError:
+            raise FencedError() from None
+        if stat.version != self._epoch_version:
+            raise FencedError()
+
+    # ------------------------------------------------------------------ ElectLeaders
+
+    def elect_leaders(self, partitions: Iterable[tuple[str, int]] | None,
+                      election: ElectionType) -> dict[tuple[str, int], ElectionResult | None]:
+        """Run elections now (blocking; call it off the event loop). ``None`` asks for every
+        partition. Per partition: the new leadership, an :class:`ElectionError`, or None for
+        a partition that does not exist."""
+        with self._work:
+            live = self.live_brokers()
+            if partitions is None:
+                every = []
+                for topic in self._children(BROKER_TOPICS):
+                    found = self._assignment(topic)
+                    every += [(topic, p) for p in sorted(found.partitions)] if found is not None else []
+                partitions = every
+            out: dict[tuple[str, int], ElectionResult | None] = {}
+            assignments: dict[str, TopicAssignment | None] = {}
+            for topic, partition in partitions:
+                if topic not in assignments:
+                    assignments[topic] = self._assignment(topic)
+                assignment = assignments[topic]
+                if assignment is None or partition not in assignment.partitions:
+                    out[(topic, partition)] = None
+                    continue
+                state = self._state(topic, partition)
+                chosen = elect_by_request(state, assignment.partitions[partition], live, self.epoch, election)
+                if isinstance(chosen, LeaderAndIsr) and not self._write(topic, partition, chosen, create=False):
+                    chosen = ElectionError("ELIGIBLE_LEADERS_NOT_AVAILABLE",
+                                           "the partition's state changed during the election; try again")
+                out[(topic, partition)] = chosen
+            return out
+
+    # ------------------------------------------------------------------ reads
+
+    def _children(self, path: str) -> list[str]:
+        try:
+            return self._client.get_children(self._path(path))
+        except NoNodeError:
+            return []
+
+    def _assignment(self, topic: str) -> TopicAssignment | None:
+        try:
+            data, _stat = self._client.get(self._path(topic_path(topic)))
+            return TopicAssignment.decode(topic, data)
+        except NoNodeError:
+            return None
+        except ZnodeFormatError as exc:
+            log.warning("ignoring topic %s: %s", topic, exc)
+            return None
+
+    def _state(self, topic: str, partition: int) -> LeaderAndIsr | None:
+        try:
+            data, stat = self._client.get(self._path(partition_state_path(topic, partition)))
+        except NoNodeError:
+            return None
+        try:
+            return decode_partition_state(topic, partition, data, stat.version)
+        except ZnodeFormatError as exc:
+            log.warning("ignoring a partition state: %s", exc)
+            return None
+
+    def _unclean(self, topic: str) -> bool:
+        try:
+            data, _stat = self._client.get(self._path(topic_config_path(topic)))
+        except NoNodeError:
+            data = b""
+        try:
+            value = decode_topic_config(topic, data).get("unclean.leader.election.enable")
+        except ZnodeFormatError:
+            value = None
+        return value.strip().lower() == "true" if value is not None else self._unclean_default()
+
+    def _preferred_requests(self) -> set[tuple[str, int]]:
+        try:
+            data, _stat = self._client.get(self._path(PREFERRED_REPLICA_ELECTION))
+        except NoNodeError:
+            return set()
+        try:
+            return set(decode_preferred_election(data)) or {("", -1)}  # an empty request still gets deleted
+        except ZnodeFormatError as exc:
+            log.warning("ignoring %s: %s", PREFERRED_REPLICA_ELECTION, exc)
+            return {("", -1)}
+
+    def _delete_quietly(self, path: str) -> None:
+        try:
+            self._client.delete(self._path(path))
+        except (NoNodeError, NodeExistsError):
+            pass

@@ -1,0 +1,216 @@
+"""Topics in a cluster: assignments and partition states in ZooKeeper (Kafka's formats), the
+controller's elections, and every broker's Metadata, over real ZooKeeper and real brokers."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+from waits import block_until
+from zk_brokers import Cluster
+
+SHORT_SESSION = ("zookeeper.session.timeout.ms=2000",)  # a SIGKILLed broker is gone in ~2 s
+
+
+def _admin(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+def _create(bootstrap: str, topic: NewTopic) -> None:
+    admin = _admin(bootstrap)  # held until the answer: a client destroyed first fails its futures
+    admin.create_topics([topic], operation_timeout=30, request_timeout=60)[topic.topic].result()
+
+
+def _state(zk_client: Any, cluster: Cluster, topic: str, partition: int) -> tuple[dict[str, Any], int]:
+    data, stat = zk_client.get(cluster.path(f"/brokers/topics/{topic}/partitions/{partition}/state"))
+    return json.loads(data), stat.version
+
+
+def _leaders(bootstrap: str, topic: str) -> dict[int, tuple[int, list[int], list[int]]] | None:
+    """partition -> (leader, replicas, ISR) from a broker's Metadata (librdkafka), or None."""
+    meta = _admin(bootstrap).list_topics(topic, timeout=30)
+    found = meta.topics.get(topic)
+    if found is None or found.error is not None:
+        return None
+    return {p: (m.leader, list(m.replicas), list(m.isrs)) for p, m in found.partitions.items()}
+
+
+def _live(cluster: Cluster, *, but: int) -> list[str]:
+    return [b.bootstrap_servers for i, b in cluster.brokers.items() if i != but]
+
+
+def test_a_topic_with_three_replicas_is_assigned_and_led_in_kafkas_format_and_every_broker_agrees(
+        cluster: Cluster, zk_client: Any) -> None:
+    _create(cluster.broker(2).bootstrap_servers, NewTopic("orders", 3, 3, config={"retention.ms": "60000"}))
+    assignment = json.loads(zk_client.get(cluster.path("/brokers/topics/orders"))[0])
+    assert set(assignment) == {"version", "partitions", "adding_replicas", "removing_replicas", "topic_id"}
+    assert assignment["version"] == 3 and len(assignment["topic_id"]) == 22
+    assert assignment["adding_replicas"] == {} and assignment["removing_replicas"] == {}
+    replicas = {int(p): r for p, r in assignment["partitions"].items()}
+    assert sorted(replicas) == [0, 1, 2] and all(sorted(r) == [1, 2, 3] for r in replicas.values())
+    assert sorted(r[0] for r in replicas.values()) == [1, 2, 3]  # leaders spread over the brokers
+    assert json.loads(zk_client.get(cluster.path("/config/topics/orders"))[0]) == {
+        "version": 1, "config": {"retention.ms": "60000"}}
+    expected = {}
+    for partition, assigned in replicas.items():
+        state, _version = _state(zk_client, cluster, "orders", partition)
+        assert state == {"controller_epoch": 1, "leader": assigned[0], "version": 1, "leader_epoch": 0,
+                         "isr": assigned}
+        expected[partition] = (assigned[0], assigned, assigned)
+    for broker in cluster.brokers.values():
+        assert block_until(lambda b=broker: _leaders(b.bootstrap_servers, "orders") == expected,
+                           f"broker {broker.broker_id}'s Metadata shows the leaders", interval_s=0.1)
+    # one cluster id for all (the first broker's, in /cluster/id)
+    admins = [_admin(b.bootstrap_servers) for b in cluster.brokers.values()]
+    ids = {admin.describe_cluster(request_timeout=30).result().cluster_id for admin in admins}
+    assert ids == {json.loads(zk_client.get(cluster.path("/cluster/id"))[0])["id"]}
+
+
+def test_create_topics_with_more_replicas_than_live_brokers_is_invalid_replication_factor(cluster: Cluster,
+                                                                                          zk_client: Any) -> None:
+    with pytest.raises(KafkaException) as raised:
+        _create(cluster.broker(1).bootstrap_servers, NewTopic("too-many", 1, 4))
+    error = raised.value.args[0]
+    assert error.name() == "INVALID_REPLICATION_FACTOR"
+    assert error.str() == "Replication factor: 4 larger than available brokers: 3."
+    assert zk_client.exists(cluster.path("/brokers/topics/too-many")) is None
+
+
+def test_an_explicit_replica_assignment_is_kept(cluster: Cluster, zk_client: Any) -> None:
+    _create(cluster.broker(3).bootstrap_servers, NewTopic("placed", 2, replica_assignment=[[3, 1], [2, 3]]))
+    assert json.loads(zk_client.get(cluster.path("/brokers/topics/placed"))[0])["partitions"] == {
+        "0": [3, 1], "1": [2, 3]}
+    assert _state(zk_client, cluster, "placed", 1)[0]["leader"] == 2
+    with pytest.raises(KafkaException) as raised:
+        _create(cluster.broker(3).bootstrap_servers, NewTopic("nowhere", 1, replica_assignment=[[7]]))
+    assert raised.value.args[0].name() == "INVALID_REPLICA_ASSIGNMENT"
+
+
+def test_a_topic_is_deleted_cluster_wide(cluster: Cluster, zk_client: Any) -> None:
+    _create(cluster.broker(1).bootstrap_servers, NewTopic("doomed", 2, 2))
+    for broker in cluster.brokers.values():
+        block_until(lambda b=broker: _leaders(b.bootstrap_servers, "doomed"), "every broker sees the topic")
+    admin = _admin(cluster.broker(3).bootstrap_servers)
+    admin.delete_topics(["doomed"], operation_timeout=30)["doomed"].result()
+    assert zk_client.exists(cluster.path("/brokers/topics/doomed")) is None
+    assert zk_client.exists(cluster.path("/config/topics/doomed")) is None
+    assert zk_client.get_children(cluster.path("/admin/delete_topics")) == []
+    for broker in cluster.brokers.values():
+        block_until(lambda b=broker: "doomed" not in _admin(b.bootstrap_servers).list_topics(timeout=30).topics,
+                    f"broker {broker.broker_id}'s Metadata no longer lists the topic", interval_s=0.1)
+
+
+def test_when_a_leader_is_killed_the_controller_elects_another_from_the_isr_with_the_next_epoch(
+        own_cluster: Cluster, zk_client: Any) -> None:
+    own_cluster.overrides = SHORT_SESSION
+    own_cluster.start(3)
+    _create(own_cluster.broker(1).bootstrap_servers, NewTopic("failover", 1, replica_assignment=[[3, 2, 1]]))
+    before, _ = _state(zk_client, own_cluster, "failover", 0)
+    assert before["leader"] == 3 and before["leader_epoch"] == 0
+    own_cluster.broker(3).kill()
+    after = block_until(lambda: (s := _state(zk_client, own_cluster, "failover", 0)[0])["leader"] != 3 and s,
+                        "another leader is elected")
+    assert after == {"controller_epoch": 1, "leader": 2, "version": 1, "leader_epoch": 1, "isr": [2, 1]}
+    for bootstrap in _live(own_cluster, but=3):
+        block_until(lambda b=bootstrap: _leaders(b, "failover") == {0: (2, [3, 2, 1], [2, 1])},
+                    "the survivors' Metadata shows the new leader", interval_s=0.1)
+
+
+def test_with_no_live_isr_replica_the_partition_has_no_leader_unless_unclean_election_is_enabled(
+        own_cluster: Cluster, zk_client: Any) -> None:
+    own_cluster.overrides = SHORT_SESSION
+    own_cluster.start(3)
+    bootstrap = own_cluster.broker(1).bootstrap_servers
+    _create(bootstrap, NewTopic("clean", 1, replica_assignment=[[3, 2]]))
+    _create(bootstrap, NewTopic("unclean", 1, replica_assignment=[[3, 2]],
+                                config={"unclean.leader.election.enable": "true"}))
+    for topic in ("clean", "unclean"):
+        # The leader shrinks the ISR to itself (its follower lagged): its own conditional write.
+        state, version = _state(zk_client, own_cluster, topic, 0)
+        zk_client.set(own_cluster.path(f"/brokers/topics/{topic}/partitions/0/state"),
+                      json.dumps({**state, "isr": [3]}).encode(), version=version)
+    own_cluster.broker(3).kill()
+    unclean = block_until(lambda: (s := _state(zk_client, own_cluster, "unclean", 0)[0])["leader"] != 3 and s,
+                          "the unclean topic elects its live out-of-sync replica")
+    assert unclean == {"controller_epoch": 1, "leader": 2, "version": 1, "leader_epoch": 1, "isr": [2]}
+    clean = block_until(lambda: (s := _state(zk_client, own_cluster, "clean", 0)[0])["leader"] != 3 and s,
+                        "the clean topic loses its leader")
+    assert clean == {"controller_epoch": 1, "leader": -1, "version": 1, "leader_epoch": 1, "isr": [3]}
+    meta = _admin(bootstrap).list_topics("clean", timeout=30).topics["clean"].partitions[0]
+    assert meta.leader == -1 and meta.error is not None and meta.error.name() == "LEADER_NOT_AVAILABLE"
+    # The last in-sync replica returns: it leads again (clean), with the next epoch.
+    own_cluster.broker(3).start()
+    back = block_until(lambda: (s := _state(zk_client, own_cluster, "clean", 0)[0])["leader"] == 3 and s,
+                       "the returning in-sync replica leads again")
+    assert back["leader_epoch"] == 2 and back["isr"] == [3]
+
+
+def test_a_new_controller_reads_every_state_and_finishes_an_election_its_predecessor_left(
+        own_cluster: Cluster, zk_client: Any) -> None:
+    own_cluster.overrides = SHORT_SESSION
+    own_cluster.start(3)
+    _create(own_cluster.broker(2).bootstrap_servers, NewTopic("left-over", 1, replica_assignment=[[3, 2]]))
+    # What a controller that died mid-way leaves: a partition still led by a broker that is gone
+    # (broker 9's death was never handled). Nothing else triggers the live controller.
+    state, version = _state(zk_client, own_cluster, "left-over", 0)
+    zk_client.set(own_cluster.path("/brokers/topics/left-over/partitions/0/state"),
+                  json.dumps({**state, "leader": 9, "isr": [9, 2]}).encode(), version=version)
+    own_cluster.broker(1).kill()  # the controller
+    after = block_until(lambda: (s := _state(zk_client, own_cluster, "left-over", 0)[0])["leader"] != 9 and s,
+                        "the new controller elects a live leader")
+    new_controller = json.loads(zk_client.get(own_cluster.path("/controller"))[0])["brokerid"]
+    assert new_controller in (2, 3)
+    assert after == {"controller_epoch": 2, "leader": 2, "version": 1, "leader_epoch": 1, "isr": [2]}
+
+
+def test_preferred_leader_election_moves_leadership_back_to_the_first_replica(own_cluster: Cluster,
+                                                                               zk_client: Any) -> None:
+    from confluent_kafka import ElectionType, TopicPartition
+
+    own_cluster.start(2)
+    bootstrap = own_cluster.broker(2).bootstrap_servers
+    _create(bootstrap, NewTopic("preferred", 1, replica_assignment=[[1, 2]]))
+    # After a failover broker 2 leads, and broker 1 is back in the ISR (the leader's doing).
+    state, version = _state(zk_client, own_cluster, "preferred", 0)
+    zk_client.set(own_cluster.path("/brokers/topics/preferred/partitions/0/state"),
+                  json.dumps({**state, "leader": 2, "leader_epoch": 1, "isr": [2, 1]}).encode(), version=version)
+    block_until(lambda: _leaders(bootstrap, "preferred") == {0: (2, [1, 2], [2, 1])}, "broker 2 leads")
+    admin = _admin(bootstrap)
+    result = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition("preferred", 0)]).result()
+    assert result == {TopicPartition("preferred", 0): None}
+    state, _ = _state(zk_client, own_cluster, "preferred", 0)
+    assert (state["leader"], state["leader_epoch"], state["isr"]) == (1, 2, [2, 1])
+    again = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition("preferred", 0)]).result()
+    assert again[TopicPartition("preferred", 0)].name() == "ELECTION_NOT_NEEDED"
+
+
+def test_new_partitions_are_assigned_over_the_brokers_and_led(cluster: Cluster, zk_client: Any) -> None:
+    from confluent_kafka.admin import NewPartitions
+
+    bootstrap = cluster.broker(1).bootstrap_servers
+    _create(bootstrap, NewTopic("growing", 1, 2))
+    admin = _admin(bootstrap)
+    admin.create_partitions([NewPartitions("growing", 4)], operation_timeout=30)["growing"].result()
+    partitions = json.loads(zk_client.get(cluster.path("/brokers/topics/growing"))[0])["partitions"]
+    assert sorted(partitions, key=int) == ["0", "1", "2", "3"]
+    assert all(len(set(r)) == 2 and set(r) <= {1, 2, 3} for r in partitions.values())
+    for partition in range(4):
+        assert _state(zk_client, cluster, "growing", partition)[0]["leader"] == partitions[str(partition)][0]
+    with pytest.raises(KafkaException) as raised:
+        admin.create_partitions([NewPartitions("growing", 2)], operation_timeout=30)["growing"].result()
+    assert raised.value.args[0].name() == "INVALID_PARTITIONS"
+
+
+def test_metadata_auto_creates_a_topic_with_the_default_replication_factor(cluster: Cluster, zk_client: Any) -> None:
+    from confluent_kafka import Producer
+
+    # librdkafka's producer asks Metadata to create the topic it produces to (auto.create.topics.enable)
+    producer = Producer({"bootstrap.servers": cluster.broker(2).bootstrap_servers})
+    producer.list_topics("auto-made", timeout=30)
+    block_until(lambda: zk_client.exists(cluster.path("/brokers/topics/auto-made")), "the topic is in ZooKeeper")
+    assignment = json.loads(zk_client.get(cluster.path("/brokers/topics/auto-made"))[0])
+    assert len(assignment["partitions"]) == 1 and len(assignment["partitions"]["0"]) == 1  # num.partitions, RF 1
+    block_until(lambda: _leaders(cluster.broker(3).bootstrap_servers, "auto-made"), "another broker lists it")
