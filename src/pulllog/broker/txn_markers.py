@@ -59,7 +59,8 @@ def write_txn_markers(broker: "BrokerApi", producer_id: int, producer_epoch: int
 
 def _write_one(broker: "BrokerApi", topic: str, index: int, producer_id: int, producer_epoch: int, commit: bool,
                coordinator_epoch: int) -> ErrorCode:
-    partition_log = broker.partition(topic, index)
+    replicas = broker.replicas  # a cluster member writes markers only where it leads (never into a follower's log)
+    partition_log = broker.partition(topic, index) if replicas is None else replicas.leader_log(topic, index)
     if isinstance(partition_log, PartitionError):
         return ErrorCode(partition_log.code)
     try:
