@@ -255,3 +255,27 @@ def test_a_topics_config_is_altered_cluster_wide_through_zookeeper(cluster: Clus
         data_dir = cluster.broker(broker_id).data_dir
         block_until(lambda d=data_dir: any("123456" in f.read_text() for f in d.rglob("tuned.json")),
                     f"broker {broker_id}'s copy of the topic has the new config")
+
+
+def test_deleting_a_topic_waits_for_its_replicas_to_be_live_and_the_returning_one_drops_its_logs(
+        own_cluster: Cluster, zk_client: Any) -> None:
+    own_cluster.overrides = SHORT_SESSION
+    own_cluster.start(3)
+    bootstrap = own_cluster.broker(1).bootstrap_servers
+    _create(bootstrap, NewTopic("late", 1, replica_assignment=[[2, 3]]))
+    block_until(lambda: list(own_cluster.broker(3).data_dir.glob("late-*")), "broker 3 holds a replica")
+    own_cluster.broker(3).kill()
+    block_until(lambda: sorted(zk_client.get_children(own_cluster.path("/brokers/ids"))) == ["1", "2"],
+                "broker 3's session is over")
+    admin = _admin(bootstrap)
+    with pytest.raises(KafkaException) as raised:
+        admin.delete_topics(["late"], operation_timeout=2, request_timeout=30)["late"].result()
+    assert raised.value.args[0].name() == "REQUEST_TIMED_OUT"  # Kafka's answer while a replica is down
+    assert zk_client.exists(own_cluster.path("/brokers/topics/late")) is not None  # marked for deletion
+    assert zk_client.get_children(own_cluster.path("/admin/delete_topics")) == ["late"]
+    own_cluster.broker(3).start()
+    block_until(lambda: zk_client.exists(own_cluster.path("/brokers/topics/late")) is None,
+                "the controller finishes the deletion once broker 3 is back")
+    assert zk_client.get_children(own_cluster.path("/admin/delete_topics")) == []
+    for broker in own_cluster.brokers.values():
+        block_until(lambda b=broker: not list(b.data_dir.glob("late-*")), f"broker {broker.broker_id} drops its logs")
