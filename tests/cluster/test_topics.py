@@ -96,9 +96,10 @@ def test_a_topic_is_deleted_cluster_wide(cluster: Cluster, zk_client: Any) -> No
     assert sum(len(list(b.data_dir.glob("doomed-*"))) for b in cluster.brokers.values()) >= 4  # the replicas' logs
     admin = _admin(cluster.broker(3).bootstrap_servers)
     admin.delete_topics(["doomed"], operation_timeout=30)["doomed"].result()
-    assert zk_client.exists(cluster.path("/brokers/topics/doomed")) is None
-    assert zk_client.exists(cluster.path("/config/topics/doomed")) is None
-    assert zk_client.get_children(cluster.path("/admin/delete_topics")) == []
+    assert zk_client.exists(cluster.path("/brokers/topics/doomed")) is None  # gone before the answer
+    block_until(lambda: zk_client.exists(cluster.path("/config/topics/doomed")) is None
+                and zk_client.get_children(cluster.path("/admin/delete_topics")) == [],
+                "the controller removes the topic's config, then the delete request")
     for broker in cluster.brokers.values():
         block_until(lambda b=broker: "doomed" not in _admin(b.bootstrap_servers).list_topics(timeout=30).topics,
                     f"broker {broker.broker_id}'s Metadata no longer lists the topic", interval_s=0.1)
@@ -141,8 +142,10 @@ def test_with_no_live_isr_replica_the_partition_has_no_leader_unless_unclean_ele
     clean = block_until(lambda: (s := _state(zk_client, own_cluster, "clean", 0)[0])["leader"] != 3 and s,
                         "the clean topic loses its leader")
     assert clean == {"controller_epoch": 1, "leader": -1, "version": 1, "leader_epoch": 1, "isr": [3]}
-    meta = _admin(bootstrap).list_topics("clean", timeout=30).topics["clean"].partitions[0]
-    assert meta.leader == -1 and meta.error is not None and meta.error.name() == "LEADER_NOT_AVAILABLE"
+    admin = _admin(bootstrap)
+    meta = block_until(lambda: (m := admin.list_topics("clean", timeout=30).topics["clean"].partitions[0]).error and m,
+                       "Metadata reports the partition without a leader", interval_s=0.1)
+    assert meta.leader == -1 and meta.error.name() == "LEADER_NOT_AVAILABLE"
     # The last in-sync replica returns: it leads again (clean), with the next epoch.
     own_cluster.broker(3).start()
     back = block_until(lambda: (s := _state(zk_client, own_cluster, "clean", 0)[0])["leader"] == 3 and s,
@@ -274,8 +277,8 @@ def test_deleting_a_topic_waits_for_its_replicas_to_be_live_and_the_returning_on
     assert zk_client.exists(own_cluster.path("/brokers/topics/late")) is not None  # marked for deletion
     assert zk_client.get_children(own_cluster.path("/admin/delete_topics")) == ["late"]
     own_cluster.broker(3).start()
-    block_until(lambda: zk_client.exists(own_cluster.path("/brokers/topics/late")) is None,
-                "the controller finishes the deletion once broker 3 is back")
-    assert zk_client.get_children(own_cluster.path("/admin/delete_topics")) == []
+    block_until(lambda: zk_client.exists(own_cluster.path("/brokers/topics/late")) is None
+                and zk_client.get_children(own_cluster.path("/admin/delete_topics")) == [],
+                "the controller finishes the deletion (the topic, then the request) once broker 3 is back")
     for broker in own_cluster.brokers.values():
         block_until(lambda b=broker: not list(b.data_dir.glob("late-*")), f"broker {broker.broker_id} drops its logs")
