@@ -282,17 +282,29 @@ class KafkaConnection:
         """The correlation id for the next frame given to ``send()``."""
         return next(self._ids)
 
-    def send(self, correlation_id: int, frame: bytes, on_response: ResponseCallback | None) -> None:
+    def send(self, correlation_id: int, frame: bytes, on_response: ResponseCallback | None, *,
+             hold: bool = False) -> None:
         """Write ``frame`` (size prefix included, ``correlation_id`` in its header) without
         waiting. ``on_response`` (None: the request has no response, a Produce with acks=0)
         is called once from the event loop's read callback: with the response frame (size
         prefix off, correlation id first), or with the error that ended the connection
-        before it came. Raises ConnectionClosedError if the connection is closed already."""
+        before it came. Raises ConnectionClosedError if the connection is closed already.
+
+        ``hold``: the caller calls ``flush()`` before it gives the event loop back (the
+        producer's sender, once per turn), which saves the loop turn of a deferred write."""
         if self._closed or self._transport is None:
             raise ConnectionClosedError(f"connection to {self.address} is closed") from self._error
         if on_response is not None:
             self._pending[correlation_id] = (on_response, None)
-        self._write(frame)
+        if hold:
+            self._outgoing.append(frame)
+        else:
+            self._write(frame)
+
+    def flush(self) -> None:
+        """Write what ``send(hold=True)`` (or this turn's requests) left in the buffer, in one write."""
+        if self._outgoing:
+            self._flush()
 
     def abort(self, error: BaseException) -> None:
         """Close now: every request waiting for an answer fails with ``error``'s reason

@@ -124,6 +124,7 @@ class Sender:
         self._requests: dict[_Request, None] = {}
         self._encoders: dict[int, tuple[KafkaConnection, ProduceRequestEncoder]] = {}  # node -> for its connection
         self._callback_error: BaseException | None = None  # a bug in handling an answer (_Request)
+        self._held: list[KafkaConnection] = []  # connections with requests to write at the turn's end
         # a transactional producer: its coordinator's requests, and the AddPartitionsToTxn running
         self.txn_coordinator: TxnCoordinatorClient | None = None
         self._transactional_id: str | None = getattr(idempotence, "transactional_id", None)
@@ -162,6 +163,7 @@ class Sender:
                             if delay is None or delay > 0:
                                 break
                             delay = self._pass(tg)
+                        self._flush_held()
                         if delay is not None and delay <= 0:
                             await asyncio.sleep(0)
                             continue
@@ -504,12 +506,14 @@ class Sender:
                     by_topic.setdefault(batch.topic, []).append((batch.partition, batch.wire))
                 frame = encoder[1].frame(correlation_id, list(by_topic.items()))
             if config.acks == 0:
-                conn.send(correlation_id, frame, None)
+                conn.send(correlation_id, frame, None, hold=True)
+                self._held.append(conn)
                 for batch in batches:
                     self._complete(batch, -1, -1)
                 return
             request = _Request(self, node, conn, batches, encoder[1].version, now + self._request_timeout_s)
-            conn.send(correlation_id, frame, request)
+            conn.send(correlation_id, frame, request, hold=True)
+            self._held.append(conn)
         except ConnectionError as exc:  # closed since it was drained
             self._retry_or_fail(batches, exc, retriable=True, stale=True)
             return
@@ -518,6 +522,14 @@ class Sender:
             return
         self._requests[request] = None
         self._in_flight_by_node[node] = self._in_flight_by_node.get(node, 0) + 1
+
+    def _flush_held(self) -> None:
+        """Write this turn's requests, one write per connection (``KafkaConnection.send``'s hold)."""
+        held = self._held
+        if held:
+            self._held = []
+            for conn in dict.fromkeys(held):
+                conn.flush()
 
     def _expire_requests(self, now: float) -> float | None:
         """Requests unanswered after ``request_timeout_ms``: close their connection (its later
