@@ -193,3 +193,46 @@ def test_every_truncated_response_is_malformed_not_a_crash(version: int) -> None
             decode_produce_response(frame[:cut], version)
     with pytest.raises(MalformedError, match="unexpected bytes"):
         decode_produce_response(frame + b"\x00", version)
+
+
+def _answer(version: int, topics: list[TopicProduceResponse], throttle_ms: int = 0) -> bytes:
+    return encode_produce_response(7, version, topics, throttle_ms)[4:]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("partition", [
+    PartitionProduceResponse(3, 0, base_offset=2**40, log_start_offset=5),
+    PartitionProduceResponse(3, ErrorCode.not_leader_or_follower.value),
+    PartitionProduceResponse(3, 0, base_offset=9, log_append_time_ms=1_700_000_000_123),
+], ids=["appended", "error-without-message", "log-append-time"])
+def test_the_one_partition_answer_fast_path_reads_what_the_generic_decoder_reads(
+        version: int, partition: PartitionProduceResponse) -> None:
+    encoder = ProduceRequestEncoder(version, "c", None, 1, 1000)
+    frame = _answer(version, [TopicProduceResponse("t" * 130, [partition])], throttle_ms=250)
+
+    fast = encoder.one_partition_answer(frame, "t" * 130)
+
+    (generic,) = decode_produce_response(frame, version)[1][0].partitions
+    assert fast is not None
+    assert fast._replace(record_errors=list(fast.record_errors)) == generic
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_an_answer_of_another_shape_is_left_to_the_generic_decoder(version: int) -> None:
+    encoder = ProduceRequestEncoder(version, "c", None, 1, 1000)
+    one = [PartitionProduceResponse(0, 0, 5)]
+    others = [
+        _answer(version, [TopicProduceResponse("other", one)]),  # another topic of the same length
+        _answer(version, [TopicProduceResponse("topic", one * 2)]),
+        _answer(version, [TopicProduceResponse("topic", one), TopicProduceResponse("more", one)]),
+        _answer(version, [TopicProduceResponse("topic", one)])[:-1],
+        _answer(version, [TopicProduceResponse("topic", one)]) + b"\x00",
+    ]
+    if version >= 8:  # the fields an error may fill
+        others.append(_answer(version, [TopicProduceResponse("topic", [
+            PartitionProduceResponse(0, 87, error_message="no")])]))
+        others.append(_answer(version, [TopicProduceResponse("topic", [
+            PartitionProduceResponse(0, 87, record_errors=[(0, None)])])]))
+
+    for frame in others:
+        assert encoder.one_partition_answer(frame, "topic") is None

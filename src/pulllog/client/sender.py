@@ -511,7 +511,7 @@ class Sender:
                 for batch in batches:
                     self._complete(batch, -1, -1)
                 return
-            request = _Request(self, node, conn, batches, encoder[1].version, now + self._request_timeout_s)
+            request = _Request(self, node, conn, batches, encoder[1], now + self._request_timeout_s)
             conn.send(correlation_id, frame, request, hold=True)
             self._held.append(conn)
         except ConnectionError as exc:  # closed since it was drained
@@ -575,6 +575,12 @@ class Sender:
         if error is not None:  # the connection ended (ConnectionClosedError)
             self._retry_or_fail(batches, error, retriable=True, stale=True)
             return
+        if len(batches) == 1:
+            batch = batches[0]
+            result = request.encoder.one_partition_answer(frame, batch.topic)  # type: ignore[arg-type]
+            if result is not None and result.index == batch.partition:
+                self._batch_answered(batch, result)
+                return
         try:
             _correlation_id, topics, _throttle_ms = decode_produce_response(frame, request.version)  # type: ignore[arg-type]
         except (MalformedError, UnicodeDecodeError) as exc:
@@ -718,12 +724,12 @@ class Sender:
 class _Request:
     """A Produce request in flight, and its connection's callback for the answer."""
 
-    __slots__ = ("sender", "node", "conn", "batches", "version", "deadline")
+    __slots__ = ("sender", "node", "conn", "batches", "encoder", "version", "deadline")
 
     def __init__(self, sender: Sender, node: int, conn: KafkaConnection, batches: list[ProducerBatch],
-                 version: int, deadline: float) -> None:
+                 encoder: ProduceRequestEncoder, deadline: float) -> None:
         self.sender, self.node, self.conn, self.batches = sender, node, conn, batches
-        self.version, self.deadline = version, deadline
+        self.encoder, self.version, self.deadline = encoder, encoder.version, deadline
 
     def __call__(self, frame: bytes | None, error: BaseException | None) -> None:
         sender = self.sender

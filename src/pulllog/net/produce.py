@@ -227,7 +227,7 @@ class ProduceRequestEncoder:
     fields before the topic data are encoded once, and each topic's name once."""
 
     __slots__ = ("version", "client_id", "transactional_id", "acks", "timeout_ms", "_flexible", "_fixed",
-                 "_one_partition")
+                 "_one_partition", "_answers", "_partition_at", "_answer_tail")
 
     def __init__(self, version: int, client_id: str | None, transactional_id: str | None, acks: int,
                  timeout_ms: int) -> None:
@@ -240,6 +240,12 @@ class ProduceRequestEncoder:
         self._fixed = b"".join((_string(client_id, False), b"\x00" if flexible else b"",
                                 _string(transactional_id, flexible), _ACKS_TIMEOUT.pack(acks, timeout_ms)))
         self._one_partition: dict[str, bytes] = {}  # topic -> _fixed + topic_data up to its partition
+        self._answers: dict[str, bytes] = {}  # topic -> a one-partition answer's bytes up to its partition
+        self._partition_at = _PARTITION_V5.unpack_from if version >= 5 else _PARTITION.unpack_from
+        # after the partition's fixed fields of an answer without errors: [v8+] no record errors
+        # and a null error message, [v9] the partition's and the topic's tag buffers
+        self._answer_tail = (b"\x01\x00\x00\x00" if flexible else b"\x00\x00\x00\x00\xff\xff" if version >= 8
+                             else b"")
 
     def frame(self, correlation_id: int, topic_data: Sequence[tuple[str, Sequence[tuple[int, bytes | None]]]]) -> bytes:
         """The whole frame, size prefix included; ``topic_data`` as for :func:`encode_produce_frame`."""
@@ -269,6 +275,31 @@ class ProduceRequestEncoder:
         head = _REQUEST_HEAD.pack(8 + len(prefix) + len(middle) + size + len(tail), 0, self.version, correlation_id)
         return b"".join((head, prefix, middle, records, tail))
 
+
+    def one_partition_answer(self, frame: bytes, topic: str) -> PartitionProduceResponse | None:
+        """The answer to a one-partition request of ``topic`` (size prefix off), if it has the
+        usual shape (that topic alone, one partition, no record errors, no error message);
+        None otherwise, and then :func:`decode_produce_response` reads it. The bytes around
+        the partition's fixed fields are compared whole, so a match needs no bounds checks."""
+        head = self._answers.get(topic)
+        if head is None:
+            flexible = self._flexible
+            head = self._answers[topic] = b"".join(
+                (b"\x00" if flexible else b"", _count(1, flexible), _string(topic, flexible), _count(1, flexible)))
+        tail = self._answer_tail
+        fixed = 30 if self.version >= 5 else 22  # _PARTITION_V5.size, _PARTITION.size
+        # correlation id, head, fixed fields, tail, throttle time, [v9] the response's tag buffer
+        if len(frame) != 4 + len(head) + fixed + len(tail) + 4 + (1 if self._flexible else 0):
+            return None
+        if not frame.startswith(head, 4):
+            return None
+        end = 4 + len(head) + fixed
+        if tail and not frame.startswith(tail, end):
+            return None
+        if self._flexible and frame[-1] != 0:
+            return None
+        values = self._partition_at(frame, 4 + len(head))
+        return _new(PartitionProduceResponse, (*values, -1)[:5] + ((), None))
 
 
 # ---------------------------------------------------------------------------- decoding (broker)
