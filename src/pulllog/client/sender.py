@@ -158,7 +158,7 @@ class Sender:
                         delay = self._pass(tg)
                         # More is sendable now (a partition has more batches and free in-flight
                         # slots, one batch per request): take it in this same turn, so the
-                        # requests leave together in one write (KafkaConnection._write).
+                        # requests leave together in one write (_flush_held).
                         for _ in range(_PASSES_PER_TURN):
                             if delay is None or delay > 0:
                                 break
