@@ -53,6 +53,36 @@ def test_a_transaction_goes_ready_in_transaction_committing_ready() -> None:
     assert txn.state is S.READY and not txn.in_transaction and not txn.transaction_started
 
 
+def test_a_partition_new_to_the_transaction_is_starting_until_a_batch_of_it_is_acknowledged() -> None:
+    txn = ready()
+    txn.begin()
+    txn.check_send("t", 0)
+    txn.check_send("t", 0)
+    assert txn.starting_partitions == {("t", 0)}  # send() yields after every record
+    txn.partitions_added([("t", 0)])
+    assert txn.starting_partitions == {("t", 0)}  # added, but its first batch not answered yet
+    txn.check_send("t", 1)  # another partition joins the transaction later
+    txn.batch_acknowledged(("t", 0))
+    assert txn.starting_partitions == {("t", 1)}
+    txn.partitions_added([("t", 1)])
+    txn.batch_acknowledged(("t", 1))
+    assert not txn.starting_partitions  # both pipelines run: send() yields once per batch again
+    txn.check_send("t", 0)
+    assert not txn.starting_partitions  # in the transaction already
+
+
+def test_an_abort_forgets_the_starting_partitions() -> None:
+    txn = ready()
+    txn.begin()
+    txn.check_send("t", 0)
+    txn.start_abort()
+    txn.completed()
+    assert not txn.starting_partitions
+    txn.begin()
+    txn.check_send("t", 0)  # the next transaction adds it again
+    assert txn.starting_partitions == {("t", 0)} and txn.to_add == {("t", 0)}
+
+
 @pytest.mark.parametrize("call", ["begin twice", "send outside", "commit outside", "abort outside", "uninitialized"])
 def test_calls_out_of_order_raise_a_state_error_that_says_what_to_do(call: str) -> None:
     txn = ready()

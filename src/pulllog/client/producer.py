@@ -40,7 +40,8 @@ How records move (see ``pulllog.client.accumulator`` for the batch states):
   carries one batch per partition (as Kafka requires) for all ready partitions led by the
   same broker, up to ``max_request_size``; at most ``max_in_flight`` requests per broker
   connection. ``send()`` yields to the event loop once per new batch, so the sender ships
-  full batches while a tight loop keeps sending.
+  full batches while a tight loop keeps sending (and after every record while a partition
+  new to a transaction waits for AddPartitionsToTxn: ``pulllog.client.transactions``).
 * **Partitioning** (``pulllog.client.partitioner``): explicit partition, else murmur2 of
   the key as the Java client and librdkafka's ``murmur2_random`` do, else sticky. A
   record without a key that would overflow the sticky partition's open batch closes it
@@ -574,8 +575,9 @@ class Producer:
                     raise _no_such_partition(topic, partition, parts[0])
         except TypeError as exc:
             raise _bad_record(key, value, exc) from None
-        if self._txn is not None:
-            self._txn.check_send(topic, partition)  # in a transaction; a new partition gets added
+        txn = self._txn
+        if txn is not None:
+            txn.check_send(topic, partition)  # in a transaction; a new partition gets added
         if timestamp is None:
             timestamp = _time_ns() // 1_000_000
         if size > self._max_record_size:
@@ -593,15 +595,17 @@ class Producer:
             future = acc.append(topic, partition, key, value, hdrs, timestamp, size, sticky)
             if future is None:  # the sticky partition's batch was full: it moved on
                 partition = self._partitioner.partition(topic, key, parts[0], parts[1])
-                if self._txn is not None:
-                    self._txn.check_send(topic, partition)
+                if txn is not None:
+                    txn.check_send(topic, partition)
                 future = acc.append(topic, partition, key, value, hdrs, timestamp, size)
                 assert future is not None
         except TypeError as exc:
             pool.release(size)
             raise _bad_record(key, value, exc) from None
-        if future.relative_offset == 0:  # it opened a batch
-            await asyncio.sleep(0)  # let the sender ship what is ready before we fill more
+        if future.relative_offset == 0 or (txn is not None and txn.starting_partitions):
+            # it opened a batch, or the sender needs a few quick turns to start the
+            # transaction's pipeline (pulllog.client.transactions): let it ship what is ready
+            await asyncio.sleep(0)
         return future
 
     async def send_and_wait(
@@ -676,7 +680,7 @@ class Producer:
             acc.pool.release(size)
             raise TypeError("send_batch() records must be values (bytes or None) or tuples "
                             "(key, value[, headers[, timestamp_ms]]) of bytes") from None
-        if outcome == NEW_BATCH:
+        if outcome == NEW_BATCH or (self._txn is not None and self._txn.starting_partitions):
             await asyncio.sleep(0)
         return future
 

@@ -696,6 +696,8 @@ class Sender:
         if batch.done.done():
             return  # failed meanwhile (closed): its outcome is told already
         self._landed(batch)
+        if self._transactional_id is not None:
+            self._idempotence.batch_acknowledged((batch.topic, batch.partition))  # type: ignore[attr-defined]
         self._acc.deallocate(batch)
         batch.result.set_acknowledged(base_offset, log_append_time)  # every record's future at once
         topic, partition = batch.topic, batch.partition

@@ -18,6 +18,15 @@ The requests, in the order a transaction makes them (Kafka's order)::
     commit_transaction()     flush every batch, then EndTxn(commit)
     abort_transaction()      fail the unsent batches, wait for those in flight, EndTxn(abort)
 
+A partition's first batch of a transaction waits for AddPartitionsToTxn; the application does
+not (its records keep filling the batch). One asyncio thread runs both, though, and
+``send()`` yields to the event loop only once per new batch, so each of the few turns the
+sender needs before that batch is acknowledged (AddPartitionsToTxn out, its answer in, the
+Produce out, its answer in) would wait for the application to fill a batch: milliseconds
+per turn, with nothing of the transaction on the wire. So while a partition new to the
+transaction has no acknowledged batch yet (``starting_partitions``), ``send()`` yields after
+every record, and the pipeline runs again two round trips after the first ``send()``.
+
 EndTxn goes only if the transaction reached the coordinator (a partition or an offset was
 added); an empty transaction ends locally. A transaction's batches carry the
 transactional bit (attributes bit 4) and the Produce request the transactional id.
@@ -232,6 +241,8 @@ class TransactionManager(IdempotenceManager):
         self.to_add: set[tuple[str, int]] = set()  # new in this transaction: AddPartitionsToTxn pending
         self.transaction_started = False  # the coordinator knows of it (a partition or offsets added)
         self.epoch_bump_required = False  # InitProducerId after the abort (KIP-360)
+        # partitions new to the transaction with no batch acknowledged yet: send() yields per record
+        self.starting_partitions: set[tuple[str, int]] = set()
 
     # ------------------------------------------------------------ states
 
@@ -311,6 +322,7 @@ class TransactionManager(IdempotenceManager):
         key = (topic, partition)
         if key not in self.in_transaction:
             self.to_add.add(key)
+            self.starting_partitions.add(key)
 
     def partitions_to_add(self) -> list[tuple[str, int]]:
         """The partitions to put in the next AddPartitionsToTxn (none while an error stands)."""
@@ -331,6 +343,12 @@ class TransactionManager(IdempotenceManager):
 
     def may_produce_to(self, key: tuple[str, int]) -> bool:
         return key in self.in_transaction
+
+    def batch_acknowledged(self, key: tuple[str, int]) -> None:
+        """A Produce answer acknowledged a batch of partition ``key``: its pipeline runs, and
+        once every new partition's does, ``send()`` goes back to yielding once per batch."""
+        if self.starting_partitions:
+            self.starting_partitions.discard(key)
 
     def start_commit(self) -> None:
         if self.state is S.COMMITTING_TRANSACTION:
@@ -353,6 +371,7 @@ class TransactionManager(IdempotenceManager):
         self.in_transaction.clear()
         self.to_add.clear()
         self.transaction_started = False
+        self.starting_partitions.clear()
 
     # ------------------------------------------------------------ InitProducerId
 
