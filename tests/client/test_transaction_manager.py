@@ -17,6 +17,7 @@ from pulllog.client.transactions import (
     TransactionState,
     TransactionStateError,
     outcome,
+    retry_backoff_s,
 )
 
 S = TransactionState
@@ -173,3 +174,21 @@ def test_a_fenced_produce_is_fatal_but_an_old_epoch_on_a_partition_is_abortable(
 ])
 def test_error_rules_follow_kafkas_transaction_manager(api: str, code: ErrorCode, expected: Outcome) -> None:
     assert outcome(api, code) is expected
+
+
+def test_a_transactions_first_add_partitions_retries_concurrent_transactions_within_milliseconds() -> None:
+    # the previous transaction's markers are still being written: clear within milliseconds
+    first = [retry_backoff_s("add_partitions_to_txn", ErrorCode.concurrent_transactions, attempt, True, 0.1)
+             for attempt in range(1, 7)]
+    assert first == [0.002, 0.004, 0.008, 0.016, 0.02, 0.02]
+    assert retry_backoff_s("add_partitions_to_txn", ErrorCode.concurrent_transactions, 1, True, 0.001) == 0.001
+
+
+@pytest.mark.parametrize(("api", "code", "first_in_transaction"), [
+    ("add_partitions_to_txn", ErrorCode.concurrent_transactions, False),  # a partition added later
+    ("add_partitions_to_txn", ErrorCode.coordinator_load_in_progress, True),
+    ("end_txn", ErrorCode.concurrent_transactions, True),
+    ("init_producer_id", ErrorCode.concurrent_transactions, True),
+])
+def test_other_retries_wait_retry_backoff_ms(api: str, code: ErrorCode, first_in_transaction: bool) -> None:
+    assert retry_backoff_s(api, code, 1, first_in_transaction, 0.1) == 0.1
