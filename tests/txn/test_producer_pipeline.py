@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from kio.schema.errors import ErrorCode
 from waits import wait_until
 
 from pulllog import Admin, Consumer, Producer, TopicPartition
@@ -28,6 +29,7 @@ from pulllog.client.transactions import (
 # until the application yielded for another reason) is never acknowledged inside them.
 BATCH_SIZE = 1_000_000
 TIGHT_LOOP = 20_000  # records of ~30 bytes: about 600 KB, well inside one batch
+PRODUCE, ADD_PARTITIONS_TO_TXN = 0, 24  # API keys
 
 
 async def _create(bootstrap: str, topic: str, partitions: int = 1) -> None:
@@ -129,3 +131,25 @@ async def test_a_fenced_producer_cannot_commit_what_it_sent(pulllog_broker: Any)
             async with second.transaction():
                 await second.send("fenced-pipeline", b"successor", partition=0)
     assert await read_committed(bootstrap, "fenced-pipeline") == [b"successor"]
+
+
+async def test_a_transactions_first_batch_that_fails_retriably_is_not_overtaken(pulllog_broker: Any) -> None:
+    """A broker with no state for a producer takes any sequence (KIP-360), so a later batch
+    that overtook a partition's first batch of the transaction would make that one's retry
+    OUT_OF_ORDER_SEQUENCE_NUMBER for good (Kafka's verification of a transaction's first
+    Produce answers a retriable error now and then, KIP-890). The first batch goes alone:
+    the rest follow once it is acknowledged."""
+    bootstrap = pulllog_broker.bootstrap_servers
+    await _create(bootstrap, "first-alone")
+    # many batches are ready by the time the partition is in the transaction
+    pulllog_broker.faults.delay(ADD_PARTITIONS_TO_TXN, 300)
+    refused = pulllog_broker.faults.fail(PRODUCE, ErrorCode.not_enough_replicas, topic="first-alone")
+    async with Producer(bootstrap, transactional_id="first-alone-tx", batch_size=4096,
+                        retry_backoff_ms=10) as producer:
+        await producer.init_transactions()
+        producer.begin_transaction()
+        futures = [await producer.send("first-alone", b"%d" % i, partition=0) for i in range(2000)]
+        await producer.commit_transaction()
+    assert refused.fired == 1
+    assert all(f.exception() is None for f in futures)
+    assert sorted(await read_committed(bootstrap, "first-alone")) == sorted(b"%d" % i for i in range(2000))

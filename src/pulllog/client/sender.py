@@ -232,8 +232,11 @@ class Sender:
             flying = len(flying_batches) if flying_batches else 0
             if flying >= partition_limit:
                 continue  # its answers wake us
-            if txn is not None and not txn.may_produce_to(q.key):  # type: ignore[attr-defined]
-                continue  # AddPartitionsToTxn first (_txn_pass started it); its end wakes us
+            if txn is not None and (not txn.may_produce_to(q.key)  # type: ignore[attr-defined]
+                                    or flying and q.key in txn.starting_partitions):  # type: ignore[attr-defined]
+                # AddPartitionsToTxn first (_txn_pass started it; its end wakes us), then the
+                # partition's first batch of the transaction alone (pulllog.client.transactions)
+                continue
             batch = acc.next_ready(q, now, timeout, expire)
             if batch is not None:
                 if batch.retry_at > now:

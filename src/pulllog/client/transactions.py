@@ -27,6 +27,12 @@ per turn, with nothing of the transaction on the wire. So while a partition new 
 transaction has no acknowledged batch yet (``starting_partitions``), ``send()`` yields after
 every record, and the pipeline runs again two round trips after the first ``send()``.
 
+That first batch also goes alone: the partition's later batches wait until it is
+acknowledged. A broker with no state for a producer takes any sequence (KIP-360), and
+Kafka's check that a transaction's first Produce is for a partition added to it (KIP-890
+part 1) now and then answers it with a retriable error; a later batch in flight behind it
+would then be stored first, and the first batch's retry refused as out of order for good.
+
 EndTxn goes only if the transaction reached the coordinator (a partition or an offset was
 added); an empty transaction ends locally. A transaction's batches carry the
 transactional bit (attributes bit 4) and the Produce request the transactional id.
