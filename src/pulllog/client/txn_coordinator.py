@@ -12,8 +12,8 @@ through ``pulllog.client.transactions.outcome``: retriable codes send it again a
 ``retry_backoff_ms`` (sooner for a transaction's first AddPartitionsToTxn refused with
 CONCURRENT_TRANSACTIONS: ``transactions.retry_backoff_s``; NOT_COORDINATOR,
 COORDINATOR_NOT_AVAILABLE, a lost connection or a timeout find the coordinator again
-first); others move the ``TransactionManager`` to its
-abortable or fatal state, and the call raises that error. Requests go one at a time (a
+first); others move the ``TransactionManager`` to its abortable or fatal state, and the
+call raises that error. Requests go one at a time (a
 lock), as Kafka's client sends them. A call that cannot finish within ``max_block_ms``
 raises TimeoutError and changes no state: calling the operation again resumes it.
 """
