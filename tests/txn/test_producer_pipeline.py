@@ -3,7 +3,7 @@ that changes nothing of what a transaction means: its records are all committed 
 aborted, and a fenced producer stays fenced.
 
 A partition's first batch of a transaction waits for AddPartitionsToTxn; while it does,
-``send()`` yields to the event loop after every record (``pulllog.client.transactions``), so
+``send()`` yields to the event loop every few records (``pulllog.client.transactions``), so
 that batch goes as soon as the coordinator answered, not when the application has filled it.
 These tests send in a tight loop, the way a producer at full speed does, and never wait on
 anything but ``send()`` itself.

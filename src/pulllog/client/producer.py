@@ -40,7 +40,7 @@ How records move (see ``pulllog.client.accumulator`` for the batch states):
   carries one batch per partition (as Kafka requires) for all ready partitions led by the
   same broker, up to ``max_request_size``; at most ``max_in_flight`` requests per broker
   connection. ``send()`` yields to the event loop once per new batch, so the sender ships
-  full batches while a tight loop keeps sending (and after every record while a partition
+  full batches while a tight loop keeps sending (and every 16 records while a partition
   new to a transaction waits for AddPartitionsToTxn: ``pulllog.client.transactions``).
 * **Partitioning** (``pulllog.client.partitioner``): explicit partition, else murmur2 of
   the key as the Java client and librdkafka's ``murmur2_random`` do, else sticky. A
@@ -156,6 +156,11 @@ log = logging.getLogger("pulllog.client.producer")
 _time_ns = time.time_ns  # one global lookup per record instead of two
 
 _NEW, _RUNNING, _CLOSING, _CLOSED = "new", "running", "closing", "closed"
+
+# While a partition new to the transaction waits for AddPartitionsToTxn and its first answer,
+# send() yields every this many records (a turn of the event loop costs about as much as
+# appending a few records; a batch of them, well under a millisecond)
+_STARTING_YIELD_EVERY = 16
 
 
 class BufferExhaustedError(TimeoutError):
@@ -602,7 +607,8 @@ class Producer:
         except TypeError as exc:
             pool.release(size)
             raise _bad_record(key, value, exc) from None
-        if future.relative_offset == 0 or (txn is not None and txn.starting_partitions):
+        offset = future.relative_offset
+        if offset == 0 or (txn is not None and txn.starting_partitions and not offset % _STARTING_YIELD_EVERY):
             # it opened a batch, or the sender needs a few quick turns to start the
             # transaction's pipeline (pulllog.client.transactions): let it ship what is ready
             await asyncio.sleep(0)

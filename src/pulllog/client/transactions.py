@@ -24,8 +24,9 @@ not (its records keep filling the batch). One asyncio thread runs both, though, 
 sender needs before that batch is acknowledged (AddPartitionsToTxn out, its answer in, the
 Produce out, its answer in) would wait for the application to fill a batch: milliseconds
 per turn, with nothing of the transaction on the wire. So while a partition new to the
-transaction has no acknowledged batch yet (``starting_partitions``), ``send()`` yields after
-every record, and the pipeline runs again two round trips after the first ``send()``.
+transaction has no acknowledged batch yet (``starting_partitions``), ``send()`` yields every
+16 records (a fraction of a millisecond), and the pipeline runs again about two round trips
+after the first ``send()``.
 
 That first batch also goes alone: the partition's later batches wait until it is
 acknowledged. A broker with no state for a producer takes any sequence (KIP-360), and
@@ -272,8 +273,8 @@ class TransactionManager(IdempotenceManager):
         self.to_add: set[tuple[str, int]] = set()  # new in this transaction: AddPartitionsToTxn pending
         self.transaction_started = False  # the coordinator knows of it (a partition or offsets added)
         self.epoch_bump_required = False  # InitProducerId after the abort (KIP-360)
-        # partitions new to the transaction with no batch acknowledged yet: send() yields per
-        # record, and the sender sends such a partition one batch at a time
+        # partitions new to the transaction with no batch acknowledged yet: send() yields every
+        # few records, and the sender sends such a partition one batch at a time
         self.starting_partitions: set[tuple[str, int]] = set()
 
     # ------------------------------------------------------------ states
