@@ -675,6 +675,12 @@ class Admin:
             self._cluster.brokers[node] = (entry.host, int(entry.port))
         return node
 
+    async def find_coordinator(self, key: str, *, transactional: bool = False) -> int:
+        """The node id of the broker coordinating consumer group ``key`` (or, with
+        ``transactional``, transactional id ``key``): FindCoordinator, as
+        ``kafka-consumer-groups.sh --describe --state`` shows it."""
+        return await self._coordinator_id(key, 1 if transactional else 0)
+
     async def list_groups(self) -> list[GroupListing]:
         conn = await self._cluster.any_connection()
         _v, resp = await self._call(conn, "list_groups", 0, 5, {"states_filter": [], "types_filter": []})
