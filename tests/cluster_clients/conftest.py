@@ -17,7 +17,6 @@ from collections.abc import AsyncIterator, Iterator
 import kafka_cluster as kc  # scripts/, on sys.path through tests/conftest.py
 import kafka_reference
 import pytest
-
 from cluster_helpers import cluster_settled
 from waits import wait_until
 

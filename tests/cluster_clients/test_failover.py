@@ -16,13 +16,13 @@ from collections.abc import AsyncIterator
 
 import kafka_cluster as kc
 import pytest
-
 from cluster_helpers import coordinator, in_sync, leader
+from waits import wait_until
+
 from pulllog.client.admin import Admin
 from pulllog.client.consumer import Consumer
 from pulllog.client.producer import Producer
 from pulllog.client.types import TopicPartition
-from waits import wait_until
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -185,8 +185,9 @@ async def _moved(found: object, old: int) -> int | None:
 
 
 async def test_transactional_producer_follows_its_coordinator(cluster: kc.KafkaCluster) -> None:
-    """A transactional producer commits its next transaction through the new transaction
-    coordinator after the old one's broker is SIGKILLed; read_committed sees both once."""
+    """A transactional producer whose coordinator's broker is SIGKILLed in the middle of a
+    transaction (partitions added, records acknowledged) finishes it through the new
+    transaction coordinator; read_committed sees both transactions' records once."""
     topic = await _replicated_topic(cluster, _topic("txn"))
     transactional_id = f"{topic}-txn"
     tp = TopicPartition(topic, 0)
@@ -198,9 +199,10 @@ async def test_transactional_producer_follows_its_coordinator(cluster: kc.KafkaC
                 await producer.send(topic, str(n).encode(), partition=0)
         old = await coordinator(cluster.bootstrap_servers, transactional_id, transactional=True)
         assert old is not None
-        cluster.kill(old)
         async with producer.transaction():
-            for n in range(10, 20):
+            await asyncio.gather(*[await producer.send(topic, str(n).encode(), partition=0) for n in range(10, 15)])
+            cluster.kill(old)
+            for n in range(15, 20):
                 await producer.send(topic, str(n).encode(), partition=0)
     new = await coordinator(cluster.bootstrap_servers, transactional_id, transactional=True)
     assert new is not None and new != old
