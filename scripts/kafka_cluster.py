@@ -31,6 +31,7 @@ From Python (the pytest fixture ``kafka_cluster`` in tests/cluster_clients/conft
     cluster = KafkaCluster(tmp_dir).start()
     cluster.bootstrap_servers          # "127.0.0.1:P,127.0.0.2:P,127.0.0.3:P"
     cluster.kill(2)                    # SIGKILL by PID, waits for the process to end
+    cluster.shutdown(2)                # SIGTERM: a controlled shutdown (leadership moved first)
     cluster.restart(2)                 # the same node id, data and addresses
     cluster.stop()                     # every node, by PID
 """
@@ -224,6 +225,13 @@ class KafkaCluster:
 
     def kill(self, node_id: int) -> None:
         self.nodes[node_id].kill()
+
+    def shutdown(self, node_id: int, timeout_s: float = 60.0) -> None:
+        """SIGTERM by PID: Kafka's controlled shutdown (leadership moved away first), and
+        wait for the process to end (SIGKILL after ``timeout_s``)."""
+        node = self.nodes[node_id]
+        node.terminate()
+        node.wait_or_kill(timeout_s)
 
     def restart(self, node_id: int, timeout_s: float = 120.0) -> None:
         """Start a stopped node again (same id, data, addresses) and wait until it serves."""

@@ -19,7 +19,7 @@ import pytest
 from cluster_helpers import coordinator, in_sync, leader
 from waits import wait_until
 
-from pulllog.client.admin import Admin
+from pulllog.client.admin import Admin, ElectionType
 from pulllog.client.consumer import Consumer
 from pulllog.client.producer import Producer
 from pulllog.client.types import TopicPartition
@@ -135,6 +135,46 @@ async def test_idempotent_producer_and_consumer_follow_a_killed_leader(cluster: 
     assert consumed == list(range(sender.sent)), "each record exactly once, in send order"
     by_offset = sorted(sender.acked.items(), key=lambda kv: kv[1])
     assert [n for n, _ in by_offset] == list(range(sender.sent)), "offsets in send order"
+
+
+async def test_producer_and_consumer_follow_leadership_moved_off_live_brokers(cluster: kc.KafkaCluster) -> None:
+    """Leadership moved by the cluster while every broker runs: a controlled shutdown of the
+    leader (SIGTERM) and, once it is back, a preferred leader election that hands the
+    partition back to it. The old leader answers NOT_LEADER_OR_FOLLOWER, and the producer and
+    the consumer must look the leader up again; nothing failed, lost or duplicated."""
+    topic = _topic("moved")
+    async with Admin(cluster.bootstrap_servers) as admin:
+        await admin.create_topic(topic, replica_assignment={0: [1, 2, 3]}, configs={"min.insync.replicas": "2"})
+    await wait_until(lambda: _fully_in_sync(cluster, topic, 0), f"{topic}-0 has 3 in-sync replicas")
+    tp = TopicPartition(topic, 0)
+    consumed: list[int] = []
+    async with Producer(cluster.bootstrap_servers, acks="all", linger_ms=5, request_timeout_ms=10_000,
+                        delivery_timeout_ms=120_000) as producer, \
+            Consumer(cluster.bootstrap_servers, auto_offset_reset="earliest", fetch_max_wait_ms=200,
+                     request_timeout_ms=10_000) as consumer:
+        consumer.assign([tp])
+        sender = NumberedSender(producer, topic)
+        async with _running(sender.run()) as sending, _running(_consume_numbers(consumer, consumed, tp)):
+            await wait_until(lambda: len(sender.acked) >= 100 and len(consumed) >= 50, "records flow through broker 1")
+            await asyncio.to_thread(cluster.shutdown, 1)
+            moved_at = sender.sent
+            await wait_until(lambda: any(n > moved_at for n in sender.acked),
+                             "records sent after the controlled shutdown acknowledged", TIMEOUT_S)
+            await asyncio.to_thread(cluster.restart, 1)
+            await wait_until(lambda: _fully_in_sync(cluster, topic, 0), "broker 1 back in the ISR", TIMEOUT_S)
+            async with Admin(cluster.bootstrap_servers) as admin:
+                assert await admin.elect_leaders(ElectionType.PREFERRED, [tp]) == {tp: None}
+            elected_at = sender.sent
+            await wait_until(lambda: any(n > elected_at for n in sender.acked),
+                             "records sent after the election acknowledged by broker 1", TIMEOUT_S)
+            assert await leader(cluster.bootstrap_servers, topic) == 1
+            sender.stop()
+            await asyncio.wait_for(sending, TIMEOUT_S)
+            last = max(sender.acked)
+            await wait_until(lambda: bool(consumed) and consumed[-1] >= last,
+                             f"the consumer read up to record {last}", TIMEOUT_S)
+    assert not sender.failed, f"{len(sender.failed)} record(s) failed, e.g. {next(iter(sender.failed.values()))!r}"
+    assert consumed == list(range(sender.sent)), "each record exactly once, in send order"
 
 
 async def test_consumer_group_follows_its_coordinator(cluster: kc.KafkaCluster) -> None:
