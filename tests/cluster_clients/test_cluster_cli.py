@@ -13,7 +13,7 @@ from typing import Any
 
 import kafka_cluster as kc
 import pytest
-from cluster_helpers import in_sync, leader
+from cluster_helpers import in_sync, leader, partitions
 from waits import wait_until
 
 pytestmark = pytest.mark.timeout(240)
@@ -120,3 +120,35 @@ async def _isr_size(cluster: kc.KafkaCluster, topic: str, partition: int, size: 
 async def _led_by_other_than(cluster: kc.KafkaCluster, topic: str, partition: int, old: int) -> bool:
     now = await leader(cluster.bootstrap_servers, topic, partition)
     return now is not None and now != old
+
+
+async def test_a_partition_whose_only_replica_is_down_is_offline(cluster: kc.KafkaCluster) -> None:
+    """RF=1 on broker 3, broker 3 killed: the partition has no leader. topic describe shows it
+    without offsets, cluster describe lists it offline, an unclean election has no replica to
+    elect (one error line per partition, exit 1)."""
+    topic = f"cli-offline-{next(_names)}"
+    bootstrap = cluster.bootstrap_servers
+    await ok("topic", "create", topic, "--replica-assignment", "3", "--bootstrap-server", bootstrap)
+    await wait_until(lambda: _isr_size(cluster, topic, 0, 1), f"{topic}-0 led by broker 3")
+    cluster.kill(3)
+    await wait_until(lambda: _leaderless(cluster, topic), f"{topic}-0 has no leader", TIMEOUT_S)
+    (p0,) = (await describe(cluster, topic))["partitions"]
+    assert (p0["leader"], p0["replicas"], p0["offline_replicas"]) == (-1, [3], [3])
+    assert (p0["log_start_offset"], p0["log_end_offset"], p0["size_bytes"]) == (-1, -1, None)
+    text = await ok("topic", "describe", topic, "--bootstrap-server", bootstrap)
+    row = next(line.split() for line in text.splitlines() if line.split()[:1] == ["0"])
+    assert row == ["0", "none", "3", *([] if not p0["isr"] else [",".join(map(str, p0["isr"]))]), "3", "?", "?", "?"]
+    whole = json.loads(await ok("cluster", "describe", "--json", "--bootstrap-server", bootstrap))
+    assert [(p["topic"], p["partition"], p["leader"]) for p in whole["offline_partitions"]
+            if p["topic"] == topic] == [(topic, 0, -1)]
+    assert all(p["topic"] != topic for p in whole["under_replicated_partitions"])
+    code, out, err = await pulllog("leader-election", "--election-type", "unclean", "--topic", topic,
+                                   "--partition", "0", "--bootstrap-server", bootstrap)
+    assert code == 1 and out == "", (out, err)
+    assert err.startswith(f"Error completing leader election (UNCLEAN) for partition {topic}-0: ") and \
+        err.count("\n") == 1, err
+
+
+async def _leaderless(cluster: kc.KafkaCluster, topic: str) -> bool:
+    found = await partitions(cluster.bootstrap_servers, topic)
+    return found is not None and (topic, 0) in found and found[(topic, 0)].leader < 0
