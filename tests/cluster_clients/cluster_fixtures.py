@@ -1,4 +1,6 @@
-"""Fixtures of the clients-across-brokers tests: a real 3-node Apache Kafka cluster (KRaft)
+"""Fixtures of the clients-across-brokers tests, a plugin of tests/conftest.py
+(``pytest_plugins``): a conftest.py here would be a second module named ``conftest`` beside
+tests/cluster's, which its tests import by that name. Fixtures: a real 3-node Apache Kafka cluster (KRaft)
 on 127.0.0.1-3 (scripts/kafka_cluster.py), started once per test session and stopped by PID.
 
 ``kafka_cluster`` is the session's cluster; ``cluster`` hands it to one test settled: every
@@ -25,8 +27,8 @@ import kafka_cluster as kc  # scripts/, on sys.path through tests/conftest.py
 import kafka_reference
 import pytest
 import zk_cluster
+from cluster_clients.pulllog_cluster import PulllogCluster
 from cluster_helpers import cluster_settled
-from pulllog_cluster import PulllogCluster
 from waits import wait_until
 
 # Which clusters the tests run against: "kafka" (the default), "pulllog" (pulllog's own, once
