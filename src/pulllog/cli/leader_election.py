@@ -16,8 +16,9 @@ that is not in sync, and the records only the old leader had are lost.
 
 Output, as Kafka's tool prints it: the partitions whose election succeeded, those that had
 the right leader already ("Valid replica already elected"), and one line per failure. The
-exit code is 1 when any partition failed, 0 otherwise; a broker that does not serve
-ElectLeaders (a single pulllog broker) is one ``error:`` line and exit 1.
+exit code is 1 when any partition failed, 0 otherwise (a single broker answers that every
+partition has its leader already); a broker that does not serve ElectLeaders is one
+``error:`` line and exit 1.
 """
 
 from __future__ import annotations
@@ -79,8 +80,8 @@ def leader_election(election_type: str, topic: str | None, partition: int | None
             try:
                 return await admin.elect_leaders(kind, wanted)
             except UnsupportedByBrokerError as exc:
-                raise CliError(f"{exc}: leader elections need a cluster of brokers with replicated partitions "
-                               "(a single broker leads every partition itself)", EXIT_PROBLEM) from None
+                raise CliError(f"{exc}: this broker cannot elect leaders (ElectLeaders, API 43); "
+                               "ask a broker of a cluster that serves it", EXIT_PROBLEM) from None
 
     results = run_async(body)
     name = kind.name
