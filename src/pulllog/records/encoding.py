@@ -8,10 +8,25 @@ This module is the one place that chooses the implementation:
 
 - the C extension :mod:`pulllog.records._crecords` (``_crecords.c``, its encoding section),
   built by ``pip install`` where a C compiler is found;
-- else the pure-Python encoder (:func:`py_append_record`, and the accumulator's general
-  message-set loop). ``PULLLOG_NO_EXTENSIONS=1`` in the environment forces it.
+- else the pure-Python encoder (:func:`py_append_record`, :class:`PyRecordsBuilder`, and the
+  accumulator's general message-set loop). ``PULLLOG_NO_EXTENSIONS=1`` in the environment
+  forces it.
 
 ``IMPLEMENTATION`` says which one is in use ("c" or "python"). The contract both keep:
+
+- ``RecordsBuilder(base_timestamp)`` is a batch's records section while it is built: a
+  ``bytearray`` (``len``, ``bytes``, ``memoryview`` are the bytearray's) that also keeps
+  ``count`` (records so far), ``base_timestamp`` and ``max_timestamp`` (the latest record's,
+  the base while empty), so adding a record is one call on the producer's per-record path:
+
+  - ``add_record(key, value, headers, timestamp, reserved=0, room=-1)`` appends one record
+    at offset delta ``count`` and returns that delta; with ``room`` >= 0 and records already
+    in, it appends nothing and returns -1 when ``len + reserved > room`` (the caller's
+    estimate against its bound: the accumulator's batch_size rule, the same in both);
+  - ``add_values(items, timestamp)``: ``append_values`` at the builder's next offset delta
+    (-1, nothing appended, when an item is not simple; always -1 in Python, whose caller then
+    runs its general loop);
+  - ``add_encoded(data, n, max_timestamp)``: ``n`` records encoded by that general loop.
 
 - ``append_record(records, offset_delta, timestamp_delta, key, value, headers)`` appends one
   record; key and value are None (null) or bytes-like, ``headers`` the encoded headers part
@@ -22,6 +37,11 @@ This module is the one place that chooses the implementation:
   tuple ``(key, value)`` of bytes or None, optionally followed by None headers and a None
   timestamp. It returns how many it appended, or -1, appending nothing, when an item is not
   simple; the caller then encodes the set with the general loop.
+
+``SlotsMaker`` (None without the extension) is the C module's fast constructor for a class of
+__slots__: ``SlotsMaker(template, names)(*values)`` is a copy of ``template`` with the slots
+``names`` set to ``values``, which is what the producer needs once per ``send()`` (a
+``RecordFuture``, without running its ``__init__``).
 
 Both produce exactly the bytes of the pure-Python encoder; ``tests/records/test_encoding.py``
 checks it on random records and message sets, for every codec once sealed.
@@ -35,7 +55,8 @@ from typing import Any
 
 from .varint import ZIGZAG, ZIGZAG_TABLE_SIZE, encode_varint
 
-__all__ = ["IMPLEMENTATION", "append_record", "append_values", "py_append_record"]
+__all__ = ["IMPLEMENTATION", "PyRecordsBuilder", "RecordsBuilder", "SlotsMaker", "append_record",
+           "append_values", "py_append_record"]
 
 _NULL = b"\x01"  # varint(-1): a null key or value
 
@@ -68,15 +89,50 @@ def py_append_record(records: bytearray, offset_delta: int, timestamp_delta: int
                              headers))
 
 
-def _choose() -> tuple[str, Callable[..., None], Callable[[bytearray, Sequence[Any], int, int], int] | None]:
+class PyRecordsBuilder(bytearray):
+    """The pure-Python ``RecordsBuilder`` (see the module docstring)."""
+
+    __slots__ = ("count", "base_timestamp", "max_timestamp")
+
+    def __init__(self, base_timestamp: int) -> None:
+        super().__init__()
+        self.count = 0
+        self.base_timestamp = base_timestamp
+        self.max_timestamp = base_timestamp
+
+    def add_record(self, key: Any, value: Any, headers: bytes, timestamp: int, reserved: int = 0,
+                   room: int = -1) -> int:
+        od = self.count
+        if room >= 0 and od and len(self) + reserved > room:
+            return -1
+        py_append_record(self, od, timestamp - self.base_timestamp, key, value, headers)
+        self.count = od + 1
+        if timestamp > self.max_timestamp:
+            self.max_timestamp = timestamp
+        return od
+
+    def add_values(self, items: Sequence[Any], timestamp: int) -> int:
+        return -1  # no one-call path in Python: the caller's general loop encodes the set
+
+    def add_encoded(self, data: bytes, n: int, max_timestamp: int) -> None:
+        self.extend(data)
+        self.count += n
+        if n and max_timestamp > self.max_timestamp:
+            self.max_timestamp = max_timestamp
+
+
+def _choose() -> tuple[str, type[Any], Callable[..., None], Callable[[bytearray, Sequence[Any], int, int], int] | None,
+                       Any]:
     if os.environ.get("PULLLOG_NO_EXTENSIONS", "") not in ("", "0"):
-        return "python", py_append_record, None
+        return "python", PyRecordsBuilder, py_append_record, None, None
     try:
+        from ._crecords import RecordsBuilder as CRecordsBuilder
+        from ._crecords import SlotsMaker as CSlotsMaker
         from ._crecords import append_record as c_append_record
         from ._crecords import append_values as c_append_values
     except ImportError:  # not built (no C compiler when installed), or an older build without the encoder
-        return "python", py_append_record, None
-    return "c", c_append_record, c_append_values
+        return "python", PyRecordsBuilder, py_append_record, None, None
+    return "c", CRecordsBuilder, c_append_record, c_append_values, CSlotsMaker
 
 
-IMPLEMENTATION, append_record, append_values = _choose()
+IMPLEMENTATION, RecordsBuilder, append_record, append_values, SlotsMaker = _choose()
