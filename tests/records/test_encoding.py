@@ -293,3 +293,16 @@ def test_the_slots_maker_refuses_what_it_cannot_copy() -> None:
     assert (copy.a, copy.b) == (1, 5)
     with pytest.raises(TypeError):
         make(1, 2)
+
+
+@needs_c
+def test_a_sets_buffer_estimate_is_the_same_from_c_and_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(17)
+    for _ in range(300):
+        items = [_random_item(rng) for _ in range(rng.randint(0, 20))]
+        by_c = accumulator.estimate_set_size(items)
+        with monkeypatch.context() as m:
+            m.setattr(accumulator, "values_size", None)
+            assert accumulator.estimate_set_size(items) == by_c
+    assert _crecords.values_size([b"ab", None, (b"k", b"vv"), (None, b"v", None), (b"k", None, None, None)]) == 9
+    assert _crecords.values_size([b"ab", bytearray(b"x")]) == -1  # not simple: the Python loop counts it

@@ -614,6 +614,34 @@ put_values(PyObject *records, PyObject *items_obj, int64_t od, int64_t td, grow_
     return count;
 }
 
+PyDoc_STRVAR(values_size_doc,
+"values_size(items) -> int\n"
+"\n"
+"The bytes of keys and values in a message set of simple items (as append_values takes),\n"
+"plus one for each tuple of three or four (its None headers); -1 if an item is not simple.");
+
+static PyObject *
+values_size(PyObject *self, PyObject *items_obj)
+{
+    PyObject *seq = PySequence_Fast(items_obj, "values_size(): items must be a sequence");
+    if (seq == NULL) {
+        return NULL;
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq), total = 0;
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    PyObject *key, *value;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (!simple_item(items[i], &key, &value)) {
+            total = -1;
+            break;
+        }
+        total += (key ? PyBytes_GET_SIZE(key) : 0) + (value ? PyBytes_GET_SIZE(value) : 0)
+                 + (PyTuple_CheckExact(items[i]) && PyTuple_GET_SIZE(items[i]) > 2);
+    }
+    Py_DECREF(seq);
+    return PyLong_FromSsize_t(total);
+}
+
 static PyObject *
 append_values(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -1110,6 +1138,7 @@ static PyMethodDef methods[] = {
     {"decode_records", decode_records, METH_VARARGS, decode_records_doc},
     {"append_record", (PyCFunction)(void (*)(void))append_record, METH_FASTCALL, append_record_doc},
     {"append_values", (PyCFunction)(void (*)(void))append_values, METH_FASTCALL, append_values_doc},
+    {"values_size", values_size, METH_O, values_size_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -38,6 +38,10 @@ This module is the one place that chooses the implementation:
   timestamp. It returns how many it appended, or -1, appending nothing, when an item is not
   simple; the caller then encodes the set with the general loop.
 
+``values_size(items)`` (None without the extension) adds up the keys and values of a message
+set of simple items (plus one per tuple of three or four, for its None headers), -1 if an item
+is not simple: ``send_batch()``'s buffer estimate of a set in one call.
+
 ``SlotsMaker`` (None without the extension) is the C module's fast constructor for a class of
 __slots__: ``SlotsMaker(template, names)(*values)`` is a copy of ``template`` with the slots
 ``names`` set to ``values``, which is what the producer needs once per ``send()`` (a
@@ -56,7 +60,7 @@ from typing import Any
 from .varint import ZIGZAG, ZIGZAG_TABLE_SIZE, encode_varint
 
 __all__ = ["IMPLEMENTATION", "PyRecordsBuilder", "RecordsBuilder", "SlotsMaker", "append_record",
-           "append_values", "py_append_record"]
+           "append_values", "py_append_record", "values_size"]
 
 _NULL = b"\x01"  # varint(-1): a null key or value
 
@@ -122,17 +126,18 @@ class PyRecordsBuilder(bytearray):
 
 
 def _choose() -> tuple[str, type[Any], Callable[..., None], Callable[[bytearray, Sequence[Any], int, int], int] | None,
-                       Any]:
+                       Any, Callable[[Sequence[Any]], int] | None]:
     if os.environ.get("PULLLOG_NO_EXTENSIONS", "") not in ("", "0"):
-        return "python", PyRecordsBuilder, py_append_record, None, None
+        return "python", PyRecordsBuilder, py_append_record, None, None, None
     try:
         from ._crecords import RecordsBuilder as CRecordsBuilder
         from ._crecords import SlotsMaker as CSlotsMaker
         from ._crecords import append_record as c_append_record
         from ._crecords import append_values as c_append_values
+        from ._crecords import values_size as c_values_size
     except ImportError:  # not built (no C compiler when installed), or an older build without the encoder
-        return "python", PyRecordsBuilder, py_append_record, None, None
-    return "c", CRecordsBuilder, c_append_record, c_append_values, CSlotsMaker
+        return "python", PyRecordsBuilder, py_append_record, None, None, None
+    return "c", CRecordsBuilder, c_append_record, c_append_values, CSlotsMaker, c_values_size
 
 
-IMPLEMENTATION, RecordsBuilder, append_record, append_values, SlotsMaker = _choose()
+IMPLEMENTATION, RecordsBuilder, append_record, append_values, SlotsMaker, values_size = _choose()
