@@ -473,27 +473,23 @@ class RecordAccumulator:
         the next batch where the partitioner now points instead of stranding alone in a new
         batch here (Kafka's ``abortOnNewBatch``).
         """
-        q: PartitionQueue | None = self._last
-        if q.partition != partition or q.topic != topic:  # type: ignore[union-attr]
-            q = self.queues.get((topic, partition))
-        if q is not None:
-            self._last = q
-            batch = q.open
-            if batch is not None:
-                # the common case, kept short: room in the open batch, checked, encoded and
-                # counted in one call (-1: no room)
-                records = batch.records
-                delta = records.add_record(key, value, headers, timestamp, reserved, self._room)
-                if delta >= 0:
-                    batch.reserved += reserved
-                    if len(records) >= self.batch_size:
-                        self.close(q)
-                    return _new_record_future(batch.result, delta, timestamp)
-                if reroute:
-                    self.close(q)
-                    return None
-        else:
+        q = self._last
+        if q.partition != partition or q.topic != topic:
             q = self._last = self.queue(topic, partition)
+        batch = q.open
+        if batch is not None:
+            # the common case, kept short: room in the open batch, checked, encoded and
+            # counted in one call (-1: no room)
+            records = batch.records
+            delta = records.add_record(key, value, headers, timestamp, reserved, self._room)
+            if delta >= 0:
+                batch.reserved += reserved
+                if len(records) >= self.batch_size:
+                    self.close(q)
+                return _new_record_future(batch.result, delta, timestamp)
+            if reroute:
+                self.close(q)
+                return None
         batch, _new = self._batch_for(q, reserved - _OVERESTIMATE, timestamp)
         delta = batch.count
         try:

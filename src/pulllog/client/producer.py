@@ -154,6 +154,9 @@ __all__ = [
 log = logging.getLogger("pulllog.client.producer")
 
 _time_ns = time.time_ns  # one global lookup per record instead of two
+# buffer_memory for a record without key or headers, on top of its value: the allowance and
+# the one byte of its empty headers
+_PLAIN_RECORD_SIZE = RECORD_OVERHEAD + 1
 
 _NEW, _RUNNING, _CLOSING, _CLOSED = "new", "running", "closing", "closed"
 
@@ -566,11 +569,15 @@ class Producer:
         else:
             deadline = None
         try:
-            if key is not None and type(key) is not bytes:
-                key = _as_bytes(key)
-            hdrs = encode_headers(headers) if headers else b"\x00"
-            size = ((len(value) if value is not None else 0) + (len(key) if key is not None else 0)
-                    + len(hdrs) + RECORD_OVERHEAD)
+            if key is None and headers is None:  # the common case: one length to add
+                hdrs = b"\x00"
+                size = (len(value) if value is not None else 0) + _PLAIN_RECORD_SIZE
+            else:
+                if key is not None and type(key) is not bytes:
+                    key = _as_bytes(key)
+                hdrs = encode_headers(headers) if headers else b"\x00"
+                size = ((len(value) if value is not None else 0) + (len(key) if key is not None else 0)
+                        + len(hdrs) + RECORD_OVERHEAD)
             if partition is None:
                 sticky = key is None and self._sticky
                 partition = self._partitioner.partition(topic, key, parts[0], parts[1])
