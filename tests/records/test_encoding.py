@@ -306,3 +306,11 @@ def test_a_sets_buffer_estimate_is_the_same_from_c_and_python(monkeypatch: pytes
             assert accumulator.estimate_set_size(items) == by_c
     assert _crecords.values_size([b"ab", None, (b"k", b"vv"), (None, b"v", None), (b"k", None, None, None)]) == 9
     assert _crecords.values_size([b"ab", bytearray(b"x")]) == -1  # not simple: the Python loop counts it
+
+
+def test_now_ms_reads_the_clock_time_time_ns_reads() -> None:
+    """send()'s default timestamp: the C clock read between two of Python's, in ms."""
+    for _ in range(1000):
+        before = encoding.py_now_ms()
+        now = encoding.now_ms()
+        assert before <= now <= encoding.py_now_ms()

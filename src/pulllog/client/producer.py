@@ -98,6 +98,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ..records.compression import Compression
+from ..records.encoding import now_ms
 from .connection import BrokerUnreachableError
 from .accumulator import (
     NEW_BATCH,
@@ -153,7 +154,6 @@ __all__ = [
 
 log = logging.getLogger("pulllog.client.producer")
 
-_time_ns = time.time_ns  # one global lookup per record instead of two
 # buffer_memory for a record without key or headers, on top of its value: the allowance and
 # the one byte of its empty headers
 _PLAIN_RECORD_SIZE = RECORD_OVERHEAD + 1
@@ -591,7 +591,7 @@ class Producer:
         if txn is not None:
             txn.check_send(topic, partition)  # in a transaction; a new partition gets added
         if timestamp is None:
-            timestamp = _time_ns() // 1_000_000
+            timestamp = now_ms()
         if size > self._max_record_size:
             failed = ProduceResult(topic, partition, self._loop)  # type: ignore[arg-type]
             failed.set_failed(self._too_large(topic, partition, size, "record"))
@@ -673,7 +673,7 @@ class Producer:
         if self._txn is not None:
             self._txn.check_send(topic, partition)
         if timestamp is None:
-            timestamp = time.time_ns() // 1_000_000
+            timestamp = now_ms()
         future: asyncio.Future[BatchMetadata] = self._loop.create_future()  # type: ignore[union-attr]
         acc = self._acc
         assert acc is not None

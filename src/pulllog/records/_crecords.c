@@ -27,6 +27,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <time.h>
 #include <structmember.h>  /* T_OBJECT_EX, READONLY (Python.h has them from 3.12 as Py_T_...) */
 
 #define N_FIELDS 8
@@ -1134,11 +1135,28 @@ static PyTypeObject SlotsMakerType = {
     .tp_new = maker_new,
 };
 
+PyDoc_STRVAR(now_ms_doc,
+"now_ms() -> int\n"
+"\n"
+"The wall-clock time in ms since the epoch: time.time_ns() // 1_000_000 (the same clock,\n"
+"CLOCK_REALTIME) without the big-int division, once per send().");
+
+static PyObject *
+now_ms(PyObject *self, PyObject *unused)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_REALTIME, &ts) != 0) {
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    return PyLong_FromLongLong((long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+}
+
 static PyMethodDef methods[] = {
     {"decode_records", decode_records, METH_VARARGS, decode_records_doc},
     {"append_record", (PyCFunction)(void (*)(void))append_record, METH_FASTCALL, append_record_doc},
     {"append_values", (PyCFunction)(void (*)(void))append_values, METH_FASTCALL, append_values_doc},
     {"values_size", values_size, METH_O, values_size_doc},
+    {"now_ms", now_ms, METH_NOARGS, now_ms_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -42,6 +42,9 @@ This module is the one place that chooses the implementation:
 set of simple items (plus one per tuple of three or four, for its None headers), -1 if an item
 is not simple: ``send_batch()``'s buffer estimate of a set in one call.
 
+``now_ms()`` is ``time.time_ns() // 1_000_000`` (the same clock), in C where the extension is
+built: a record's default timestamp without a big-int division per ``send()``.
+
 ``SlotsMaker`` (None without the extension) is the C module's fast constructor for a class of
 __slots__: ``SlotsMaker(template, names)(*values)`` is a copy of ``template`` with the slots
 ``names`` set to ``values``, which is what the producer needs once per ``send()`` (a
@@ -54,13 +57,14 @@ checks it on random records and message sets, for every codec once sealed.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from .varint import ZIGZAG, ZIGZAG_TABLE_SIZE, encode_varint
 
 __all__ = ["IMPLEMENTATION", "PyRecordsBuilder", "RecordsBuilder", "SlotsMaker", "append_record",
-           "append_values", "py_append_record", "values_size"]
+           "append_values", "now_ms", "py_append_record", "values_size"]
 
 _NULL = b"\x01"  # varint(-1): a null key or value
 
@@ -125,19 +129,25 @@ class PyRecordsBuilder(bytearray):
             self.max_timestamp = max_timestamp
 
 
+def py_now_ms() -> int:
+    """The pure-Python ``now_ms``."""
+    return time.time_ns() // 1_000_000
+
+
 def _choose() -> tuple[str, type[Any], Callable[..., None], Callable[[bytearray, Sequence[Any], int, int], int] | None,
-                       Any, Callable[[Sequence[Any]], int] | None]:
+                       Any, Callable[[Sequence[Any]], int] | None, Callable[[], int]]:
     if os.environ.get("PULLLOG_NO_EXTENSIONS", "") not in ("", "0"):
-        return "python", PyRecordsBuilder, py_append_record, None, None, None
+        return "python", PyRecordsBuilder, py_append_record, None, None, None, py_now_ms
     try:
         from ._crecords import RecordsBuilder as CRecordsBuilder
         from ._crecords import SlotsMaker as CSlotsMaker
         from ._crecords import append_record as c_append_record
         from ._crecords import append_values as c_append_values
+        from ._crecords import now_ms as c_now_ms
         from ._crecords import values_size as c_values_size
     except ImportError:  # not built (no C compiler when installed), or an older build without the encoder
-        return "python", PyRecordsBuilder, py_append_record, None, None, None
-    return "c", CRecordsBuilder, c_append_record, c_append_values, CSlotsMaker, c_values_size
+        return "python", PyRecordsBuilder, py_append_record, None, None, None, py_now_ms
+    return "c", CRecordsBuilder, c_append_record, c_append_values, CSlotsMaker, c_values_size, c_now_ms
 
 
-IMPLEMENTATION, RecordsBuilder, append_record, append_values, SlotsMaker, values_size = _choose()
+IMPLEMENTATION, RecordsBuilder, append_record, append_values, SlotsMaker, values_size, now_ms = _choose()
