@@ -314,3 +314,27 @@ def test_now_ms_reads_the_clock_time_time_ns_reads() -> None:
         before = encoding.py_now_ms()
         now = encoding.now_ms()
         assert before <= now <= encoding.py_now_ms()
+
+
+@pytest.mark.parametrize("builder_type", _builders(), ids=lambda t: t.__module__.rsplit(".", 1)[-1])
+def test_add_is_add_record_then_the_memory_held_and_the_future_made(builder_type: type[Any]) -> None:
+    made: list[tuple[Any, int, int]] = []
+
+    def make_future(result: Any, delta: int, timestamp: int) -> str:
+        made.append((result, delta, timestamp))
+        return f"future {delta}"
+
+    builder = builder_type(BASE_TS, "the result", make_future)
+    assert builder.add(None, b"v" * 10, b"\x00", BASE_TS + 1, 35, -1) == "future 0"
+    assert builder.add(b"k", b"v", b"\x00", BASE_TS + 2, 28, 10_000) == "future 1"
+    assert (builder.count, builder.reserved, builder.max_timestamp) == (2, 63, BASE_TS + 2)
+    assert builder.add(None, b"v", b"\x00", BASE_TS + 3, 25, len(builder) + 24) is None  # no room
+    assert (builder.count, builder.reserved, builder.max_timestamp) == (2, 63, BASE_TS + 2)
+    assert made == [("the result", 0, BASE_TS + 1), ("the result", 1, BASE_TS + 2)]
+    expected = bytearray()
+    encoding.py_append_record(expected, 0, 1, None, b"v" * 10, b"\x00")
+    encoding.py_append_record(expected, 1, 2, b"k", b"v", b"\x00")
+    assert bytes(builder) == bytes(expected)
+    with pytest.raises(TypeError):
+        builder.add(None, 12, b"\x00", BASE_TS, 25, -1)
+    assert (builder.count, builder.reserved, len(made)) == (2, 63, 2)

@@ -178,7 +178,7 @@ class ProducerBatch:
 
     __slots__ = (
         "topic", "partition", "records", "sealed_count", "base_timestamp", "sealed_max_timestamp",
-        "set_futures", "reserved", "created", "attempts", "retry_at", "wire", "base_sequence", "last_error",
+        "set_futures", "held", "created", "attempts", "retry_at", "wire", "base_sequence", "last_error",
         "result", "done", "order", "span",
     )
 
@@ -190,23 +190,24 @@ class ProducerBatch:
                  loop: asyncio.AbstractEventLoop) -> None:
         self.topic = topic
         self.partition = partition
-        # the records section and its count and timestamps (a RecordsBuilder) until sealed
-        self.records: Any = self.builder(base_timestamp)
+        # the outcome all its records' futures read (send() keeps no per-record state here)
+        self.result = ProduceResult(topic, partition, loop)
+        self.done: asyncio.Future[None] = self.result.done
+        # the records section and its count, timestamps and the buffer_memory its records
+        # hold (a RecordsBuilder) until sealed; its add() makes each record's future
+        self.records: Any = self.builder(base_timestamp, self.result, _new_record_future)
         self.sealed_count = 0
         self.base_timestamp = base_timestamp
         self.sealed_max_timestamp = base_timestamp
         # (first offset delta, count, first timestamp, future) per message set (send_batch)
         self.set_futures: list[tuple[int, int, int, asyncio.Future[Any]]] = []
-        self.reserved = 0  # buffer_memory bytes to give back when done
+        self.held = 0  # buffer_memory to give back when done, besides the open records' (``reserved``)
         self.created = created  # monotonic seconds: delivery_timeout_ms counts from here
         self.attempts = 0  # retries so far
         self.retry_at = 0.0
         self.wire: bytes | None = None  # the sealed batch, reused by retries
         self.base_sequence = -1
         self.last_error: BaseException | None = None
-        # the outcome all its records' futures read (send() keeps no per-record state here)
-        self.result = ProduceResult(topic, partition, loop)
-        self.done: asyncio.Future[None] = self.result.done
         self.order: float = -1  # its place among the partition's batches, given when it closes
         # the room in ``order`` up to the next batch's: a split batch's pieces take orders in
         # [order, order + span), so they keep their place among the partition's batches
@@ -222,6 +223,17 @@ class ProducerBatch:
         """Records in the batch."""
         records = self.records
         return records.count if records is not None else self.sealed_count
+
+    @property
+    def reserved(self) -> int:
+        """The buffer_memory bytes its records hold (given back when it is done)."""
+        records = self.records
+        return self.held + records.reserved if records is not None else self.held
+
+    @reserved.setter
+    def reserved(self, value: int) -> None:
+        records = self.records
+        self.held = value - records.reserved if records is not None else value
 
     @property
     def max_timestamp(self) -> int:
@@ -329,6 +341,7 @@ class ProducerBatch:
         self.wire = b"".join((header, payload))
         self.sealed_count = self.count
         self.sealed_max_timestamp = self.max_timestamp
+        self.held = self.reserved
         self.records = None  # the sealed bytes are all a retry needs
         return self.wire
 
@@ -478,15 +491,14 @@ class RecordAccumulator:
             q = self._last = self.queue(topic, partition)
         batch = q.open
         if batch is not None:
-            # the common case, kept short: room in the open batch, checked, encoded and
-            # counted in one call (-1: no room)
+            # the common case, kept short: room in the open batch checked, the record
+            # encoded and counted, its memory held and its future made in one call
             records = batch.records
-            delta = records.add_record(key, value, headers, timestamp, reserved, self._room)
-            if delta >= 0:
-                batch.reserved += reserved
+            future = records.add(key, value, headers, timestamp, reserved, self._room)
+            if future is not None:
                 if len(records) >= self.batch_size:
                     self.close(q)
-                return _new_record_future(batch.result, delta, timestamp)
+                return future  # type: ignore[no-any-return]
             if reroute:
                 self.close(q)
                 return None

@@ -678,6 +678,11 @@ append_values(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
  *   Python twins cut batches at the same records.
  * - add_values(items, timestamp) -> n or -1: append_values on the builder.
  * - add_encoded(data, n, max_timestamp): n records the caller encoded (the general loop).
+ * - add(key, value, headers, timestamp, reserved, room) -> make_future(result, delta,
+ *   timestamp), or None without room: add_record, then ``reserved`` counted in
+ *   self.reserved; the accumulator's whole per-record step in one call (RecordsBuilder's
+ *   optional ``result`` and ``make_future``: the batch's outcome and how a record's future
+ *   is made from it).
  */
 
 typedef struct {
@@ -685,6 +690,9 @@ typedef struct {
     Py_ssize_t count;
     long long base_timestamp;
     long long max_timestamp;
+    Py_ssize_t reserved;      /* the sum of add()'s ``reserved`` */
+    PyObject *result;         /* add()'s first argument to make_future */
+    PyObject *make_future;    /* add() returns make_future(result, offset delta, timestamp), or None */
 } RecordsBuilder;
 
 /* Make room for ``more`` bytes at the end of the builder's bytearray; *at points there.
@@ -733,14 +741,29 @@ builder_grow_records(PyObject *self, Py_ssize_t more, char **at)
     return builder_grow((RecordsBuilder *)self, more, at);
 }
 
+static void
+builder_dealloc(RecordsBuilder *self)
+{
+    Py_CLEAR(self->result);
+    Py_CLEAR(self->make_future);
+    PyByteArray_Type.tp_dealloc((PyObject *)self);
+}
+
 static int
 builder_init(RecordsBuilder *self, PyObject *args, PyObject *kwargs)
 {
     long long base_timestamp;
-    static char *kwlist[] = {"base_timestamp", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "L:RecordsBuilder", kwlist, &base_timestamp)) {
+    PyObject *result = Py_None, *make_future = Py_None;
+    static char *kwlist[] = {"base_timestamp", "result", "make_future", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "L|OO:RecordsBuilder", kwlist, &base_timestamp, &result,
+                                     &make_future)) {
         return -1;
     }
+    Py_INCREF(result);
+    Py_XSETREF(self->result, result);
+    Py_INCREF(make_future);
+    Py_XSETREF(self->make_future, make_future);
+    self->reserved = 0;
     if (PyByteArray_GET_SIZE(self) != 0 && PyByteArray_Resize((PyObject *)self, 0) < 0) {
         return -1;
     }
@@ -854,6 +877,38 @@ fail:
     return NULL;
 }
 
+PyDoc_STRVAR(builder_add_doc,
+"add(key, value, headers, timestamp, reserved, room) -> object or None\n"
+"\n"
+"add_record() with room, and then: ``reserved`` added to self.reserved and\n"
+"make_future(result, offset delta, timestamp) returned; None (nothing appended) if no room.");
+
+static PyObject *
+builder_add(RecordsBuilder *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_Format(PyExc_TypeError, "add() takes 6 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    Py_ssize_t reserved = PyLong_AsSsize_t(args[4]);
+    if (reserved == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    PyObject *delta = builder_add_record(self, args, nargs);
+    if (delta == NULL) {
+        return NULL;
+    }
+    if (PyLong_AsSsize_t(delta) < 0) {  /* -1: no room */
+        Py_DECREF(delta);
+        Py_RETURN_NONE;
+    }
+    self->reserved += reserved;
+    PyObject *call[3] = {self->result, delta, args[3]};
+    PyObject *future = PyObject_Vectorcall(self->make_future, call, 3, NULL);
+    Py_DECREF(delta);
+    return future;
+}
+
 PyDoc_STRVAR(builder_add_values_doc,
 "add_values(items, timestamp) -> int\n"
 "\n"
@@ -923,6 +978,7 @@ builder_add_encoded(RecordsBuilder *self, PyObject *const *args, Py_ssize_t narg
 }
 
 static PyMethodDef builder_methods[] = {
+    {"add", (PyCFunction)(void (*)(void))builder_add, METH_FASTCALL, builder_add_doc},
     {"add_record", (PyCFunction)(void (*)(void))builder_add_record, METH_FASTCALL, builder_add_record_doc},
     {"add_values", (PyCFunction)(void (*)(void))builder_add_values, METH_FASTCALL, builder_add_values_doc},
     {"add_encoded", (PyCFunction)(void (*)(void))builder_add_encoded, METH_FASTCALL, builder_add_encoded_doc},
@@ -935,6 +991,8 @@ static PyMemberDef builder_members[] = {
      "the batch's base timestamp (ms): records store their delta from it"},
     {"max_timestamp", T_LONGLONG, offsetof(RecordsBuilder, max_timestamp), READONLY,
      "the latest timestamp among the records (the base timestamp while there are none)"},
+    {"reserved", T_PYSSIZET, offsetof(RecordsBuilder, reserved), READONLY, "the sum of add()'s reserved"},
+    {"result", T_OBJECT, offsetof(RecordsBuilder, result), READONLY, "add()'s first argument to make_future"},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -942,6 +1000,7 @@ static PyTypeObject RecordsBuilderType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "pulllog.records._crecords.RecordsBuilder",
     .tp_basicsize = sizeof(RecordsBuilder),
+    .tp_dealloc = (destructor)builder_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "RecordsBuilder(base_timestamp): a batch's records section (a bytearray) and its counters.",
     .tp_methods = builder_methods,

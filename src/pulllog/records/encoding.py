@@ -26,7 +26,12 @@ This module is the one place that chooses the implementation:
   - ``add_values(items, timestamp)``: ``append_values`` at the builder's next offset delta
     (-1, nothing appended, when an item is not simple; always -1 in Python, whose caller then
     runs its general loop);
-  - ``add_encoded(data, n, max_timestamp)``: ``n`` records encoded by that general loop.
+  - ``add_encoded(data, n, max_timestamp)``: ``n`` records encoded by that general loop;
+  - ``add(key, value, headers, timestamp, reserved, room)``: ``add_record`` with room, then
+    ``reserved`` added to ``self.reserved`` and ``make_future(result, offset delta, timestamp)``
+    returned, or None (nothing appended) without room: the producer's whole per-record step,
+    ``result`` and ``make_future`` being the optional constructor arguments after
+    ``base_timestamp``.
 
 - ``append_record(records, offset_delta, timestamp_delta, key, value, headers)`` appends one
   record; key and value are None (null) or bytes-like, ``headers`` the encoded headers part
@@ -100,13 +105,23 @@ def py_append_record(records: bytearray, offset_delta: int, timestamp_delta: int
 class PyRecordsBuilder(bytearray):
     """The pure-Python ``RecordsBuilder`` (see the module docstring)."""
 
-    __slots__ = ("count", "base_timestamp", "max_timestamp")
+    __slots__ = ("count", "base_timestamp", "max_timestamp", "reserved", "result", "make_future")
 
-    def __init__(self, base_timestamp: int) -> None:
+    def __init__(self, base_timestamp: int, result: Any = None, make_future: Any = None) -> None:
         super().__init__()
         self.count = 0
         self.base_timestamp = base_timestamp
         self.max_timestamp = base_timestamp
+        self.reserved = 0
+        self.result = result
+        self.make_future = make_future
+
+    def add(self, key: Any, value: Any, headers: bytes, timestamp: int, reserved: int, room: int) -> Any:
+        delta = self.add_record(key, value, headers, timestamp, reserved, room)
+        if delta < 0:
+            return None
+        self.reserved += reserved
+        return self.make_future(self.result, delta, timestamp)
 
     def add_record(self, key: Any, value: Any, headers: bytes, timestamp: int, reserved: int = 0,
                    room: int = -1) -> int:
