@@ -199,7 +199,7 @@ def _fill(builder_type: type[Any], rng: random.Random) -> tuple[Any, list[int]]:
             if n == -1:
                 data = bytearray()
                 for i, value in enumerate(values):
-                    encoding.py_append_record(data, builder.count + i, ts - BASE_TS, None, value, b"\x00")
+                    encoding.py_append_record(data, builder.records_count + i, ts - BASE_TS, None, value, b"\x00")
                 builder.add_encoded(bytes(data), len(values), ts)
                 n = len(values)
             returned.append(n)
@@ -207,7 +207,7 @@ def _fill(builder_type: type[Any], rng: random.Random) -> tuple[Any, list[int]]:
             data = bytearray()
             n = rng.randint(0, 3)
             for i in range(n):
-                encoding.py_append_record(data, builder.count + i, ts - BASE_TS, None, b"x", b"\x00")
+                encoding.py_append_record(data, builder.records_count + i, ts - BASE_TS, None, b"x", b"\x00")
             builder.add_encoded(bytes(data), n, ts)
             returned.append(n)
     return builder, returned
@@ -221,16 +221,16 @@ def test_the_c_and_python_records_builders_agree() -> None:
         py_builder, py_returned = _fill(encoding.PyRecordsBuilder, random.Random(seed))
         assert bytes(c_builder) == bytes(py_builder), f"seed {seed}"
         assert c_returned == py_returned, f"seed {seed}"
-        assert (c_builder.count, c_builder.max_timestamp) == (py_builder.count, py_builder.max_timestamp)
+        assert (c_builder.records_count, c_builder.max_timestamp) == (py_builder.records_count, py_builder.max_timestamp)
 
 
 @pytest.mark.parametrize("builder_type", _builders(), ids=lambda t: t.__module__.rsplit(".", 1)[-1])
 def test_a_records_builder_is_a_bytearray_with_its_counters(builder_type: type[Any]) -> None:
     builder = builder_type(BASE_TS)
-    assert (builder.count, builder.base_timestamp, builder.max_timestamp, len(builder)) == (0, BASE_TS, BASE_TS, 0)
+    assert (builder.records_count, builder.base_timestamp, builder.max_timestamp, len(builder)) == (0, BASE_TS, BASE_TS, 0)
     assert builder.add_record(None, b"v" * 10, b"\x00", BASE_TS + 7) == 0
     assert builder.add_record(b"k", None, encode_headers([("h", None)]), BASE_TS - 3) == 1
-    assert (builder.count, builder.max_timestamp) == (2, BASE_TS + 7)
+    assert (builder.records_count, builder.max_timestamp) == (2, BASE_TS + 7)
     expected = bytearray()
     encoding.py_append_record(expected, 0, 7, None, b"v" * 10, b"\x00")
     encoding.py_append_record(expected, 1, -3, b"k", None, encode_headers([("h", None)]))
@@ -238,11 +238,11 @@ def test_a_records_builder_is_a_bytearray_with_its_counters(builder_type: type[A
     assert bytes(memoryview(builder)) == bytes(expected)
     # no room: len + reserved > room, nothing appended
     assert builder.add_record(None, b"x", b"\x00", BASE_TS + 99, 10, len(builder) + 9) == -1
-    assert builder.count == 2 and bytes(builder) == bytes(expected) and builder.max_timestamp == BASE_TS + 7
+    assert builder.records_count == 2 and bytes(builder) == bytes(expected) and builder.max_timestamp == BASE_TS + 7
     assert builder.add_record(None, b"x", b"\x00", BASE_TS, 10, len(builder) + 10) == 2
     with pytest.raises(TypeError):
         builder.add_record("text", b"x", b"\x00", BASE_TS)
-    assert builder.count == 3
+    assert builder.records_count == 3
 
 
 @pytest.mark.parametrize("builder_type", _builders(), ids=lambda t: t.__module__.rsplit(".", 1)[-1])
@@ -250,7 +250,7 @@ def test_an_empty_builder_takes_a_record_however_large(builder_type: type[Any]) 
     """The first record of a batch always goes in: a record larger than batch_size gets a batch."""
     builder = builder_type(BASE_TS)
     assert builder.add_record(None, b"x" * 1000, b"\x00", BASE_TS, 1024, 10) == 0
-    assert builder.count == 1
+    assert builder.records_count == 1
 
 
 # ------------------------------------------------------------------ SlotsMaker: send()'s RecordFuture
@@ -327,9 +327,9 @@ def test_add_is_add_record_then_the_memory_held_and_the_future_made(builder_type
     builder = builder_type(BASE_TS, "the result", make_future)
     assert builder.add(None, b"v" * 10, b"\x00", BASE_TS + 1, 35, -1) == "future 0"
     assert builder.add(b"k", b"v", b"\x00", BASE_TS + 2, 28, 10_000) == "future 1"
-    assert (builder.count, builder.reserved, builder.max_timestamp) == (2, 63, BASE_TS + 2)
+    assert (builder.records_count, builder.reserved, builder.max_timestamp) == (2, 63, BASE_TS + 2)
     assert builder.add(None, b"v", b"\x00", BASE_TS + 3, 25, len(builder) + 24) is None  # no room
-    assert (builder.count, builder.reserved, builder.max_timestamp) == (2, 63, BASE_TS + 2)
+    assert (builder.records_count, builder.reserved, builder.max_timestamp) == (2, 63, BASE_TS + 2)
     assert made == [("the result", 0, BASE_TS + 1), ("the result", 1, BASE_TS + 2)]
     expected = bytearray()
     encoding.py_append_record(expected, 0, 1, None, b"v" * 10, b"\x00")
@@ -337,4 +337,4 @@ def test_add_is_add_record_then_the_memory_held_and_the_future_made(builder_type
     assert bytes(builder) == bytes(expected)
     with pytest.raises(TypeError):
         builder.add(None, 12, b"\x00", BASE_TS, 25, -1)
-    assert (builder.count, builder.reserved, len(made)) == (2, 63, 2)
+    assert (builder.records_count, builder.reserved, len(made)) == (2, 63, 2)

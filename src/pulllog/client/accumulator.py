@@ -45,12 +45,17 @@ the bookkeeping around them) over all batches not yet done. ``send()`` reserves 
 appends; when the buffer is full it waits, first come first served, until the sender's
 acknowledgements release enough (``BufferPool``).
 
-Encoding cost is the hot path. ``pulllog.records.encoding`` appends each record to the
-batch's bytearray, in C when the extension is built (a message set of plain values and keys
-in one call), else in Python; the general message-set encoder (headers, a timestamp per
-record) is ``ProducerBatch.extend``'s loop, where varints of small non-negative values
-(lengths, offset and timestamp deltas) come from a precomputed table of their zigzag
-encodings and each record becomes one ``bytes.join`` of ready-made pieces.
+Encoding cost is the hot path. A batch's records section is a ``RecordsBuilder``
+(``pulllog.records.encoding``: a bytearray that also counts the records, their latest
+timestamp and the buffer_memory they hold), in C when the extension is built, else in
+Python. ``append()``'s common case, a record for the partition it had last whose open batch
+has room, is one call on it (``add``): room checked, record encoded and counted, memory
+held, the record's ``RecordFuture`` made (copied from a template in C, ``SlotsMaker``,
+rather than running its ``__init__``). A message set of plain values and keys is one call
+too (``add_values``); the general message-set encoder (headers, a timestamp per record) is
+``ProducerBatch.extend``'s loop, where varints of small non-negative values (lengths, offset
+and timestamp deltas) come from a precomputed table of their zigzag encodings and each
+record becomes one ``bytes.join`` of ready-made pieces.
 """
 
 from __future__ import annotations
@@ -222,7 +227,7 @@ class ProducerBatch:
     def count(self) -> int:
         """Records in the batch."""
         records = self.records
-        return records.count if records is not None else self.sealed_count
+        return records.records_count if records is not None else self.sealed_count
 
     @property
     def reserved(self) -> int:
@@ -253,7 +258,7 @@ class ProducerBatch:
         batch as it was.
         """
         records = self.records
-        first = records.count
+        first = records.records_count
         n = records.add_values(items, timestamp)  # the C encoder takes plain values and keys at once
         if n >= 0:
             if future is not None:

@@ -1,5 +1,6 @@
 /* The records section of a RecordBatch v2, decoded in C (the consumer's hot loop) and
- * encoded in C (the producer's; see the encoding section at the end).
+ * encoded in C (the producer's; see the encoding, RecordsBuilder and SlotsMaker sections at
+ * the end, and pulllog.records.encoding for the Python they must agree with).
  *
  * An optional accelerator for pulllog.records.decoding, which holds the pure-Python decoder
  * this file must agree with exactly (tests/log/test_decoding.py checks both on random and
@@ -986,7 +987,7 @@ static PyMethodDef builder_methods[] = {
 };
 
 static PyMemberDef builder_members[] = {
-    {"count", T_PYSSIZET, offsetof(RecordsBuilder, count), READONLY, "records appended"},
+    {"records_count", T_PYSSIZET, offsetof(RecordsBuilder, count), READONLY, "records appended"},
     {"base_timestamp", T_LONGLONG, offsetof(RecordsBuilder, base_timestamp), READONLY,
      "the batch's base timestamp (ms): records store their delta from it"},
     {"max_timestamp", T_LONGLONG, offsetof(RecordsBuilder, max_timestamp), READONLY,

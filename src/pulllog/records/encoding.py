@@ -16,11 +16,11 @@ This module is the one place that chooses the implementation:
 
 - ``RecordsBuilder(base_timestamp)`` is a batch's records section while it is built: a
   ``bytearray`` (``len``, ``bytes``, ``memoryview`` are the bytearray's) that also keeps
-  ``count`` (records so far), ``base_timestamp`` and ``max_timestamp`` (the latest record's,
+  ``records_count`` (records so far; ``count`` is the bytearray's method), ``base_timestamp`` and ``max_timestamp`` (the latest record's,
   the base while empty), so adding a record is one call on the producer's per-record path:
 
   - ``add_record(key, value, headers, timestamp, reserved=0, room=-1)`` appends one record
-    at offset delta ``count`` and returns that delta; with ``room`` >= 0 and records already
+    at offset delta ``records_count`` and returns that delta; with ``room`` >= 0 and records already
     in, it appends nothing and returns -1 when ``len + reserved > room`` (the caller's
     estimate against its bound: the accumulator's batch_size rule, the same in both);
   - ``add_values(items, timestamp)``: ``append_values`` at the builder's next offset delta
@@ -105,11 +105,11 @@ def py_append_record(records: bytearray, offset_delta: int, timestamp_delta: int
 class PyRecordsBuilder(bytearray):
     """The pure-Python ``RecordsBuilder`` (see the module docstring)."""
 
-    __slots__ = ("count", "base_timestamp", "max_timestamp", "reserved", "result", "make_future")
+    __slots__ = ("base_timestamp", "make_future", "max_timestamp", "records_count", "reserved", "result")
 
     def __init__(self, base_timestamp: int, result: Any = None, make_future: Any = None) -> None:
         super().__init__()
-        self.count = 0
+        self.records_count = 0
         self.base_timestamp = base_timestamp
         self.max_timestamp = base_timestamp
         self.reserved = 0
@@ -125,11 +125,11 @@ class PyRecordsBuilder(bytearray):
 
     def add_record(self, key: Any, value: Any, headers: bytes, timestamp: int, reserved: int = 0,
                    room: int = -1) -> int:
-        od = self.count
+        od = self.records_count
         if room >= 0 and od and len(self) + reserved > room:
             return -1
         py_append_record(self, od, timestamp - self.base_timestamp, key, value, headers)
-        self.count = od + 1
+        self.records_count = od + 1
         if timestamp > self.max_timestamp:
             self.max_timestamp = timestamp
         return od
@@ -139,7 +139,7 @@ class PyRecordsBuilder(bytearray):
 
     def add_encoded(self, data: bytes, n: int, max_timestamp: int) -> None:
         self.extend(data)
-        self.count += n
+        self.records_count += n
         if n and max_timestamp > self.max_timestamp:
             self.max_timestamp = max_timestamp
 
