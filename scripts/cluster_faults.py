@@ -27,6 +27,7 @@ tests/cluster/test_faults.py runs this with 3 kills; by hand::
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import random
 import struct
@@ -141,11 +142,12 @@ class FaultCluster:
         return ",".join(b.bootstrap_servers for b in self.brokers.values())
 
     def state(self, partition: int) -> dict[str, Any]:
-        data, _stat = self.zk.get(f"{self.chroot}/brokers/topics/{TOPIC}/partitions/{partition}/state")
+        # retry: across a ZooKeeper restart the session reconnects (ConnectionLoss meanwhile)
+        data, _stat = self.zk.retry(self.zk.get, f"{self.chroot}/brokers/topics/{TOPIC}/partitions/{partition}/state")
         return json.loads(data)
 
     def registered(self, broker_id: int) -> bool:
-        return self.zk.exists(f"{self.chroot}/brokers/ids/{broker_id}") is not None
+        return self.zk.retry(self.zk.exists, f"{self.chroot}/brokers/ids/{broker_id}") is not None
 
     def isr_full(self, partitions: int) -> bool:
         everyone = set(self.brokers)
@@ -191,12 +193,21 @@ def kill_leaders(cluster: FaultCluster, load: LoadProducer, kills: int, rng: ran
 
 def read_partitions(bootstrap: str, partitions: int) -> dict[int, dict[int, int]]:
     """Each partition read from its leader up to its high watermark: offset -> seq."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "faults-check", "enable.auto.commit": False,
                          "enable.partition.eof": True})
     try:
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=30)[1] for p in range(partitions)}
+        def high_watermarks() -> dict[int, int] | None:
+            # A broker whose view still moves (the controller re-electing after a ZooKeeper
+            # restart) may answer a moment without a leader: ask again.
+            try:
+                return {p: consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10)[1]
+                        for p in range(partitions)}
+            except KafkaException:
+                return None
+
+        ends = wait_for(high_watermarks, "every partition's leader answers its high watermark")
         consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(partitions)])
         got: dict[int, dict[int, int]] = {p: {} for p in range(partitions)}
 
@@ -221,7 +232,7 @@ def check_acknowledged(acks: Acks, read: dict[int, dict[int, int]]) -> list[str]
             problems.append(f"acknowledged {partition}-{seq} at offset {offset}, but the log has {found!r} there")
     for partition, by_offset in read.items():
         seqs = [by_offset[o] for o in sorted(by_offset)]
-        for before, after in zip(seqs, seqs[1:]):
+        for before, after in itertools.pairwise(seqs):
             if after <= before:
                 problems.append(f"partition {partition}: seq {after} follows {before} (out of order or twice)")
     return problems[:20]
@@ -257,25 +268,73 @@ def replicas_identical(cluster: FaultCluster, partitions: int) -> str:
     return ""
 
 
+def restart_zookeeper(cluster: FaultCluster, zookeeper: zk_cluster.ZooKeeper, load: LoadProducer,
+                      rng: random.Random, min_acks: int, max_acks: int,
+                      log: Callable[[str], None] = print) -> list[tuple[int, int]]:
+    """After a random number of acks, SIGKILL ZooKeeper and start it again (same port, same
+    data), then wait for more acks and a full ISR everywhere."""
+    target = load.acks.count() + rng.randint(min_acks, max_acks)
+    wait_for(lambda: load.acks.count() >= target, f"{target} records are acknowledged")
+    assert zookeeper.proc is not None
+    zookeeper.proc.kill()  # by its PID (Popen.kill is SIGKILL)
+    zookeeper.proc.wait()
+    log(f"ZooKeeper SIGKILLed at {load.acks.count()} acks")
+    at = load.acks.count()
+    wait_for(lambda: load.acks.count() > at + min_acks, "records are acknowledged while ZooKeeper is down")
+    zookeeper.start()
+    log(f"ZooKeeper back at {load.acks.count()} acks")
+    at = load.acks.count()
+    wait_for(lambda: all(cluster.registered(b) for b in cluster.brokers), "every broker is registered again")
+    wait_for(lambda: load.acks.count() > at + min_acks, "records are acknowledged after ZooKeeper's return")
+    wait_for(lambda: cluster.isr_full(load.partitions), "every ISR is full")
+    return []
+
+
+def rolling_restart(cluster: FaultCluster, load: LoadProducer, rng: random.Random, min_acks: int,
+                    max_acks: int, log: Callable[[str], None] = print) -> list[tuple[int, int]]:
+    """Each broker in turn, after a random number of acks: a clean stop (SIGTERM), a restart,
+    and a full ISR everywhere before the next."""
+    stopped: list[tuple[int, int]] = []
+    for broker_id, broker in sorted(cluster.brokers.items()):
+        target = load.acks.count() + rng.randint(min_acks, max_acks)
+        wait_for(lambda t=target: load.acks.count() >= t, f"{target} records are acknowledged")
+        broker.stop()
+        log(f"broker {broker_id} stopped at {load.acks.count()} acks")
+        wait_for(lambda b=broker_id: not cluster.registered(b), f"broker {broker_id}'s registration is gone")
+        broker.start()
+        wait_for(lambda: cluster.isr_full(load.partitions), "every ISR is full again")
+        log(f"broker {broker_id} back in every ISR at {load.acks.count()} acks")
+        stopped.append((-1, broker_id))
+    return stopped
+
+
 @dataclass(frozen=True)
 class Outcome:
     seed: int
-    killed: tuple[tuple[int, int], ...]
+    killed: tuple[tuple[int, int], ...]  # (partition or -1, broker) per broker stopped
     acknowledged: int
     delivery_errors: tuple[str, ...]
     problems: tuple[str, ...]
 
 
 def run(cluster: FaultCluster, partitions: int, kills: int, seed: int, min_acks: int, max_acks: int,
-        log: Callable[[str], None] = print) -> Outcome:
-    """Create the topic, produce under ``kills`` leader kills, and check what is left."""
+        log: Callable[[str], None] = print, fault: str = "leader-kill",
+        zookeeper: zk_cluster.ZooKeeper | None = None) -> Outcome:
+    """Create the topic, produce under the ``fault`` (``leader-kill``: ``kills`` leader kills;
+    ``zookeeper-restart``; ``rolling-restart``), and check what is left."""
     rng = random.Random(seed)
     create_topic(cluster.bootstrap, partitions)
     load = LoadProducer(cluster.bootstrap, partitions).start()
     try:
-        killed = kill_leaders(cluster, load, kills, rng, min_acks, max_acks, log)
+        if fault == "leader-kill":
+            killed = kill_leaders(cluster, load, kills, rng, min_acks, max_acks, log)
+        elif fault == "zookeeper-restart":
+            assert zookeeper is not None
+            killed = restart_zookeeper(cluster, zookeeper, load, rng, min_acks, max_acks, log)
+        else:
+            killed = rolling_restart(cluster, load, rng, min_acks, max_acks, log)
         at = load.acks.count()
-        wait_for(lambda: load.acks.count() >= at + min_acks, "more records are acknowledged after the last kill")
+        wait_for(lambda: load.acks.count() >= at + min_acks, "more records are acknowledged after the last fault")
     finally:
         unreported = load.stop()
     problems = [f"{unreported} records never had a delivery report"] if unreported else []
@@ -291,7 +350,9 @@ def run(cluster: FaultCluster, partitions: int, kills: int, seed: int, min_acks:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--kills", type=int, default=10)
+    parser.add_argument("--fault", choices=["leader-kill", "zookeeper-restart", "rolling-restart"],
+                        default="leader-kill")
+    parser.add_argument("--kills", type=int, default=10, help="leader kills (--fault leader-kill)")
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--seed", type=int, default=None, help="default: a random one (printed)")
     parser.add_argument("--min-acks", type=int, default=500, help="fewest acknowledged records between kills")
@@ -314,8 +375,8 @@ def main() -> None:
         cluster = FaultCluster({b.broker_id: b for b in brokers}, client, "/faults")
         started = time.monotonic()
         outcome = run(cluster, args.partitions, args.kills, seed, args.min_acks, args.max_acks,
-                      lambda line: print(line, flush=True))
-        print(f"{outcome.acknowledged} records acknowledged, {len(outcome.killed)} leaders killed, "
+                      lambda line: print(line, flush=True), args.fault, zk)
+        print(f"{args.fault}: {outcome.acknowledged} records acknowledged, {len(outcome.killed)} brokers stopped, "
               f"{len(outcome.delivery_errors)} delivery errors {list(outcome.delivery_errors)}, "
               f"{time.monotonic() - started:.0f} s")
         for problem in outcome.problems:
