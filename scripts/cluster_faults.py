@@ -27,9 +27,11 @@ tests/cluster/test_faults.py runs this with 3 kills; by hand::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import random
+import socket
 import struct
 import sys
 import tempfile
@@ -77,7 +79,7 @@ class Acks:
 class LoadProducer:
     """An idempotent acks=all librdkafka producer writing ``<partition>-<seq>`` from a thread."""
 
-    def __init__(self, bootstrap: str, partitions: int) -> None:
+    def __init__(self, bootstrap: str, partitions: int, config: dict[str, Any] | None = None) -> None:
         from confluent_kafka import Producer
 
         self.partitions = partitions
@@ -86,6 +88,7 @@ class LoadProducer:
             "bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
             # Long enough that no record times out while a leader is being replaced.
             "message.timeout.ms": 300_000,
+            **(config or {}),
         })
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="load-producer", daemon=True)
@@ -308,6 +311,187 @@ def rolling_restart(cluster: FaultCluster, load: LoadProducer, rng: random.Rando
     return stopped
 
 
+class BlackholeProxy:
+    """A TCP proxy on loopback that can blackhole: while cut, bytes both ways are read and
+    dropped (no reset, no answer: what a network partition looks like to both ends). On healing,
+    the connections opened before or during the cut are closed (their streams lost bytes), and
+    new ones are forwarded again."""
+
+    def __init__(self, listen_host: str, target: tuple[str, int]) -> None:
+        self.target = target
+        self._server = socket.create_server((listen_host, 0))
+        self.address = self._server.getsockname()[:2]
+        self._cut = threading.Event()
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def hostport(self) -> str:
+        return f"{self.address[0]}:{self.address[1]}"
+
+    def cut(self) -> None:
+        self._cut.set()
+
+    def heal(self) -> None:
+        with self._lock:
+            old, self._sockets = self._sockets, []
+        self._cut.clear()
+        for sock in old:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+    def close(self) -> None:
+        self._server.close()
+        self.heal()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._server.accept()
+            except OSError:
+                return  # closed
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+                upstream.settimeout(None)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._sockets += [client, upstream]
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                if not self._cut.is_set():
+                    sink.sendall(data)
+        except OSError:
+            pass
+        with contextlib.suppress(OSError):
+            sink.shutdown(socket.SHUT_WR)
+
+
+def stale_produce(host: str, port: int, value: bytes, timeout_ms: int) -> int:
+    """One acks=all Produce of ``value`` straight to a broker's own port (past its proxy): the
+    error code of the answer, or -1 when none came within timeout_ms + 5 s."""
+    import asyncio
+
+    from pulllog.client.connection import KafkaConnection
+    from pulllog.records import build_batch
+
+    async def send() -> int:
+        conn = await KafkaConnection.connect(host, port)
+        try:
+            response = await asyncio.wait_for(conn.request("produce", 9, {
+                "transactional_id": None, "acks": -1, "timeout": timeout_ms,
+                "topic_data": [{"name": TOPIC, "partition_data": [{"index": 0, "records": build_batch([(None, value)])}]}],
+            }), timeout_ms / 1000 + 5)
+            return int(response.responses[0].partition_responses[0].error_code)
+        except TimeoutError:
+            return -1
+        finally:
+            await conn.close()
+
+    return asyncio.run(send())
+
+
+class ProxiedBroker(zk_cluster.BrokerProcess):
+    """Broker 1 behind proxies: its listener on a port of its own, advertised (in ZooKeeper and
+    Metadata) as its Kafka proxy's, and its ZooKeeper session through its ZooKeeper proxy."""
+
+    real_port: int = 0
+
+    def spawn(self) -> Any:
+        import subprocess
+
+        args = [sys.executable, "-m", "pulllog.cli.main", "serve", "--broker-id", str(self.broker_id),
+                "--zookeeper", self.zookeeper_connect, "--listen", f"{self.host}:{self.real_port}",
+                "--data-dir", str(self.data_dir)]
+        for item in self.overrides:
+            args += ["--override", item]
+        return subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                                text=True)
+
+
+STALE_VALUE = b"0-999999999999"  # a seq past any the producer reaches: read back, it breaks the order
+
+
+def cut_off_leader(zookeeper: zk_cluster.ZooKeeper, chroot: str, base_dir: Path, zk: Any, seed: int,
+                   min_acks: int, max_acks: int, session_timeout_ms: int = 2000,
+                   log: Callable[[str], None] = print) -> Outcome:
+    """Broker 1 leads a one-partition RF=3 topic under load; then it is cut off from the other
+    brokers, the clients and ZooKeeper. It must drop out of the ISR (the controller elects
+    another leader once its session expires), must not acknowledge an acks=all write sent to it
+    as a stale leader, and must rejoin the ISR with the new leader's log once the cut heals."""
+    rng = random.Random(seed)
+    overrides = (f"zookeeper.session.timeout.ms={session_timeout_ms}",)
+    real_port = zk_cluster.free_port("127.0.0.1")
+    kafka_proxy = BlackholeProxy("127.0.0.1", ("127.0.0.1", real_port))
+    zk_proxy = BlackholeProxy("127.0.0.1", (zookeeper.host, zookeeper.port))
+    one = ProxiedBroker(1, base_dir / "broker-1", zk_proxy.hostport + chroot, host="127.0.0.1",
+                        overrides=(*overrides, f"advertised.listeners=PLAINTEXT://{kafka_proxy.hostport}"))
+    one.real_port = real_port
+    brokers: dict[int, zk_cluster.BrokerProcess] = {}
+    problems: list[str] = []
+    try:
+        brokers[1] = one.start()
+        for broker_id in (2, 3):
+            brokers[broker_id] = zk_cluster.BrokerProcess(broker_id, base_dir / f"broker-{broker_id}",
+                                                          zookeeper.connect + chroot, overrides=overrides).start()
+        cluster = FaultCluster(brokers, zk, chroot)
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        admin.create_topics([NewTopic(TOPIC, 1, replica_assignment=[[1, 2, 3]], config={"min.insync.replicas": "2"})],
+                            operation_timeout=60)[TOPIC].result()
+        wait_for(lambda: cluster.isr_full(1), "the ISR is full")
+        # A request to the blackholed broker times out sooner than librdkafka's default 30 s, so
+        # the producer moves to the new leader within a CI test's time.
+        load = LoadProducer(cluster.bootstrap, 1, {"request.timeout.ms": 5000, "socket.timeout.ms": 5000}).start()
+        started = time.monotonic()
+        try:
+            target = rng.randint(min_acks, max_acks)
+            wait_for(lambda: load.acks.count() >= target, f"{target} records are acknowledged")
+            kafka_proxy.cut()
+            zk_proxy.cut()
+            log(f"{time.monotonic() - started:.1f} s: broker 1 cut off at {load.acks.count()} acks")
+            wait_for(lambda: cluster.state(0)["leader"] in (2, 3) and 1 not in cluster.state(0)["isr"],
+                     "another leader is elected and broker 1 is out of the ISR")
+            log(f"{time.monotonic() - started:.1f} s: state after the cut: {cluster.state(0)}")
+            code = stale_produce("127.0.0.1", real_port, STALE_VALUE, timeout_ms=3000)
+            log(f"acks=all Produce to the cut-off broker 1: error code {code}")
+            if code == 0:
+                problems.append("the cut-off stale leader acknowledged an acks=all write")
+            at = load.acks.count()
+            wait_for(lambda: load.acks.count() > at + min_acks, "the new leader acknowledges writes")
+            kafka_proxy.heal()
+            zk_proxy.heal()
+            log(f"{time.monotonic() - started:.1f} s: cut healed at {load.acks.count()} acks")
+            wait_for(lambda: cluster.isr_full(1), "broker 1 is back in the ISR")
+            log(f"{time.monotonic() - started:.1f} s: broker 1 back in the ISR: {cluster.state(0)}")
+            at = load.acks.count()
+            wait_for(lambda: load.acks.count() > at + min_acks, "records are acknowledged after the heal")
+        finally:
+            unreported = load.stop()
+        if unreported:
+            problems.append(f"{unreported} records never had a delivery report")
+        problems += check_acknowledged(load.acks, read_partitions(cluster.bootstrap, 1))
+        try:
+            wait_for(lambda: not replicas_identical(cluster, 1), "the replicas' logs are identical",
+                     timeout_s=60, interval_s=0.2)
+        except AssertionError:
+            problems.append(replicas_identical(cluster, 1))
+        return Outcome(seed, ((0, 1),), load.acks.count(), tuple(load.acks.errors[:20]), tuple(problems))
+    finally:
+        for broker in brokers.values():
+            broker.stop()
+        kafka_proxy.close()
+        zk_proxy.close()
+
+
 @dataclass(frozen=True)
 class Outcome:
     seed: int
@@ -350,7 +534,7 @@ def run(cluster: FaultCluster, partitions: int, kills: int, seed: int, min_acks:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--fault", choices=["leader-kill", "zookeeper-restart", "rolling-restart"],
+    parser.add_argument("--fault", choices=["leader-kill", "zookeeper-restart", "rolling-restart", "cut-off"],
                         default="leader-kill")
     parser.add_argument("--kills", type=int, default=10, help="leader kills (--fault leader-kill)")
     parser.add_argument("--partitions", type=int, default=3)
@@ -370,6 +554,13 @@ def main() -> None:
     client.start(timeout=30)
     brokers: list[zk_cluster.BrokerProcess] = []
     try:
+        if args.fault == "cut-off":
+            outcome = cut_off_leader(zk, "/faults", base, client, seed, args.min_acks, args.max_acks,
+                                     args.session_timeout_ms, lambda line: print(line, flush=True))
+            for problem in outcome.problems:
+                print("PROBLEM:", problem)
+            print("OK" if not outcome.problems else f"FAILED (seed {seed})")
+            sys.exit(1 if outcome.problems else 0)
         brokers = zk_cluster.start_brokers(zk.connect + "/faults", base, 3,
                                            (f"zookeeper.session.timeout.ms={args.session_timeout_ms}",))
         cluster = FaultCluster({b.broker_id: b for b in brokers}, client, "/faults")

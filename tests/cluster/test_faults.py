@@ -4,7 +4,10 @@ sequence-numbered records to an RF=3, min.insync.replicas=2 topic of three parti
 * the leader of a random partition SIGKILLed at random moments (after a seeded random number of
   acknowledged records), three times, each broker restarted once its session is gone;
 * ZooKeeper SIGKILLed and restarted;
-* a rolling restart of the three brokers.
+* a rolling restart of the three brokers;
+* the leader cut off from the other brokers, the clients and ZooKeeper by blackholing proxies:
+  another leader is elected without it, an acks=all Produce sent to it straight is not
+  acknowledged, and it rejoins the ISR once the cut heals.
 
 Each time nothing acknowledged is lost, duplicated or reordered (read back from the leaders),
 and once every ISR is full the replicas' segment files hold the same batches.
@@ -84,3 +87,11 @@ def test_acknowledged_records_survive_a_zookeeper_restart(own_zookeeper: zk_clus
         own_cluster.stop()
         client.stop()
         client.close()
+
+
+def test_a_leader_cut_off_from_the_others_drops_out_of_the_isr_acknowledges_nothing_and_rejoins(
+        zookeeper: zk_cluster.ZooKeeper, zk_client: Any, tmp_path: Path) -> None:
+    seed = _seed()
+    outcome = cluster_faults.cut_off_leader(zookeeper, f"/cut-off-{seed}", tmp_path, zk_client, seed,
+                                            min_acks=200, max_acks=3000)
+    assert outcome.problems == (), f"seed {seed}: {outcome.problems}"
