@@ -19,7 +19,7 @@ At the end the producer flushes, the cluster settles (every ISR full) and:
 * every replica's log, read from its segment files, is the same list of batches, byte for byte
   (waited for: the followers fetch what the leader still has beyond their log end).
 
-tests/cluster/test_faults.py runs this with 3 kills; by hand::
+tests/cluster/test_cluster_faults.py runs this with 3 kills; by hand::
 
     python scripts/cluster_faults.py [--kills 10] [--partitions 3] [--seed N] [--session-timeout-ms 2000]
 """
