@@ -132,6 +132,34 @@ async def test_a_stopped_follower_holds_the_high_watermark_until_it_leaves_the_i
         await conn.close()
 
 
+@pytest.mark.broker_properties({"replica.lag.time.max.ms": "1000"})
+async def test_an_isr_that_shrinks_under_a_waiting_produce_answers_after_append(cluster: TestController) -> None:
+    cluster.create(TOPIC, configs={"min.insync.replicas": "3"})
+    await cluster.stop(3)
+    conn = await connect(cluster, 1)
+    try:
+        # Three in sync when it arrives: appended; then broker 3 is shrunk out, and the HW passes
+        # the records with two: acknowledged by fewer than min.insync.replicas.
+        answer = await produce_raw(conn, TOPIC, [b"x"])
+        assert answer.error_code == ErrorCode.not_enough_replicas_after_append
+        assert cluster.states[(TOPIC, 0)].isr == (1, 2)
+        assert cluster.log(1, TOPIC).log_end_offset == 1
+    finally:
+        await conn.close()
+
+
+@pytest.mark.broker_properties({"replica.lag.time.max.ms": "1000"})
+async def test_a_returning_follower_catches_up_and_rejoins_the_isr(cluster: TestController) -> None:
+    cluster.create(TOPIC)
+    await cluster.stop(3)
+    await wait_until(lambda: cluster.states[(TOPIC, 0)].isr == (1, 2), "broker 3 left the ISR")
+    errors = await asyncio.to_thread(rd_produce, cluster.brokers[1].bootstrap_servers, TOPIC, 30)
+    assert errors == []
+    await cluster.start(3)
+    await wait_until(lambda: set(cluster.states[(TOPIC, 0)].isr) == {1, 2, 3}, "broker 3 is back in the ISR")
+    await wait_until(lambda: replicas_equal(cluster, TOPIC), "broker 3's log equals the leader's")
+
+
 async def test_acks_all_times_out_while_an_in_sync_follower_is_away(cluster: TestController) -> None:
     cluster.create(TOPIC)
     await cluster.stop(3)

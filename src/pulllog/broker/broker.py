@@ -701,6 +701,8 @@ class Broker:
 
     def on_append(self, topic: str, partition: int) -> None:
         self.fetch_purgatory.check_and_complete((topic, partition))
+        if self.replicas is not None:  # a leader's append: with no follower in the ISR the HW moves now
+            self.replicas.after_leader_append(topic, partition)
 
     def next_producer_id(self) -> int:
         self._next_producer_id += 1

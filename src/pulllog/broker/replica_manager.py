@@ -252,9 +252,11 @@ class ReplicaManager:
         state = view.state
         if state is None:
             return  # no leader decided yet
-        if current is not None and state.leader_epoch < current.leader_epoch:
-            log.debug("%s-%d: ignoring a view of epoch %d (applied: %d)", view.topic, view.partition,
-                      state.leader_epoch, current.leader_epoch)
+        if current is not None and (state.leader_epoch < current.leader_epoch or (
+                state.leader_epoch == current.leader_epoch and 0 <= state.zk_version < current.state.zk_version)):
+            log.debug("%s-%d: ignoring a view of epoch %d, version %d (applied: %d, %d)", view.topic,
+                      view.partition, state.leader_epoch, state.zk_version, current.leader_epoch,
+                      current.state.zk_version)
             return
         if current is None:
             current = PartitionReplica(view.topic, view.partition, partition_log, state, view.replicas)

@@ -205,10 +205,8 @@ def append_partition(broker: "BrokerApi", topic_name: str, index: int, records: 
         log.error("append to %s-%d failed: %s", topic_name, index, exc)
         return _partition_error(index, ErrorCode.kafka_storage_error, f"storage error: {exc.strerror}")
     broker.on_append(topic_name, index)
-    if replicas is not None:
-        replicas.after_leader_append(topic_name, index)
-        if acks_all is not None:
-            acks_all.append((topic_name, index, info.last_offset + 1))
+    if acks_all is not None:
+        acks_all.append((topic_name, index, info.last_offset + 1))
     if partition_log.flush_messages_due:
         flushes.append((topic_name, index, partition_log))
     return PartitionProduceResponse(index, 0, info.first_offset, info.log_append_time, info.log_start_offset)
