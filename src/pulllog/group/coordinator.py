@@ -76,6 +76,7 @@ from ..log import AppendInfo, Log
 from ..log.log import wall_clock_ms
 from ..log.producer_state import InvalidProducerEpochError, increment_sequence
 from ..net.consumer_protocol import decode_subscription
+from ..net.coordinator_keys import partition_for
 from ..purgatory import DelayedOperation, DelayedOperationPurgatory
 from ..records import build_batch
 from ..records.batch import NO_SEQUENCE
@@ -706,7 +707,7 @@ class GroupCoordinator:
                                {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)})
             logs = self.topics.partition_logs(OFFSETS_TOPIC)
             assert logs is not None
-        return logs[rec.partition_for(group_id, len(logs))]
+        return logs[partition_for(group_id, len(logs))]
 
     def _append(self, group_id: str, pairs: Sequence[tuple[bytes, bytes | None]]) -> int:
         """Append one batch of records; returns the offset of the first."""
@@ -1330,7 +1331,7 @@ class GroupCoordinator:
         group_ids = self._open_txns.get(producer_id)
         if not group_ids:
             return
-        done = {g for g in group_ids if rec.partition_for(g, partition_count) in partitions}
+        done = {g for g in group_ids if partition_for(g, partition_count) in partitions}
         for group_id in done:
             group = self.groups.get(group_id)
             pending = group.pending.pop(producer_id, None) if group is not None else None
