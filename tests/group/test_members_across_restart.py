@@ -16,8 +16,20 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
-from group_helpers import CONFLUENT_GROUP_TIMINGS, MemberProcess, Ownership, numbered_topic
-from waits import group_generation, group_members, group_state, on_broker, session_timer, wait_until
+from group_helpers import (
+    CONFLUENT_GROUP_TIMINGS,
+    MemberProcess,
+    Ownership,
+    numbered_topic,
+)
+from waits import (
+    group_generation,
+    group_members,
+    group_state,
+    on_broker,
+    session_timer,
+    wait_until,
+)
 
 from pulllog.client.consumer import Consumer
 from pulllog.testing import BrokerThread
@@ -37,7 +49,7 @@ class PulllogMember:
                                  on_partitions_revoked=self._revoked, on_partitions_assigned=self._assigned)
         self.task: asyncio.Task[None] | None = None
 
-    async def start(self) -> "PulllogMember":
+    async def start(self) -> PulllogMember:
         await self.consumer.start()
         self.consumer.subscribe([TOPIC])
         self.task = asyncio.create_task(self._read())
@@ -84,7 +96,7 @@ async def _heard_from(broker: BrokerThread, member_id: str, times: int) -> None:
     join or commit replaces it): the member has talked to the restarted coordinator."""
     for _ in range(times):
         timer = session_timer(broker, GROUP, member_id)
-        await wait_until(lambda: session_timer(broker, GROUP, member_id) is not timer,
+        await wait_until(lambda timer=timer: session_timer(broker, GROUP, member_id) is not timer,
                          f"member {member_id} talks to the restarted coordinator")
 
 
