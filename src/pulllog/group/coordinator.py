@@ -36,13 +36,15 @@ when a generation's assignment is handed out, when the group empties, and when a
 member takes its place anew in a Stable group, as Kafka writes it): a restart loads the group
 Stable with that generation, protocol, leader and members (their assignments and timeouts),
 or Empty, and starts every loaded member's session then; members that heartbeat in time go
-on without a rebalance, one that does not come back is removed after its session timeout. ``flush.messages`` (or the broker's
-``log.flush.interval.messages``): in a broker, an append that makes the flush due does not
-fsync here (the event loop never waits for the disk); the log goes to ``flush_due`` and the
-handler of the request answers once the broker's worker thread has fsynced it: OffsetCommit,
-TxnOffsetCommit, OffsetDelete and DeleteGroups (a failed fsync answers as a failed append).
-Group metadata written by a rebalance is not waited for: as before, its write is best effort
-(a failure is logged), so JoinGroup and SyncGroup answer without waiting for the disk.
+on without a rebalance, one that does not come back is removed after its session timeout.
+
+``flush.messages`` (or the broker's ``log.flush.interval.messages``): in a broker, an append
+that makes the flush due does not fsync here (the event loop never waits for the disk); the
+log goes to ``flush_due`` and the handler of the request answers once the broker's worker
+thread has fsynced it: OffsetCommit, TxnOffsetCommit, OffsetDelete and DeleteGroups (a
+failed fsync answers as a failed append). Group metadata written by a rebalance is not
+waited for: as before, its write is best effort (a failure is logged), so JoinGroup and
+SyncGroup answer without waiting for the disk.
 
 Offsets in transactions (KIP-98, TxnOffsetCommit): a transactional producer's offsets are
 appended as a *transactional* batch carrying its producer id and epoch, and kept *pending*
