@@ -31,13 +31,20 @@ results list partitions, members and groups in the request's order. Never the li
 Timeouts (the join deadline, each member's session) are delayed operations in the
 purgatory's timing wheel. Offsets are appended to ``__consumer_offsets`` (compacted,
 partition chosen by the group id's hash) and acknowledged once appended; they are cached in
-memory and replayed from the topic on startup. ``flush.messages`` (or the broker's
-``log.flush.interval.messages``): in a broker, an append that makes the flush due does not
-fsync here (the event loop never waits for the disk); the log goes to ``flush_due`` and the
-handler of the request answers once the broker's worker thread has fsynced it: OffsetCommit,
-TxnOffsetCommit, OffsetDelete and DeleteGroups (a failed fsync answers as a failed append).
-Group metadata written by a rebalance is not waited for: as before, its write is best effort
-(a failure is logged), so JoinGroup and SyncGroup answer without waiting for the disk.
+memory and replayed from the topic on startup. So is each group's metadata record (written
+when a generation's assignment is handed out, when the group empties, and when a static
+member takes its place anew in a Stable group, as Kafka writes it): a restart loads the group
+Stable with that generation, protocol, leader and members (their assignments and timeouts),
+or Empty, and starts every loaded member's session then; members that heartbeat in time go
+on without a rebalance, one that does not come back is removed after its session timeout.
+
+``flush.messages`` (or the broker's ``log.flush.interval.messages``): in a broker, an append
+that makes the flush due does not fsync here (the event loop never waits for the disk); the
+log goes to ``flush_due`` and the handler of the request answers once the broker's worker
+thread has fsynced it: OffsetCommit, TxnOffsetCommit, OffsetDelete and DeleteGroups (a
+failed fsync answers as a failed append). Group metadata written by a rebalance is not
+waited for: as before, its write is best effort (a failure is logged), so JoinGroup and
+SyncGroup answer without waiting for the disk.
 
 Offsets in transactions (KIP-98, TxnOffsetCommit): a transactional producer's offsets are
 appended as a *transactional* batch carrying its producer id and epoch, and kept *pending*
@@ -71,6 +78,7 @@ from ..log import AppendInfo, Log
 from ..log.log import wall_clock_ms
 from ..log.producer_state import InvalidProducerEpochError, increment_sequence
 from ..net.consumer_protocol import decode_subscription
+from ..net.coordinator_keys import partition_for
 from ..purgatory import DelayedOperation, DelayedOperationPurgatory
 from ..records import build_batch
 from ..records.batch import NO_SEQUENCE
@@ -557,6 +565,29 @@ class Group:
         return topics
 
 
+def _restore_group(group: Group, meta: rec.GroupMetadataValue) -> None:
+    """Set ``group`` to what its latest metadata record says, as Kafka's GroupMetadataManager
+    loads a group: Stable with the record's generation, protocol, leader and members (each
+    with its subscription, assignment and timeouts) when it lists members, else Empty. The
+    record is written when a generation's assignment is handed out (and when a static member
+    takes its place anew), so a member that heartbeats in time finds its generation again;
+    a rebalance cut short by the restart is not in it, and its members join again."""
+    protocol_type = meta.protocol_type or None
+    members = {m.member_id: Member(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                                   m.session_timeout_ms, m.rebalance_timeout_ms, protocol_type or "",
+                                   [(meta.protocol or "", m.subscription)], assignment=m.assignment)
+               for m in meta.members}
+    group.generation, group.protocol_type = meta.generation, protocol_type
+    group.protocol_name = meta.protocol if members else None
+    group.leader_id = meta.leader if members else None
+    group.members = members
+    group.static_members = {m.group_instance_id: m.member_id for m in members.values()
+                            if m.group_instance_id is not None}
+    group.pending_members.clear()
+    group.state = GroupState.STABLE if members else GroupState.EMPTY
+    group.state_timestamp = meta.state_timestamp
+
+
 def _new_member_id(group_instance_id: str | None, client_id: str) -> str:
     """As Kafka: a static member's id starts with its group instance id, a dynamic one's with
     its client id."""
@@ -678,7 +709,7 @@ class GroupCoordinator:
                                {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)})
             logs = self.topics.partition_logs(OFFSETS_TOPIC)
             assert logs is not None
-        return logs[rec.partition_for(group_id, len(logs))]
+        return logs[partition_for(group_id, len(logs))]
 
     def _append(self, group_id: str, pairs: Sequence[tuple[bytes, bytes | None]]) -> int:
         """Append one batch of records; returns the offset of the first."""
@@ -732,6 +763,12 @@ class GroupCoordinator:
                 else:
                     producer_id, record = entry
                     self._replay(record.key, record.value, record.offset, producer_id)
+        # As Kafka's onGroupLoaded: each loaded member's session starts now, so a member that
+        # heartbeats within its session timeout stays, and one that does not come back is
+        # removed (and the group rebalances) as if it had stopped heartbeating here.
+        for group in self.groups.values():
+            for member in group.members.values():
+                self._schedule_heartbeat(group, member)
         return len(self.groups)
 
     def _replay(self, key: bytes | None, value: bytes | None, record_offset: int = -1,
@@ -762,12 +799,7 @@ class GroupCoordinator:
                 if group is not None and not group.offsets and not group.pending:
                     del self.groups[decoded]
                 return
-            meta = rec.decode_group_value(value)
-            group = self.groups.setdefault(decoded, Group(decoded))
-            # Members do not survive a coordinator restart here: they rejoin (UNKNOWN_MEMBER_ID).
-            group.generation = meta.generation
-            group.protocol_type = meta.protocol_type or None
-            group.protocol_name = meta.protocol
+            _restore_group(self.groups.setdefault(decoded, Group(decoded)), rec.decode_group_value(value))
 
     # ------------------------------------------------------------------ helpers
 
@@ -794,6 +826,12 @@ class GroupCoordinator:
         self.purgatory.try_complete_else_watch(member.heartbeat, [("member", group.group_id, member.member_id)])
 
     def _write_group_metadata(self, group: Group) -> None:
+        """Best effort: a failure is logged (a rebalance's record is not waited for)."""
+        self._store_group(group)
+
+    def _store_group(self, group: Group) -> ErrorCode:
+        """Append the group's metadata record; NOT_COORDINATOR when the log refuses it (Kafka's
+        answer for a storage error: find the coordinator again)."""
         members = tuple(
             rec.MemberMetadata(m.member_id, m.group_instance_id, m.client_id, m.client_host,
                                m.rebalance_timeout_ms, m.session_timeout_ms,
@@ -805,6 +843,8 @@ class GroupCoordinator:
             self._append(group.group_id, [(rec.encode_group_key(group.group_id), rec.encode_group_value(value))])
         except OSError as exc:
             log.error("could not persist metadata of group %s: %s", group.group_id, exc)
+            return ErrorCode.not_coordinator
+        return ErrorCode.none
 
     # ------------------------------------------------------------------ JoinGroup
 
@@ -888,27 +928,30 @@ class GroupCoordinator:
     async def _static_rejoin(self, group: Group, instance_id: str, client_id: str, client_host: str,
                              session_ms: int, rebalance_ms: int, protocol_type: str,
                              protocols: list[tuple[str, bytes]], supports_skip_assignment: bool) -> JoinResult:
-        """A static member came back (restart): new member id, same place, no rebalance
-        when the group is stable and its protocols are unchanged.
+        """A static member came back (restart): new member id, same place, no rebalance when
+        the group is stable and the protocol it would select stays the one in use (Kafka's
+        rule). The new member id is written to the group's metadata record, so that a
+        coordinator restart does not load the old one and fence the running instance; if that
+        write fails the old member is put back and the join answered with the error, as Kafka.
 
         A returning leader must not compute a new assignment: a stable group would never hand
         it out. JoinGroup v9+ says so with skip_assignment (KIP-814); older versions answer
         with the leader id it had before, so the new member id does not see itself as leader."""
         old_id = group.static_members[instance_id]
-        old = group.members.pop(old_id)
-        if old.heartbeat is not None:
-            old.heartbeat.cancel()
+        old = group.members[old_id]
         if old.join_future is not None and not old.join_future.done():
             old.join_future.set_result(JoinResult(ErrorCode.fenced_instance_id, member_id=old_id))
         new_id = _new_member_id(instance_id, client_id)
         member = Member(new_id, instance_id, client_id, client_host, session_ms, rebalance_ms,
                         protocol_type, list(protocols), assignment=old.assignment)
-        group.members[new_id] = member
-        group.static_members[instance_id] = new_id
-        if group.leader_id == old_id:
-            group.leader_id = new_id
-        self._schedule_heartbeat(group, member)
-        if group.state is GroupState.STABLE and old.protocols == list(protocols):
+        old_leader = group.leader_id
+        self._replace_static_member(group, old, member)
+        if group.state is GroupState.STABLE and group.select_protocol() == group.protocol_name:
+            error = self._store_group(group)
+            if error is not ErrorCode.none:
+                self._replace_static_member(group, member, old)
+                return JoinResult(error, group.generation, group.protocol_type, group.protocol_name,
+                                  old_leader or "", "")
             result = self._join_result(group, member)
             if member.member_id == group.leader_id:
                 if supports_skip_assignment:
@@ -919,6 +962,18 @@ class GroupCoordinator:
         self._prepare_rebalance(group)
         self.purgatory.check_and_complete(("join", group.group_id))
         return await member.join_future
+
+    def _replace_static_member(self, group: Group, old: Member, new: Member) -> None:
+        """``new`` takes ``old``'s place (and leadership) under their group instance id."""
+        group.members.pop(old.member_id, None)
+        if old.heartbeat is not None:
+            old.heartbeat.cancel()
+        group.members[new.member_id] = new
+        assert new.group_instance_id is not None
+        group.static_members[new.group_instance_id] = new.member_id
+        if group.leader_id == old.member_id:
+            group.leader_id = new.member_id
+        self._schedule_heartbeat(group, new)
 
     def _join_result(self, group: Group, member: Member) -> JoinResult:
         members: tuple[JoinedMember, ...] = ()
@@ -1278,7 +1333,7 @@ class GroupCoordinator:
         group_ids = self._open_txns.get(producer_id)
         if not group_ids:
             return
-        done = {g for g in group_ids if rec.partition_for(g, partition_count) in partitions}
+        done = {g for g in group_ids if partition_for(g, partition_count) in partitions}
         for group_id in done:
             group = self.groups.get(group_id)
             pending = group.pending.pop(producer_id, None) if group is not None else None

@@ -47,6 +47,7 @@ from kio.schema.errors import ErrorCode
 
 from ..log import Log
 from ..log.log import wall_clock_ms
+from ..net.coordinator_keys import partition_for
 from ..records import build_batch
 from ..records.decoding import DecodedRecord, decode_records
 from . import records as rec
@@ -270,7 +271,7 @@ class TransactionCoordinator:
                                {"cleanup.policy": "compact", "segment.bytes": str(self.state_segment_bytes)})
             logs = self.topics.partition_logs(name)
             assert logs is not None
-        return logs[rec.partition_for(transactional_id, len(logs))]
+        return logs[partition_for(transactional_id, len(logs))]
 
     def _write(self, transactional_id: str, value: bytes | None) -> None:
         """Append one state (or a tombstone); _Refused(NOT_COORDINATOR) when the log refuses,

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from ...group.coordinator import OFFSETS_TOPIC
-from ...group.records import partition_for
+from ...net.coordinator_keys import partition_for
 from ...net.apis import ApiKey
 from ...net.build import build, response_class
 from . import RequestContext, coordinator_flushes, handler
