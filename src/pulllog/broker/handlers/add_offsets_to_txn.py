@@ -27,8 +27,7 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     from ...txn.coordinator import AddPartitionsRequest
 
     body = ctx.body
-    existing = broker.topics.find(OFFSETS_TOPIC)
-    partitions = len(existing.partitions) if existing is not None else broker.config.offsets_topic_num_partitions
+    partitions = broker.offsets_partition_count()
     offsets_partition = (OFFSETS_TOPIC, partition_for(body.group_id, partitions))
     with broker.collect_flushes() as flushes:
         codes = broker.transactions.add_partitions(AddPartitionsRequest(

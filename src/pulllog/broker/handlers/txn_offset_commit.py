@@ -67,8 +67,9 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
 
 def _unverified(broker: "BrokerApi", body: Any, version: int) -> ErrorCode:
     """Why the group's offsets partition is not in the producer's transaction (NONE if it is)."""
-    existing = broker.topics.find(OFFSETS_TOPIC)
-    partitions = len(existing.partitions) if existing is not None else broker.config.offsets_topic_num_partitions
+    if broker.transactions.ownership_error(body.transactional_id) != ErrorCode.none:
+        return ErrorCode.none  # another broker coordinates the id: not verified (see produce.py)
+    partitions = broker.offsets_partition_count()
     tp = (OFFSETS_TOPIC, partition_for(body.group_id, partitions))
     code = broker.transactions.verify(body.transactional_id, int(body.producer_id), int(body.producer_epoch), [tp])[tp]
     # Kafka's verification answers a fenced producer INVALID_PRODUCER_EPOCH, whatever the version.
