@@ -229,3 +229,42 @@ def test_a_librdkafka_transactional_producer_goes_on_when_its_coordinators_broke
     expected = first + (open_txn if open_committed else []) + last
     got = _read_committed(_bootstrap(own_cluster, without=coordinator), len(expected))
     assert sorted(got) == sorted(expected)  # each committed record once, nothing aborted
+
+
+def _wire(broker: Any) -> Any:
+    from kafka_wire import WireClient
+
+    host, port = broker.bootstrap_servers.rsplit(":", 1)
+    return WireClient(int(port), host=host)
+
+
+def _find(broker: Any, key: str, key_type: int) -> Any:
+    with _wire(broker) as client:
+        return client.call("find_coordinator", 4, {"key_type": key_type, "coordinator_keys": [key]}).coordinators[0]
+
+
+def test_every_broker_names_the_partition_leader_and_the_others_answer_not_coordinator(
+        own_cluster: Cluster, zk_client: Any) -> None:
+    own_cluster.overrides = OVERRIDES
+    own_cluster.start(3)
+    brokers = list(own_cluster.brokers.values())
+    for key, key_type, topic in (("a-group", 0, "__consumer_offsets"), ("a-txn", 1, "__transaction_state")):
+        found = block_until(lambda: (c := _find(brokers[0], key, key_type)).error_code == 0 and c,  # noqa: B023
+                            f"the coordinator of {key} is found")
+        _partition, leader = _coordinator(zk_client, own_cluster, topic, key)
+        assert found.node_id == leader
+        assert {_find(b, key, key_type).node_id for b in brokers} == {leader}
+    group_leader = _find(brokers[0], "a-group", 0).node_id
+    txn_leader = _find(brokers[0], "a-txn", 1).node_id
+    for broker in brokers:
+        with _wire(broker) as client:
+            heartbeat = client.call("heartbeat", 4, {"group_id": "a-group", "generation_id": 1,
+                                                     "member_id": "m", "group_instance_id": None})
+            fetched = client.call("offset_fetch", 7, {"group_id": "a-group", "topics": None,
+                                                     "require_stable": False})
+            init = client.call("init_producer_id", 4, {"transactional_id": "a-txn", "transaction_timeout": 60_000,
+                                                     "producer_id": -1, "producer_epoch": -1})
+        ours = broker.broker_id == group_leader
+        assert heartbeat.error_code == (25 if ours else 16)  # UNKNOWN_MEMBER_ID / NOT_COORDINATOR
+        assert fetched.error_code == (0 if ours else 16)
+        assert init.error_code == (0 if broker.broker_id == txn_leader else 16)
