@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import functools
 import logging
 import os
@@ -779,6 +778,10 @@ class Broker:
         if collector is None or replicas is None or (topic, index) not in replicas.partitions:
             return
         timeout_ms = _COORDINATOR_ACKS_TIMEOUT_MS.get(topic, 30_000)
+        from kio.schema.errors import ErrorCode
+
+        from .handlers import NotReplicatedError
+
         op = replicas.wait_for_acks(timeout_ms, [(topic, index, partition_log.log_end_offset)])
         replicated: asyncio.Future[FlushResult] = asyncio.get_running_loop().create_future()
 
@@ -788,9 +791,10 @@ class Broker:
                 return
             if code is not None and int(code) == 0:
                 replicated.set_result(None)
-            else:  # answered as a failed append (the coordinators' handlers know that answer)
-                replicated.set_result(OSError(errno.EAGAIN, f"{topic}-{index}: not replicated "
-                                              f"({getattr(code, 'name', 'cancelled')})"))
+            else:  # answered as a failed append, with the replication's code (handlers map it)
+                code = code if code is not None else ErrorCode.request_timed_out
+                replicated.set_result(NotReplicatedError(int(code), f"{topic}-{index} was not replicated: "
+                                                         f"{getattr(code, 'name', code)}"))
 
         op.result.add_done_callback(done)
         collector.append((partition_log, replicated))

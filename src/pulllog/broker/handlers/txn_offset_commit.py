@@ -30,7 +30,7 @@ from ...group.coordinator import OFFSETS_TOPIC, TxnOffsetCommitRequest
 from ...net.coordinator_keys import partition_for
 from ...net.apis import ApiKey
 from ...net.build import build, response_class
-from . import RequestContext, coordinator_flushes, handler
+from . import RequestContext, coordinator_append_error, coordinator_flushes, handler
 from .offset_commit import requested_offsets
 from .txn_errors import for_version
 
@@ -51,11 +51,11 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
                 int(getattr(b, "generation_id", -1)), getattr(b, "member_id", ""),
                 getattr(b, "group_instance_id", None), tuple(offsets)))
         results.update({(r.topic, r.partition): r.error for r in committed.partitions})
-        if await coordinator_flushes(flushes):
+        if failed := await coordinator_flushes(flushes):
             # flush.messages: answered once on disk; a failed fsync as a failed append
             # (Kafka's coordinator answers NOT_COORDINATOR for a storage error: look it up again)
-            results.update({(r.topic, r.partition): ErrorCode.not_coordinator
-                            for r in committed.partitions if r.error == ErrorCode.none})
+            error = ErrorCode(coordinator_append_error(failed, ErrorCode.not_coordinator))
+            results.update({(r.topic, r.partition): error for r in committed.partitions if r.error == ErrorCode.none})
     topics: dict[str, list[dict[str, Any]]] = {}
     for t in b.topics:
         topics.setdefault(t.name, []).extend(
