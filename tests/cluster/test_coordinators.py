@@ -268,3 +268,47 @@ def test_every_broker_names_the_partition_leader_and_the_others_answer_not_coord
         assert heartbeat.error_code == (25 if ours else 16)  # UNKNOWN_MEMBER_ID / NOT_COORDINATOR
         assert fetched.error_code == (0 if ours else 16)
         assert init.error_code == (0 if broker.broker_id == txn_leader else 16)
+
+
+def test_an_offset_commit_is_answered_once_the_isr_has_it(own_cluster: Cluster, zk_client: Any) -> None:
+    """acks=all for the coordinator's own appends: with both followers of the group's
+    ``__consumer_offsets`` partition paused (still in the ISR: their ZooKeeper sessions and
+    replica.lag.time.max.ms outlast the pause), a commit waits for them and answers
+    COORDINATOR_NOT_AVAILABLE after offsets.commit.timeout.ms (5 s), as Kafka's coordinator
+    maps REQUEST_TIMED_OUT; once they run again the commit succeeds."""
+    import os
+    import signal
+
+    own_cluster.overrides = ("offsets.topic.num.partitions=3",)
+    own_cluster.start(3)
+    bootstrap = _bootstrap(own_cluster)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(TOPIC, 1, 3)], operation_timeout=30)[TOPIC].result()
+    first = next(iter(own_cluster.brokers.values()))
+    block_until(lambda: _find(first, "solo", 0).error_code == 0, "the coordinator of 'solo' is found")
+    coordinator = own_cluster.broker(_find(first, "solo", 0).node_id)
+    partition = partition_for("solo", 3)
+    state = own_cluster.path(f"/brokers/topics/__consumer_offsets/partitions/{partition}/state")
+    block_until(lambda: len(json.loads(zk_client.get(state)[0])["isr"]) == 3, "every replica is in the ISR")
+
+    def commit(offset: int) -> int:
+        with _wire(coordinator) as client:
+            answer = client.call("offset_commit", 8, {
+                "group_id": "solo", "generation_id_or_member_epoch": -1, "member_id": "", "group_instance_id": None,
+                "topics": [{"name": TOPIC, "partitions": [{"partition_index": 0, "committed_offset": offset,
+                                                           "committed_leader_epoch": -1,
+                                                           "committed_metadata": ""}]}]})
+        return int(answer.topics[0].partitions[0].error_code)
+
+    assert commit(1) == 0
+    followers = [b for b in own_cluster.brokers.values() if b is not coordinator]
+    for follower in followers:
+        assert follower.proc is not None
+        os.kill(follower.proc.pid, signal.SIGSTOP)
+    try:
+        assert commit(2) == 15  # COORDINATOR_NOT_AVAILABLE
+    finally:
+        for follower in followers:
+            assert follower.proc is not None
+            os.kill(follower.proc.pid, signal.SIGCONT)
+    assert block_until(lambda: commit(3) == 0, "a commit succeeds with the followers back")
