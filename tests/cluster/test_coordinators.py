@@ -312,3 +312,50 @@ def test_an_offset_commit_is_answered_once_the_isr_has_it(own_cluster: Cluster, 
             assert follower.proc is not None
             os.kill(follower.proc.pid, signal.SIGCONT)
     assert block_until(lambda: commit(3) == 0, "a commit succeeds with the followers back")
+
+
+def test_pulllogs_transactional_producer_goes_on_when_its_coordinators_broker_is_killed(
+        own_cluster: Cluster, zk_client: Any) -> None:
+    from pulllog.client.producer import Producer as PulllogProducer
+    from pulllog.client.transactions import AbortableTransactionError
+
+    bootstrap = _start(own_cluster)
+    first = [f"first-{i}".encode() for i in range(100)]
+    open_txn = [f"open-{i}".encode() for i in range(100)]
+    last = [f"last-{i}".encode() for i in range(100)]
+
+    async def run() -> tuple[bool, int]:
+        producer = PulllogProducer(bootstrap, transactional_id="pulllog-mover")
+        await producer.start()
+        try:
+            await producer.init_transactions()
+            producer.begin_transaction()
+            for value in first:
+                await producer.send(TOPIC, value)
+            await producer.commit_transaction()
+            partition, coordinator = await asyncio.to_thread(
+                _coordinator, zk_client, own_cluster, "__transaction_state", "pulllog-mover")
+            producer.begin_transaction()
+            for value in open_txn:
+                await producer.send(TOPIC, value)
+            await producer.flush()
+            await asyncio.to_thread(_kill_and_wait_for_new_leader, zk_client, own_cluster, coordinator,
+                                    "__transaction_state", partition)
+            try:
+                await producer.commit_transaction()
+                open_committed = True
+            except AbortableTransactionError:
+                await producer.abort_transaction()
+                open_committed = False
+            producer.begin_transaction()
+            for value in last:
+                await producer.send(TOPIC, value)
+            await producer.commit_transaction()
+        finally:
+            await producer.close()
+        return open_committed, coordinator
+
+    open_committed, coordinator = asyncio.run(run())
+    expected = first + (open_txn if open_committed else []) + last
+    got = _read_committed(_bootstrap(own_cluster, without=coordinator), len(expected))
+    assert sorted(got) == sorted(expected)  # each committed record once, nothing aborted
