@@ -16,7 +16,9 @@ def _produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
     failed: list[Any] = []
     for value in values:
-        producer.produce(topic, value=value, on_delivery=lambda err, _msg: failed.append(err) if err else None)
+        # Keyed: librdkafka's sticky partitioner would put a quick burst of unkeyed records into one partition.
+        producer.produce(topic, key=value, value=value,
+                         on_delivery=lambda err, _msg: failed.append(err) if err else None)
     assert producer.flush(60) == 0 and failed == []
 
 
