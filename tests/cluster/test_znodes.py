@@ -135,3 +135,12 @@ def test_topic_configs_deletions_and_preferred_elections_are_kafkas_formats() ->
     assert json.loads(raw) == {"version": 1, "partitions": [{"topic": "t", "partition": 0},
                                                             {"topic": "u", "partition": 2}]}
     assert decode_preferred_election(raw) == [("t", 0), ("u", 2)]
+
+
+def test_the_cluster_id_znode_is_kafkas_json() -> None:
+    from pulllog.cluster.znodes import decode_cluster_id, encode_cluster_id
+
+    assert json.loads(encode_cluster_id("Qh7n5FjdTzSVXZ4ecp2Hvw")) == {"version": "1", "id": "Qh7n5FjdTzSVXZ4ecp2Hvw"}
+    assert decode_cluster_id(b'{"version":"1","id":"abc"}') == "abc"
+    with pytest.raises(ZnodeFormatError, match="/cluster/id"):
+        decode_cluster_id(b'{"version":"1"}')

@@ -74,12 +74,13 @@ from dataclasses import dataclass, field
 from .state import LeaderAndIsr
 
 __all__ = [
-    "BROKER_IDS", "BROKER_TOPICS", "CLUSTER_ID", "CONFIG_TOPICS", "CONTROLLER", "CONTROLLER_EPOCH", "DELETE_TOPICS",
-    "PERSISTENT_PATHS", "PREFERRED_REPLICA_ELECTION", "BrokerRegistration", "ClusterView", "ControllerRegistration",
-    "TopicAssignment", "ZnodeFormatError", "broker_path", "decode_epoch", "decode_partition_state",
-    "decode_cluster_id", "decode_preferred_election", "decode_topic_config", "decode_topic_id", "delete_topic_path", "encode_cluster_id", "encode_epoch",
-    "encode_partition_state", "encode_preferred_election", "encode_topic_config", "encode_topic_id",
-    "parse_zookeeper_connect", "partition_state_path", "partitions_path", "topic_config_path", "topic_path",
+    "BROKER_IDS", "BROKER_TOPICS", "BrokerRegistration", "CLUSTER_ID", "CONFIG_TOPICS", "CONTROLLER",
+    "CONTROLLER_EPOCH", "ClusterView", "ControllerRegistration", "DELETE_TOPICS", "PERSISTENT_PATHS",
+    "PREFERRED_REPLICA_ELECTION", "TopicAssignment", "ZnodeFormatError", "broker_path", "decode_cluster_id",
+    "decode_epoch", "decode_partition_state", "decode_preferred_election", "decode_topic_config",
+    "decode_topic_id", "delete_topic_path", "encode_cluster_id", "encode_epoch", "encode_partition_state",
+    "encode_preferred_election", "encode_topic_config", "encode_topic_id", "parse_zookeeper_connect",
+    "partition_state_path", "partitions_path", "topic_config_path", "topic_path",
 ]
 
 BROKER_IDS = "/brokers/ids"
@@ -291,7 +292,8 @@ class TopicAssignment:
                 raise ZnodeFormatError(f"{path}: partition {key!r} is not a list of broker ids: {replicas!r}")
             partitions[int(key)] = tuple(replicas)
         text = data.get("topic_id")
-        topic_id = decode_topic_id(text) if isinstance(text, str) else uuid.uuid5(uuid.NAMESPACE_URL, f"kafka-topic:{topic}")
+        topic_id = (decode_topic_id(text) if isinstance(text, str)
+                    else uuid.uuid5(uuid.NAMESPACE_URL, f"kafka-topic:{topic}"))
         return cls(topic, topic_id, partitions)
 
 

@@ -148,7 +148,8 @@ def _check_assignment(indexes: Sequence[int], replicas: Sequence[Sequence[int]],
 
 async def _create_one(broker: "BrokerApi", name: str, partitions: int, replication: int,
                       assignment: Mapping[int, tuple[int, ...]] | None, configs: Mapping[str, str],
-                      validate_only: bool = False) -> tuple[ErrorCode, str | None]:
+                      validate_only: bool = False,
+                      topic_id: uuid.UUID | None = None) -> tuple[ErrorCode, str | None]:
     live = _live(broker)
     if assignment is None:
         try:
@@ -159,7 +160,7 @@ async def _create_one(broker: "BrokerApi", name: str, partitions: int, replicati
         return ErrorCode.none, None
     try:
         await asyncio.to_thread(_membership(broker).create_topic,
-                                TopicAssignment(name, uuid.uuid4(), dict(assignment)), dict(configs))
+                                TopicAssignment(name, topic_id or uuid.uuid4(), dict(assignment)), dict(configs))
     except TopicAlreadyExistsError as exc:
         return ErrorCode.topic_already_exists, str(exc)
     return ErrorCode.none, None
@@ -224,24 +225,22 @@ async def create_topics(broker: "BrokerApi", topics: Sequence[Any], validate_onl
         except ConfigError as exc:
             results.append(_error(name, ErrorCode.invalid_config, str(exc)))
             continue
-        code, message = await _create_one(broker, name, partitions, replication, explicit, configs, validate_only)
+        topic_id = uuid.uuid4()
+        code, message = await _create_one(broker, name, partitions, replication, explicit, configs, validate_only,
+                                          topic_id)
         if code != ErrorCode.none:
             results.append(_error(name, code, message))
             continue
         entries = topic_config_entries(broker, config, set(configs))
         results.append({
-            "name": name, "topic_id": None, "error_code": ErrorCode.none, "error_message": None,
-            "num_partitions": partitions, "replication_factor": replication,
+            "name": name, "topic_id": None if validate_only else topic_id, "error_code": ErrorCode.none,
+            "error_message": None, "num_partitions": partitions, "replication_factor": replication,
             "configs": [{"name": e["name"], "value": e["value"], "read_only": False,
                          "config_source": e["config_source"], "is_sensitive": False} for e in entries],
         })
         if not validate_only:
             waiting.append((len(results) - 1, name, partitions))
     await _wait_for_leaders(broker, results, waiting, timeout_s)
-    for index, name, _partitions in waiting:
-        views = broker.partition_views.get((name, 0))
-        if views is not None and results[index]["error_code"] == ErrorCode.none:
-            results[index]["topic_id"] = views.topic_id
     return results
 
 
