@@ -12,11 +12,13 @@ from waits import block_until
 from zk_brokers import Cluster
 
 
-def _produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
+def _produce(bootstrap: str, topic: str, values: list[bytes], partitions: int = 1) -> None:
+    """acks=all, idempotent; record i to partition i % partitions."""
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
     failed: list[Any] = []
-    for value in values:
-        producer.produce(topic, value=value, on_delivery=lambda err, _msg: failed.append(err) if err else None)
+    for i, value in enumerate(values):
+        producer.produce(topic, value=value, partition=i % partitions,
+                         on_delivery=lambda err, _msg: failed.append(err) if err else None)
     assert producer.flush(60) == 0 and failed == []
 
 
@@ -42,10 +44,9 @@ def test_records_produced_with_acks_all_are_consumed_from_a_three_broker_rf3_top
     admin.create_topics([NewTopic("replicated", 3, 3, config={"min.insync.replicas": "2"})],
                         operation_timeout=30)["replicated"].result()
     values = [f"record-{i}".encode() for i in range(300)]
-    _produce(bootstrap, "replicated", values)
+    _produce(bootstrap, "replicated", values, partitions=3)
     got = _consume(bootstrap, "replicated", 3, len(values))
-    assert sorted(v for records in got.values() for v in records) == sorted(values)
-    assert len(got) == 3  # every partition, each led by another broker
+    assert got == {p: values[p::3] for p in range(3)}  # every partition (each led by another broker), in order
     leaders = {m.leader for m in admin.list_topics("replicated", timeout=30).topics["replicated"].partitions.values()}
     assert leaders == {1, 2, 3}
 

@@ -96,9 +96,10 @@ def test_a_topic_is_deleted_cluster_wide(cluster: Cluster, zk_client: Any) -> No
     assert sum(len(list(b.data_dir.glob("doomed-*"))) for b in cluster.brokers.values()) >= 4  # the replicas' logs
     admin = _admin(cluster.broker(3).bootstrap_servers)
     admin.delete_topics(["doomed"], operation_timeout=30)["doomed"].result()
-    assert zk_client.exists(cluster.path("/brokers/topics/doomed")) is None
-    assert zk_client.exists(cluster.path("/config/topics/doomed")) is None
-    assert zk_client.get_children(cluster.path("/admin/delete_topics")) == []
+    assert zk_client.exists(cluster.path("/brokers/topics/doomed")) is None  # gone before the answer
+    block_until(lambda: zk_client.exists(cluster.path("/config/topics/doomed")) is None
+                and zk_client.get_children(cluster.path("/admin/delete_topics")) == [],
+                "the controller removes the topic's config, then the delete request")
     for broker in cluster.brokers.values():
         block_until(lambda b=broker: "doomed" not in _admin(b.bootstrap_servers).list_topics(timeout=30).topics,
                     f"broker {broker.broker_id}'s Metadata no longer lists the topic", interval_s=0.1)
@@ -141,8 +142,10 @@ def test_with_no_live_isr_replica_the_partition_has_no_leader_unless_unclean_ele
     clean = block_until(lambda: (s := _state(zk_client, own_cluster, "clean", 0)[0])["leader"] != 3 and s,
                         "the clean topic loses its leader")
     assert clean == {"controller_epoch": 1, "leader": -1, "version": 1, "leader_epoch": 1, "isr": [3]}
-    meta = _admin(bootstrap).list_topics("clean", timeout=30).topics["clean"].partitions[0]
-    assert meta.leader == -1 and meta.error is not None and meta.error.name() == "LEADER_NOT_AVAILABLE"
+    admin = _admin(bootstrap)
+    meta = block_until(lambda: (m := admin.list_topics("clean", timeout=30).topics["clean"].partitions[0]).error and m,
+                       "Metadata reports the partition without a leader", interval_s=0.1)
+    assert meta.leader == -1 and meta.error.name() == "LEADER_NOT_AVAILABLE"
     # The last in-sync replica returns: it leads again (clean), with the next epoch.
     own_cluster.broker(3).start()
     back = block_until(lambda: (s := _state(zk_client, own_cluster, "clean", 0)[0])["leader"] == 3 and s,
@@ -230,3 +233,52 @@ def test_auto_leader_rebalance_moves_leadership_back_to_the_preferred_replica(ow
     back = block_until(lambda: (s := _state(zk_client, own_cluster, "rebalanced", 0)[0])["leader"] == 1 and s,
                        "the periodic imbalance check makes broker 1 lead again")
     assert (back["leader_epoch"], back["isr"]) == (2, [2, 1])
+
+
+def test_a_topics_config_is_altered_cluster_wide_through_zookeeper(cluster: Cluster, zk_client: Any) -> None:
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    _create(cluster.broker(1).bootstrap_servers, NewTopic("tuned", 1, replica_assignment=[[1, 2]]))
+    admin = _admin(cluster.broker(3).bootstrap_servers)  # not a replica of the topic
+    resource = ConfigResource(ResourceType.TOPIC, "tuned", incremental_configs=[
+        ConfigEntry("retention.ms", "123456", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource])[resource].result()
+    assert json.loads(zk_client.get(cluster.path("/config/topics/tuned"))[0]) == {
+        "version": 1, "config": {"retention.ms": "123456"}}
+
+    def retention(bootstrap: str) -> str:
+        client = _admin(bootstrap)
+        described = client.describe_configs([ConfigResource(ResourceType.TOPIC, "tuned")])
+        return next(iter(described.values())).result()["retention.ms"].value
+
+    for broker in cluster.brokers.values():  # replicas and the broker that holds none
+        block_until(lambda b=broker: retention(b.bootstrap_servers) == "123456",
+                    f"broker {broker.broker_id} describes the new config", interval_s=0.1)
+    for broker_id in (1, 2):  # the replicas' own copies of the topic took it too (their topic files)
+        data_dir = cluster.broker(broker_id).data_dir
+        block_until(lambda d=data_dir: any("123456" in f.read_text() for f in d.rglob("tuned.json")),
+                    f"broker {broker_id}'s copy of the topic has the new config")
+
+
+def test_deleting_a_topic_waits_for_its_replicas_to_be_live_and_the_returning_one_drops_its_logs(
+        own_cluster: Cluster, zk_client: Any) -> None:
+    own_cluster.overrides = SHORT_SESSION
+    own_cluster.start(3)
+    bootstrap = own_cluster.broker(1).bootstrap_servers
+    _create(bootstrap, NewTopic("late", 1, replica_assignment=[[2, 3]]))
+    block_until(lambda: list(own_cluster.broker(3).data_dir.glob("late-*")), "broker 3 holds a replica")
+    own_cluster.broker(3).kill()
+    block_until(lambda: sorted(zk_client.get_children(own_cluster.path("/brokers/ids"))) == ["1", "2"],
+                "broker 3's session is over")
+    admin = _admin(bootstrap)
+    with pytest.raises(KafkaException) as raised:
+        admin.delete_topics(["late"], operation_timeout=2, request_timeout=30)["late"].result()
+    assert raised.value.args[0].name() == "REQUEST_TIMED_OUT"  # Kafka's answer while a replica is down
+    assert zk_client.exists(own_cluster.path("/brokers/topics/late")) is not None  # marked for deletion
+    assert zk_client.get_children(own_cluster.path("/admin/delete_topics")) == ["late"]
+    own_cluster.broker(3).start()
+    block_until(lambda: zk_client.exists(own_cluster.path("/brokers/topics/late")) is None
+                and zk_client.get_children(own_cluster.path("/admin/delete_topics")) == [],
+                "the controller finishes the deletion (the topic, then the request) once broker 3 is back")
+    for broker in own_cluster.brokers.values():
+        block_until(lambda b=broker: not list(b.data_dir.glob("late-*")), f"broker {broker.broker_id} drops its logs")

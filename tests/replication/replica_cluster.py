@@ -11,14 +11,10 @@ OffsetForLeaderEpoch) is the real one, over real sockets.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
-
-import pytest
 
 from pulllog.broker import Broker
 from pulllog.cluster.state import LeaderAndIsr, PartitionView

@@ -1,5 +1,5 @@
 """Replication's data path over three real brokers: followers, high watermark, ISR, acks=all,
-leader epochs and truncation (the controller is the in-test stand-in of conftest.py)."""
+leader epochs and truncation (the controller is the in-test stand-in of replica_cluster.py)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,12 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer as RdProducer
 from kio.schema.errors import ErrorCode
+from replica_cluster import HOSTS, TestController, raw_log
 from waits import wait_until
 
 from pulllog import Producer
 from pulllog.client.connection import KafkaConnection
 from pulllog.records import build_batch
-
-from replica_cluster import HOSTS, TestController, raw_log
 
 TOPIC = "orders"
 
@@ -225,6 +224,27 @@ async def test_a_demoted_leader_truncates_its_divergent_tail(cluster: TestContro
     values = [r.value for b in old_leader.read_batches(0) for r in b.records()]
     assert values == [b"a", b"b", b"c", b"new"]
     assert old_leader.leader_epochs.entries == [(0, 0), (1, 3)]
+
+
+async def test_delete_records_on_the_leader_moves_the_followers_log_start(cluster: TestController) -> None:
+    cluster.create(TOPIC)
+    errors = await asyncio.to_thread(rd_produce, cluster.brokers[1].bootstrap_servers, TOPIC, 20)
+    assert errors == []
+    await wait_until(lambda: replicas_equal(cluster, TOPIC), "all three have every record")
+    follower, leader = await connect(cluster, 2), await connect(cluster, 1)
+    try:
+        request = {"topics": [{"name": TOPIC, "partitions": [{"partition_index": 0, "offset": 7}]}],
+                   "timeout": 10_000}
+        refused = await follower.request("delete_records", 2, request)
+        assert refused.topics[0].partitions[0].error_code == ErrorCode.not_leader_or_follower
+        answer = await leader.request("delete_records", 2, request)
+        assert (answer.topics[0].partitions[0].error_code, answer.topics[0].partitions[0].low_watermark) == (
+            ErrorCode.none, 7)
+    finally:
+        await follower.close()
+        await leader.close()
+    await wait_until(lambda: all(cluster.log(b, TOPIC).log_start_offset == 7 for b in (2, 3)),
+                     "the followers' log start offsets follow the leader's")
 
 
 async def test_the_high_watermark_survives_a_restart(cluster: TestController) -> None:

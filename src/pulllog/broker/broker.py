@@ -424,6 +424,7 @@ class Broker:
                 self._replica_of.discard(key)
             if replicas is not None:
                 replicas.remove_topic(name)
+        self._apply_topic_configs(views)
         for view in views:
             key = (view.topic, view.partition)
             self.partition_views[key] = view
@@ -475,6 +476,22 @@ class Broker:
 
     def _coordinator_of(self, topic: str) -> "GroupCoordinator | TransactionCoordinator":
         return self.groups if topic == OFFSETS_TOPIC else self.transactions
+
+    def _apply_topic_configs(self, views: "list[PartitionView]") -> None:
+        """A topic's overrides changed in ZooKeeper (AlterConfigs on any broker): this broker's
+        copy of the topic takes them, as every replica's log must (min.insync.replicas, ...)."""
+        seen: set[str] = set()
+        for view in views:
+            if view.topic in seen:
+                continue
+            seen.add(view.topic)
+            topic = self.topics.find(view.topic)
+            if topic is None or dict(topic.overrides) == dict(view.configs):
+                continue
+            try:
+                self.topics.alter_config(view.topic, view.configs)
+            except (ValueError, OSError) as exc:  # ConfigError is a ValueError
+                log.error("cannot apply topic %s's configs from ZooKeeper: %s", view.topic, exc)
 
     def _wake_view_waiters(self) -> None:
         waiters, self._view_waiters = self._view_waiters, []

@@ -255,3 +255,12 @@ class ReplicaFetcher:
             if partition_log.flush_messages_due:
                 self.manager.broker.defer_flush(partition_log)
         partition_log.update_high_watermark(min(p.high_watermark, partition_log.log_end_offset))
+        # The leader's log start offset (retention, DeleteRecords) moves the follower's, up to
+        # what the follower has committed (Kafka's follower does the same with its fetches).
+        start = min(p.log_start_offset, partition_log.high_watermark)
+        if start > partition_log.log_start_offset:
+            try:
+                partition_log.delete_records_before(start)
+            except (OffsetOutOfRangeError, OSError) as exc:
+                log.warning("%s-%d: cannot move the log start offset to %d: %s", replica.topic, replica.index,
+                            start, exc)

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -180,6 +181,7 @@ class ReplicaManager:
         self._task_group: asyncio.TaskGroup | None = None
         self._last_hw_checkpoint = _now_ms()
         self._stopped = False
+        self._checkpoint_lock = threading.Lock()  # the housekeeping's worker thread and a clean stop
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -221,7 +223,9 @@ class ReplicaManager:
         return {key: r.log.high_watermark for key, r in self.partitions.items() if not r.log.closed}
 
     def write_hw_checkpoint(self, points: dict[Key, int] | None = None) -> None:
-        write_offsets(self.checkpoint_path, self.high_watermarks() if points is None else points)
+        points = self.high_watermarks() if points is None else points
+        with self._checkpoint_lock:
+            write_offsets(self.checkpoint_path, points)
 
     async def housekeeping(self) -> None:
         """Called by the broker's housekeeping (at most every second): ISR shrink, and the
@@ -484,7 +488,7 @@ class ReplicaManager:
         proposed = replica.state.with_isr(isr)
         try:
             result = await self.broker.alter_isr(proposed, replica.topic, replica.index)
-        except Exception as exc:  # ZooKeeper away: the next check tries again
+        except Exception as exc:  # noqa: BLE001 (ZooKeeper away, any kazoo error: the next check tries again)
             log.warning("%s-%d: ISR change to %s failed: %s", replica.topic, replica.index, list(isr), exc)
             result = None
         finally:

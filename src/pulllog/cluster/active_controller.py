@@ -156,7 +156,7 @@ class ActiveController:
         live = self.live_brokers()
         deletions = set(self._children(DELETE_TOPICS))
         for topic in sorted(deletions):
-            self._delete_topic(topic)
+            self._delete_topic(topic, live)
         preferred = self._preferred_requests()
         for topic in sorted(self._children(BROKER_TOPICS)):
             if topic in deletions:
@@ -217,8 +217,20 @@ class ActiveController:
                  decision.leader, decision.leader_epoch, list(decision.isr))
         return True
 
-    def _delete_topic(self, topic: str) -> None:
-        """Kafka's order: the topic's partitions and assignment, its config, then the request."""
+    def _delete_topic(self, topic: str, live: Collection[int]) -> None:
+        """Kafka's order: the topic's partitions and assignment, its config, then the request.
+
+        As Kafka's ZooKeeper mode, only once every replica is live: a broker drops its logs
+        when it sees the topic go, so one that is down would keep them. The request waits
+        (the topic stays, marked for deletion) and the pass after the broker's return
+        finishes it."""
+        assignment = self._assignment(topic)
+        if assignment is not None:
+            down = sorted({r for replicas in assignment.partitions.values() for r in replicas} - set(live))
+            if down:
+                log.info("controller (epoch %d): deleting topic %s waits for its replicas on broker(s) %s",
+                         self.epoch, topic, down)
+                return
         self._check_epoch()
         try:
             self._client.delete(self._path(topic_path(topic)), recursive=True)

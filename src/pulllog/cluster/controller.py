@@ -29,8 +29,9 @@ half done)::
       or ElectLeaders PREFERRED            if it is live, in the ISR and not leading already
     ElectLeaders UNCLEAN                 a partition without a live leader: a live ISR replica,
                                            else the first live replica (ISR = [it])
-    /admin/delete_topics/<t>             the topic's znodes go (state, partitions, assignment,
-                                           config), then the request; brokers drop its logs
+    /admin/delete_topics/<t>             once every replica is live: the topic's znodes go (state,
+                                           partitions, assignment, config), then the request;
+                                           brokers drop its logs (a replica down: it waits)
 
 Replica assignment at creation is Kafka's rack-unaware ``AdminUtils.assignReplicasToBrokers``:
 brokers sorted by id; partition *p*'s first replica is broker ``(p + start) % n``; the others

@@ -161,6 +161,7 @@ class ClusterMembership:
         self._configs: dict[str, dict[str, str]] = {}
         self._states: dict[tuple[str, int], LeaderAndIsr | None] = {}
         self._watched: set[tuple[str, int]] = set()
+        self._topics_before_register: set[str] = set()
 
     # ------------------------------------------------------------------ lifecycle (blocking)
 
@@ -182,6 +183,10 @@ class ClusterMembership:
             for path in PERSISTENT_PATHS:
                 self._client.ensure_path(self._path(path))
             self.cluster_id = self._take_cluster_id()
+            # The topics before this broker registers: the controller may delete one it was
+            # waiting for this broker to delete (once all its replicas are live) before the
+            # topics watch below is set, and the broker must still hear of it.
+            self._topics_before_register = set(self._client.get_children(self._path(BROKER_TOPICS)))
             self._register()
             self._client.add_listener(self._on_session_state)
             # Brokers first: each watch reports at once, and the first view should list them.
@@ -430,9 +435,11 @@ class ClusterMembership:
         current = set(children)
         with self._lock:
             removed = [t for t in self._generations if t not in current]
+            removed += sorted(self._topics_before_register - current - set(self._generations))
+            self._topics_before_register = set()
             added = [t for t in sorted(current) if t not in self._generations]
             for topic in removed:
-                del self._generations[topic]
+                self._generations.pop(topic, None)
                 self._assignments.pop(topic, None)
                 self._configs.pop(topic, None)
                 for key in [k for k in self._states if k[0] == topic]:
@@ -572,6 +579,14 @@ class ClusterMembership:
         except (BadVersionError, NoNodeError):
             return False
         return True
+
+    def write_topic_config(self, topic: str, configs: Mapping[str, str]) -> None:
+        """Replace the topic's overrides (``/config/topics/<topic>``); every broker's watch applies them."""
+        path = self._path(topic_config_path(topic))
+        try:
+            self._client.set(path, encode_topic_config(configs))
+        except NoNodeError:
+            self._client.create(path, encode_topic_config(configs))
 
     def request_topic_deletion(self, topic: str) -> None:
         """Ask the controller to delete the topic (Kafka's /admin/delete_topics/<topic>)."""

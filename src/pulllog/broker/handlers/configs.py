@@ -4,10 +4,17 @@ configs come from server.properties and the command line; the broker-level log d
 (Kafka's dynamic broker configs that pulllog implements) may also be set at run time, for
 this broker (resource name: its id) or cluster-wide (resource name ""), and then apply at
 once to every topic without an override of its own. Precedence, as Kafka's: topic override,
-this broker's dynamic config, the cluster-wide dynamic default, server.properties, default."""
+this broker's dynamic config, the cluster-wide dynamic default, server.properties, default.
+
+A cluster member (``zookeeper.connect``) keeps topic overrides where Kafka's ZooKeeper mode
+does, ``/config/topics/<topic>``: it describes a topic's config from its partition views (any
+broker, replica of the topic or not) and alters it by writing that znode (a conditional
+replace of the whole set); every broker's watch then applies the new overrides to its own
+replicas' logs."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -180,7 +187,13 @@ def _broker_entries(broker: "BrokerApi", described: dict[str, str]) -> list[dict
 def _describe_one(broker: "BrokerApi", r: Any, include_synonyms: bool) -> dict[str, Any]:
     keys = set(r.configuration_keys) if r.configuration_keys else None
     base = {"resource_type": r.resource_type, "resource_name": r.resource_name}
-    if r.resource_type == TOPIC:
+    if r.resource_type == TOPIC and broker.membership is not None:
+        overrides = _cluster_overrides(broker, r.resource_name)
+        if overrides is None:
+            return {**base, "error_code": ErrorCode.unknown_topic_or_partition,
+                    "error_message": f"topic {r.resource_name!r} does not exist", "configs": []}
+        entries = topic_config_entries(broker, LogConfig.from_kafka(overrides, broker.topics.defaults), set(overrides))
+    elif r.resource_type == TOPIC:
         try:
             topic = broker.topics.get(r.resource_name)
         except UnknownTopicError as exc:
@@ -225,13 +238,36 @@ async def describe(broker: "BrokerApi", ctx: RequestContext) -> Any:
     return build(response_class(ApiKey.DESCRIBE_CONFIGS, ctx.version), {"throttle_time": 0, "results": results})
 
 
-def _alter(broker: "BrokerApi", r: Any, new: dict[str, str], validate_only: bool) -> dict[str, Any]:
+def _cluster_overrides(broker: "BrokerApi", name: str) -> dict[str, str] | None:
+    """A cluster topic's overrides as this broker's views have them (None: no such topic)."""
+    view = broker.partition_views.get((name, 0))
+    return None if view is None else dict(view.configs)
+
+
+async def _alter_in_cluster(broker: "BrokerApi", r: Any, new: dict[str, str], validate_only: bool) -> dict[str, Any]:
+    base = {"resource_type": r.resource_type, "resource_name": r.resource_name}
+    if _cluster_overrides(broker, r.resource_name) is None:
+        return {**base, "error_code": ErrorCode.unknown_topic_or_partition,
+                "error_message": f"topic {r.resource_name!r} does not exist"}
+    try:
+        LogConfig.from_kafka(dict(new), broker.topics.defaults)
+    except ConfigError as exc:
+        return {**base, "error_code": ErrorCode.invalid_config, "error_message": str(exc)}
+    if not validate_only:
+        assert broker.membership is not None
+        await asyncio.to_thread(broker.membership.write_topic_config, r.resource_name, new)
+    return {**base, "error_code": 0, "error_message": None}
+
+
+async def _alter(broker: "BrokerApi", r: Any, new: dict[str, str], validate_only: bool) -> dict[str, Any]:
     base = {"resource_type": r.resource_type, "resource_name": r.resource_name}
     if r.resource_type == BROKER:
         return _alter_broker(broker, r, new, validate_only)
     if r.resource_type != TOPIC:
         return {**base, "error_code": ErrorCode.invalid_request,
                 "error_message": f"resource type {r.resource_type} is not supported"}
+    if broker.membership is not None:
+        return await _alter_in_cluster(broker, r, new, validate_only)
     try:
         broker.topics.alter_config(r.resource_name, new, validate_only=validate_only)
     except UnknownTopicError as exc:
@@ -271,7 +307,7 @@ async def alter(broker: "BrokerApi", ctx: RequestContext) -> Any:
     for r in ctx.body.resources:
         # AlterConfigs replaces the whole set of overrides
         new = {c.name: c.value for c in r.configs if c.value is not None}
-        responses.append(_alter(broker, r, new, bool(ctx.body.validate_only)))
+        responses.append(await _alter(broker, r, new, bool(ctx.body.validate_only)))
     return build(response_class(ApiKey.ALTER_CONFIGS, ctx.version), {"throttle_time": 0, "responses": responses})
 
 
@@ -283,6 +319,8 @@ async def incremental_alter(broker: "BrokerApi", ctx: RequestContext) -> Any:
         topic = broker.topics.find(r.resource_name) if r.resource_type == TOPIC else None
         if topic is not None:
             current = dict(topic.overrides)
+        if r.resource_type == TOPIC and broker.membership is not None:
+            current = _cluster_overrides(broker, r.resource_name) or {}
         if r.resource_type == BROKER:
             current = dict(broker.topics.dynamic.get(r.resource_name, {}))
         error = None
@@ -314,5 +352,5 @@ async def incremental_alter(broker: "BrokerApi", ctx: RequestContext) -> Any:
             responses.append({"resource_type": r.resource_type, "resource_name": r.resource_name,
                               "error_code": code, "error_message": error})
             continue
-        responses.append(_alter(broker, r, current, bool(ctx.body.validate_only)))
+        responses.append(await _alter(broker, r, current, bool(ctx.body.validate_only)))
     return build(response_class(ApiKey.INCREMENTAL_ALTER_CONFIGS, ctx.version), {"throttle_time": 0, "responses": responses})

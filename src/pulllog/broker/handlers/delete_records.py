@@ -23,7 +23,10 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
         parts = []
         for p in t.partitions:
             index = p.partition_index
-            log = broker.partition(t.name, index)
+            # A cluster member: only the leader moves the log start offset; followers take it
+            # from their fetches (replica_fetcher.py).
+            log = broker.partition(t.name, index) if broker.replicas is None else \
+                broker.replicas.leader_log(t.name, index)
             if isinstance(log, PartitionError):
                 parts.append({"partition_index": index, "low_watermark": -1, "error_code": log.code})
                 continue
