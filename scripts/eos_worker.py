@@ -125,6 +125,10 @@ def run_librdkafka(args: argparse.Namespace) -> None:
     # (librdkafka issues #5511 and #5456; Apache Kafka 4.1.1 as the broker shows the same).
     # Without re-bootstrap the broker handle lives on and reconnects.
     recovery = {} if args.rebootstrap else {"metadata.recovery.strategy": "none"}
+    # While the broker is down librdkafka's reconnect backoff doubles up to 10 s; the restarted
+    # group coordinator loads the member and starts its 6 s session then (as Kafka's does), so
+    # a member that reconnects later is removed and the group rebalances. Keep reconnects prompt.
+    recovery["reconnect.backoff.max.ms"] = 1000
     producer = Producer({"bootstrap.servers": args.bootstrap, "transactional.id": args.transactional_id,
                          "transaction.timeout.ms": args.transaction_timeout_ms, "linger.ms": 5, **recovery,
                          **({"debug": os.environ["EOS_RDKAFKA_DEBUG"]} if "EOS_RDKAFKA_DEBUG" in os.environ else {})})

@@ -12,7 +12,7 @@ Both loops run with broker kills. librdkafka's worker sets metadata.recovery.str
 with its default re-bootstrap, librdkafka 2.16's ``send_offsets_to_transaction`` can wait
 forever after the restart of a one-broker cluster, Apache Kafka's as pulllog's (librdkafka
 #5511; see scripts/eos_crash.py). The group's members survive the broker's restarts (as in
-Kafka), so no transaction is aborted because its group forgot the member.
+Kafka), so no transaction is aborted because its group forgot the member (UNKNOWN_MEMBER_ID).
 """
 
 from __future__ import annotations
@@ -40,6 +40,9 @@ def test_a_loop_killed_10_times_outputs_each_input_record_exactly_once(
     kills = [line for line in outcome.log if "worker SIGKILLed" in line]
     assert len(kills) == KILLS, "\n".join(outcome.log)
     assert sum("broker SIGKILLed" in line for line in outcome.log) == broker_kills, "\n".join(outcome.log)
-    forgotten = [line for line in outcome.log if "aborts" in line and ("UNKNOWN_MEMBER" in line.upper()
-                                                                       or "FENCED_INSTANCE" in line.upper())]
+    # A broker that forgot the group's members answered the first TxnOffsetCommit after its
+    # restart UNKNOWN_MEMBER_ID. FENCED_INSTANCE_ID is not checked: a member that reconnects
+    # later than its session timeout after the restart is removed (as by Kafka), and its
+    # rejoin under a new member id can race the producer's copy of the group metadata.
+    forgotten = [line for line in outcome.log if "aborts" in line and "UNKNOWN_MEMBER" in line.upper()]
     assert not forgotten, "the group forgot its member across a broker restart:\n" + "\n".join(forgotten)
