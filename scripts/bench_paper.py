@@ -15,7 +15,9 @@ aiokafka (the pure-Python reference):
   ``batch.num.messages=1``; aiokafka: ``create_batch()`` + ``send_batch()`` of one message.
   aiokafka keeps one request per partition in flight; pulllog pipelines 5 (``max_in_flight``,
   the Java client's default); librdkafka up to 1,000,000 (its default
-  ``max.in.flight.requests.per.connection`` without idempotence).
+  ``max.in.flight.requests.per.connection`` without idempotence). ``--max-in-flight N``
+  gives pulllog and librdkafka the same window (aiokafka has no such setting): with each
+  client's default the case compares windows of 5 and 1,000,000 as much as clients.
 * **batch 50**: message sets of 50 (the paper's "batch size 50"), one set per request.
   pulllog: ``send_batch()`` of 50 values with ``batch_size=1`` (each set is a batch);
   librdkafka: ``batch.num.messages=50``, ``linger.ms=5``; aiokafka: ``create_batch()`` of 50.
@@ -84,6 +86,8 @@ POLL_RECORDS = 500
 SAMPLES = 60  # points per throughput curve
 CLIENTS = ("pulllog", "librdkafka", "aiokafka")
 CASES = ("batch 1", "batch 50", "natural", "sets of 50")
+# --max-in-flight: Produce requests in flight per connection for pulllog and librdkafka (None: their defaults)
+MAX_IN_FLIGHT: int | None = None
 ONLY = {"sets of 50": ("pulllog",)}  # cases not every client has
 
 BROKER = textwrap.dedent(
@@ -217,7 +221,9 @@ def _ack_every(curve: Curve, k: int) -> Callable[..., None]:
 
 async def pulllog_produce(bootstrap: str, topic: str, n: int, case: str, curve: Curve) -> None:
     value = os.urandom(VALUE_SIZE)
-    options = {"batch_size": 1} if case in ("batch 1", "batch 50") else {}  # 1: each send is its own batch
+    options: dict[str, int] = {"batch_size": 1} if case in ("batch 1", "batch 50") else {}  # 1: each send is its own batch
+    if MAX_IN_FLIGHT is not None:
+        options["max_in_flight"] = MAX_IN_FLIGHT
     async with Producer(bootstrap, acks=1, client_id="bench-paper", **options) as producer:  # type: ignore[arg-type]
         await producer.partitions_for(topic)
         curve.begin()
@@ -241,6 +247,8 @@ def librdkafka_produce(bootstrap: str, topic: str, n: int, case: str, curve: Cur
     value = os.urandom(VALUE_SIZE)
     config = {"bootstrap.servers": bootstrap, "acks": 1, "queue.buffering.max.messages": 1_000_000,
               "client.id": "bench-paper"}
+    if MAX_IN_FLIGHT is not None:
+        config["max.in.flight.requests.per.connection"] = MAX_IN_FLIGHT
     if case == "batch 1":
         config.update({"batch.num.messages": 1, "linger.ms": 0})
     elif case == "batch 50":
@@ -538,6 +546,9 @@ def main() -> None:
     parser.add_argument("--cases", default=",".join((*CASES, "consume")),
                         help="comma-separated cases to run (default: all): " + ", ".join((*CASES, "consume")))
     parser.add_argument("--broker-loop", choices=("asyncio", "uvloop"), default="asyncio")
+    parser.add_argument("--max-in-flight", type=int, default=None, metavar="N",
+                        help="Produce requests in flight per connection for pulllog (max_in_flight) and librdkafka "
+                             "(max.in.flight.requests.per.connection); default: each client's own (5; 1,000,000)")
     parser.add_argument("--out", type=Path, default=Path("bench-out"))
     args = parser.parse_args()
     clients = [c.strip() for c in args.clients.split(",") if c.strip()]
@@ -549,10 +560,17 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown case(s) {', '.join(sorted(unknown))}; choose from {', '.join((*CASES, 'consume'))}")
     args.messages -= args.messages % SET_SIZE
+    if args.max_in_flight is not None:
+        if args.max_in_flight < 1:
+            parser.error("--max-in-flight must be at least 1")
+        global MAX_IN_FLIGHT
+        MAX_IN_FLIGHT = args.max_in_flight
+    window = ("each client's default in-flight window" if MAX_IN_FLIGHT is None
+              else f"{MAX_IN_FLIGHT:,} Produce requests in flight for pulllog and librdkafka")
     args.out.mkdir(parents=True, exist_ok=True)
     header = (f"# The paper's experiment on one machine\n\n{machine()}; broker: pulllog in its own process "
               f"({args.broker_loop} event loop); {args.runs} runs per case; {args.messages:,} messages per run "
-              f"({args.batch1_messages:,} for batch 1)")
+              f"({args.batch1_messages:,} for batch 1); {window}")
     print(header.replace("\n\n", "\n"), file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="pulllog-bench-paper-") as tmp:
         broker = BrokerProcess(Path(tmp), args.broker_loop)

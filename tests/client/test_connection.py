@@ -9,6 +9,7 @@ import struct
 import pytest
 
 from pulllog.client.connection import ConnectionClosedError, KafkaConnection
+from waits import wait_until
 
 
 async def _serve_once(reply: bytes) -> tuple[asyncio.AbstractServer, int]:
@@ -167,6 +168,57 @@ async def test_a_fetch_alone_is_written_at_once_not_at_the_end_of_the_turn() -> 
         fetch.cancel()
         with pytest.raises(asyncio.CancelledError):
             await fetch
+    finally:
+        await conn.close()
+        server.close()
+
+
+async def test_send_hands_the_answer_to_its_callback_and_a_held_frame_waits_for_flush(pulllog_broker) -> None:
+    from pulllog.net.build import build, request_class
+    from pulllog.net.protocol import encode_request
+
+    conn = await KafkaConnection.connect("127.0.0.1", pulllog_broker.port, client_id="test")
+    try:
+        writes = _record_writes(conn)
+        answered: asyncio.Future[tuple[bytes | None, BaseException | None]] = asyncio.get_running_loop().create_future()
+        correlation_id = conn.next_correlation_id()
+        frame = encode_request(build(request_class("api_versions", 0), {}), correlation_id=correlation_id,
+                               client_id="test")
+
+        conn.send(correlation_id, frame, lambda *answer: answered.set_result(answer), hold=True)
+        await asyncio.sleep(0)  # a turn of the loop: a held frame is not written
+        assert writes == [] and conn.in_flight == 1
+        conn.flush()
+
+        response, error = await asyncio.wait_for(answered, 10)
+        assert writes == [frame]
+        assert error is None and response is not None
+        assert struct.unpack_from(">i", response)[0] == correlation_id
+        assert conn.in_flight == 0
+    finally:
+        await conn.close()
+
+
+async def test_a_connection_that_ends_tells_every_send_callback_once() -> None:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(4)
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    conn = KafkaConnection("127.0.0.1", server.sockets[0].getsockname()[1], "test")
+    try:
+        await conn.open(timeout=5)
+        answers: list[tuple[bytes | None, BaseException | None]] = []
+        for _ in range(3):
+            cid = conn.next_correlation_id()
+            conn.send(cid, struct.pack(">ihhi", 8, 18, 0, cid), lambda *answer: answers.append(answer))
+        await wait_until(lambda: conn.closed, "the peer closed the connection")
+        assert len(answers) == 3
+        assert all(r is None and isinstance(e, ConnectionClosedError) for r, e in answers)
+        with pytest.raises(ConnectionClosedError, match="is closed"):
+            conn.send(conn.next_correlation_id(), b"", None)
+        conn.abort(ConnectionClosedError("again"))
+        assert len(answers) == 3
     finally:
         await conn.close()
         server.close()

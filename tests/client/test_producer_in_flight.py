@@ -183,15 +183,15 @@ async def test_after_a_lost_request_the_retries_go_with_the_whole_in_flight_wind
             async with Producer(f"127.0.0.1:{proxy.port}", batch_size=1, retry_backoff_ms=10, max_in_flight=5,
                                 request_timeout_ms=1_500) as producer:
                 sender = producer._sender
-                produce = sender._produce
+                send_request = sender._send_request
                 retries_in_flight = [0]
 
-                async def counting(node, conn, batches):  # type: ignore[no-untyped-def]
+                def counting(node, conn, batches, now):  # type: ignore[no-untyped-def]
                     flying = sender.in_flight("recover", 0)
                     retries_in_flight[0] = max(retries_in_flight[0], sum(1 for b in flying if b.attempts))
-                    await produce(node, conn, batches)
+                    send_request(node, conn, batches, now)
 
-                sender._produce = counting
+                sender._send_request = counting
                 futures = [await producer.send_batch("recover", values, partition=0) for values in sets]
                 results = await asyncio.gather(*futures)
             stored = _stored(broker, "recover")

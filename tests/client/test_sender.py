@@ -17,10 +17,11 @@ from pulllog.client.accumulator import ProducerBatch, RecordAccumulator, encode_
 from pulllog.client.cluster import Cluster
 from pulllog.client.idempotence import IdempotenceManager
 from pulllog.client.producer_config import ProducerConfig
-from pulllog.client.record_future import RecordFuture
+from pulllog.client.record_future import ProducerClosedError, RecordFuture
 from pulllog.client.sender import Sender
 from pulllog.records import Compression
 from pulllog.testing import BrokerThread
+from waits import wait_until
 
 T0 = 1_700_000_000_000
 NO_HEADERS = encode_headers(None)
@@ -220,3 +221,27 @@ async def test_stop_ends_run_and_leaves_no_task(pulllog_broker: BrokerThread) ->
     leftovers = [t.get_name() for t in asyncio.all_tasks() if t.get_name().startswith("pulllog-producer")]
     assert leftovers == []
     await cluster.close()
+
+
+async def test_requests_in_flight_are_no_tasks_and_stop_fails_their_records(pulllog_broker: BrokerThread) -> None:
+    # A batch-1 producer makes a request per record: a task (and a future, and loop hops) per
+    # request cost more than the record. The broker loses the Produce requests, so that five
+    # stay in flight.
+    sender, acc, cluster, running = await _run_sender(pulllog_broker, "held", 1, batch_size=1, acks=1)
+    rule = pulllog_broker.faults.lose_request(0, topic="held", times=None)
+    try:
+        futures = [add(acc, b"%d" % i, topic="held") for i in range(8)]
+        sender.wake()
+        await wait_until(lambda: len(sender.in_flight("held", 0)) == 5, "five requests in flight")
+        tasks = [t.get_name() for t in asyncio.all_tasks() if t.get_name().startswith("pulllog-producer-request")]
+        assert tasks == []
+        sender.stop()
+        await asyncio.wait_for(running, WAIT_S)
+        assert all(isinstance(f.exception(), ProducerClosedError) for f in futures[:5])
+        assert "in flight" in str(futures[0].exception())
+        assert sender.in_flight("held", 0) == []
+    finally:
+        pulllog_broker.faults.clear()
+        sender.stop()
+        await asyncio.wait_for(running, WAIT_S)
+        await cluster.close()

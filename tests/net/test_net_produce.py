@@ -8,9 +8,12 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from pulllog.net.build import build, request_class, response_class
+from pulllog.net.guard import MalformedError
 from pulllog.net.produce import (
     PartitionProduceResponse,
+    ProduceRequestEncoder,
     TopicProduceResponse,
+    decode_produce_response,
     encode_produce_frame,
     encode_produce_response,
 )
@@ -141,3 +144,95 @@ def test_the_senders_frame_from_plain_values_matches_kio(version: int, client_id
                                  topic_data)
 
     assert frame == _kio_request_bytes(body, 77, client_id)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("client_id", [None, "pulllog-producer"])
+@pytest.mark.parametrize("transactional_id", [None, "tx-1"])
+@pytest.mark.parametrize("records", [b"", b"\x02" * 90, b"\x03" * 300], ids=["empty", "short", "long"])
+def test_the_one_partition_fast_path_matches_the_generic_encoder(
+        version: int, client_id: str | None, transactional_id: str | None, records: bytes) -> None:
+    encoder = ProduceRequestEncoder(version, client_id, transactional_id, 1, 30_000)
+    generic = encode_produce_frame(version, 2**31 - 1, client_id, transactional_id, 1, 30_000,
+                                   [("t" * 130, [(11, records)])])
+
+    for _ in range(2):  # the second frame comes from the topic's cached prefix
+        assert encoder.one_partition_frame(2**31 - 1, "t" * 130, 11, records) == generic
+        assert encoder.frame(2**31 - 1, [("t" * 130, [(11, records)])]) == generic
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_encoder_falls_back_to_the_generic_frame_for_several_partitions(version: int) -> None:
+    body = _request(version, "tx")
+    topic_data = [(t.name, [(p.index, p.records) for p in t.partition_data]) for t in body.topic_data]
+    encoder = ProduceRequestEncoder(version, "c", "tx", body.acks, round(body.timeout.total_seconds() * 1000))
+
+    assert encoder.frame(5, topic_data) == _kio_request_bytes(body, 5, "c")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_response_decodes_to_what_kio_encoded(version: int) -> None:
+    frame = _kio_bytes(version, 42, TOPICS, 7)[4:]
+
+    correlation_id, topics, throttle_ms = decode_produce_response(frame, version)
+
+    assert (correlation_id, throttle_ms) == (42, 7)
+    expected = [(t.name, [p._replace(
+        log_start_offset=p.log_start_offset if version >= 5 else -1,
+        record_errors=list(p.record_errors) if version >= 8 else [],
+        error_message=p.error_message if version >= 8 else None) for p in t.partitions]) for t in TOPICS]
+    assert [(t.name, list(t.partitions)) for t in topics] == expected
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_truncated_response_is_malformed_not_a_crash(version: int) -> None:
+    frame = encode_produce_response(9, version, TOPICS)[4:]
+
+    for cut in range(len(frame)):
+        with pytest.raises(MalformedError):
+            decode_produce_response(frame[:cut], version)
+    with pytest.raises(MalformedError, match="unexpected bytes"):
+        decode_produce_response(frame + b"\x00", version)
+
+
+def _answer(version: int, topics: list[TopicProduceResponse], throttle_ms: int = 0) -> bytes:
+    return encode_produce_response(7, version, topics, throttle_ms)[4:]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("partition", [
+    PartitionProduceResponse(3, 0, base_offset=2**40, log_start_offset=5),
+    PartitionProduceResponse(3, ErrorCode.not_leader_or_follower.value),
+    PartitionProduceResponse(3, 0, base_offset=9, log_append_time_ms=1_700_000_000_123),
+], ids=["appended", "error-without-message", "log-append-time"])
+def test_the_one_partition_answer_fast_path_reads_what_the_generic_decoder_reads(
+        version: int, partition: PartitionProduceResponse) -> None:
+    encoder = ProduceRequestEncoder(version, "c", None, 1, 1000)
+    frame = _answer(version, [TopicProduceResponse("t" * 130, [partition])], throttle_ms=250)
+
+    fast = encoder.one_partition_answer(frame, "t" * 130)
+
+    (generic,) = decode_produce_response(frame, version)[1][0].partitions
+    assert fast is not None
+    assert fast._replace(record_errors=list(fast.record_errors)) == generic
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_an_answer_of_another_shape_is_left_to_the_generic_decoder(version: int) -> None:
+    encoder = ProduceRequestEncoder(version, "c", None, 1, 1000)
+    one = [PartitionProduceResponse(0, 0, 5)]
+    others = [
+        _answer(version, [TopicProduceResponse("other", one)]),  # another topic of the same length
+        _answer(version, [TopicProduceResponse("topic", one * 2)]),
+        _answer(version, [TopicProduceResponse("topic", one), TopicProduceResponse("more", one)]),
+        _answer(version, [TopicProduceResponse("topic", one)])[:-1],
+        _answer(version, [TopicProduceResponse("topic", one)]) + b"\x00",
+    ]
+    if version >= 8:  # the fields an error may fill
+        others.append(_answer(version, [TopicProduceResponse("topic", [
+            PartitionProduceResponse(0, 87, error_message="no")])]))
+        others.append(_answer(version, [TopicProduceResponse("topic", [
+            PartitionProduceResponse(0, 87, record_errors=[(0, None)])])]))
+
+    for frame in others:
+        assert encoder.one_partition_answer(frame, "topic") is None

@@ -19,6 +19,12 @@ client allocate it), and goes back to 256 KiB after a frame over 8 MiB. asyncio'
 read) and copied every frame twice. Whatever ends the connection fails the requests in
 flight with ConnectionClosedError.
 
+A request can also be sent without a coroutine: ``send()`` writes a frame encoded by the
+caller (correlation id from ``next_correlation_id()``) and the reader calls its
+``on_response`` with the response frame, or with the error that ended the connection first.
+The producer's sender sends every Produce request so: no task, no future and no event-loop
+hop per request between the socket and the batches' completion.
+
 On connect the connection asks ApiVersions (v3, falling back to v0 as KIP-511 says) and
 ``version(api, lo, hi)`` then picks the highest version both sides speak.
 """
@@ -39,7 +45,8 @@ from ..net.build import build, request_class, response_class
 from ..net.framing import DEFAULT_MAX_FRAME_SIZE, peer_hint
 from ..net.protocol import decode_response, encode_request
 
-__all__ = ["BrokerUnreachableError", "ConnectionClosedError", "KafkaConnection", "UnsupportedByBrokerError"]
+__all__ = ["BrokerUnreachableError", "ConnectionClosedError", "KafkaConnection", "ResponseCallback",
+           "UnsupportedByBrokerError"]
 
 log = logging.getLogger("pulllog.client")
 
@@ -59,6 +66,10 @@ _KEEP_BUFFER = 8 << 20  # a buffer grown past this goes back to _INITIAL_BUFFER 
 # the admin client's transaction APIs (pulllog.client.admin)
 _API_KEYS.update({"write_txn_markers": 27, "describe_producers": 61, "describe_transactions": 65,
                    "list_transactions": 66})
+
+
+ResponseCallback = Callable[[bytes | None, BaseException | None], None]
+"""``send()``'s ``on_response``: (the response frame, None), or (None, why the connection ended)."""
 
 
 class BrokerUnreachableError(ConnectionError):
@@ -173,7 +184,9 @@ class KafkaConnection:
         self.api_versions: dict[int, tuple[int, int]] = {}
         self._transport: asyncio.Transport | None = None
         self._protocol: _ResponseReader | None = None
-        self._pending: dict[int, tuple[asyncio.Future[Any], type]] = {}
+        # correlation id -> (its future, the response class) for request(), or
+        # (on_response, None) for send()
+        self._pending: dict[int, tuple[Any, type | None]] = {}
         self._ids = itertools.count(1)
         self._closed = False
         self._error: BaseException | None = None
@@ -265,6 +278,39 @@ class KafkaConnection:
         return await self._send(api, version, correlation_id, encode(correlation_id, self.client_id), True,
                                 at_once=api == "fetch")
 
+    def next_correlation_id(self) -> int:
+        """The correlation id for the next frame given to ``send()``."""
+        return next(self._ids)
+
+    def send(self, correlation_id: int, frame: bytes, on_response: ResponseCallback | None, *,
+             hold: bool = False) -> None:
+        """Write ``frame`` (size prefix included, ``correlation_id`` in its header) without
+        waiting. ``on_response`` (None: the request has no response, a Produce with acks=0)
+        is called once from the event loop's read callback: with the response frame (size
+        prefix off, correlation id first), or with the error that ended the connection
+        before it came. Raises ConnectionClosedError if the connection is closed already.
+
+        ``hold``: the caller calls ``flush()`` before it gives the event loop back (the
+        producer's sender, once per turn), which saves the loop turn of a deferred write."""
+        if self._closed or self._transport is None:
+            raise ConnectionClosedError(f"connection to {self.address} is closed") from self._error
+        if on_response is not None:
+            self._pending[correlation_id] = (on_response, None)
+        if hold:
+            self._outgoing.append(frame)
+        else:
+            self._write(frame)
+
+    def flush(self) -> None:
+        """Write what ``send(hold=True)`` (or this turn's requests) left in the buffer, in one write."""
+        if self._outgoing:
+            self._flush()
+
+    def abort(self, error: BaseException) -> None:
+        """Close now: every request waiting for an answer fails with ``error``'s reason
+        (``close()`` is the same and waits for the socket to be closed)."""
+        self._fail(error)
+
     async def _send(self, api: str, version: int, correlation_id: int, frame: bytes, expect_response: bool,
                     *, at_once: bool = False) -> Any:
         assert self._transport is not None and self._protocol is not None
@@ -317,6 +363,9 @@ class KafkaConnection:
             self._fail(ConnectionClosedError(f"{self.address} answered unknown correlation id {correlation_id}"))
             return
         future, response_type = entry
+        if response_type is None:  # send()'s on_response
+            future(frame, None)
+            return
         if future.done():
             return
         try:
@@ -337,8 +386,10 @@ class KafkaConnection:
         if self._error is None:
             self._error = exc
         pending, self._pending = self._pending, {}
-        for future, _ in pending.values():
-            if not future.done():
+        for future, response_type in pending.values():
+            if response_type is None:
+                future(None, ConnectionClosedError(f"connection to {self.address} was lost ({exc})"))
+            elif not future.done():
                 future.set_exception(ConnectionClosedError(f"connection to {self.address} was lost ({exc})"))
         if self._transport is not None:
             self._transport.close()

@@ -13,9 +13,17 @@ producer's supervisor task runs (``pulllog.client.producer``). Each pass:
 4. starts a metadata refresh or an epoch bump (InitProducerId) when one is due;
 5. sleeps until woken (a new or closed batch, an answer, a flush) or the next timed event.
 
-Requests, metadata refreshes and epoch bumps run as tasks of the sender's own
-``asyncio.TaskGroup``: leaving ``run()`` (the supervisor cancelled) cancels and joins them,
-and a request cancelled in flight fails its batches with ``ProducerClosedError``.
+**Requests.** A Produce request is no task: the pass encodes it (``ProduceRequestEncoder``:
+the header once per connection, a one-partition request in one pack and one join), writes it
+with ``KafkaConnection.send`` and goes on; the connection's reader calls the request back
+with the response frame (or the error that closed the connection), which is decoded by hand
+and completes, retries or fails its batches right there, without a task, a future or a loop
+hop per request. A batch-1 producer makes one request per record, so each of those had cost
+more than the record. Requests wait in ``_requests``, oldest first: one unanswered after
+``request_timeout_ms`` closes its connection and is retried (every pass checks the oldest),
+and leaving ``run()`` fails the requests in flight with ``ProducerClosedError``. Metadata
+refreshes, connecting and epoch bumps run as tasks of the sender's own ``asyncio.TaskGroup``:
+leaving ``run()`` (the supervisor cancelled) cancels and joins them.
 
 **In flight.** The sender owns the batches in flight: per partition, oldest first (by
 ``ProducerBatch.order``). The accumulator (``pulllog.client.accumulator``) owns the open and
@@ -35,19 +43,19 @@ any sequence (KIP-360): it would store the later batch first and refuse the earl
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
-from functools import partial
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ..net.produce import encode_produce_frame
+from ..net.guard import MalformedError
+from ..net.produce import PartitionProduceResponse, ProduceRequestEncoder, decode_produce_response
+from ..net.protocol import InvalidResponseError
 from .accumulator import ProducerBatch, RecordAccumulator
 from .cluster import Cluster
-from .connection import BrokerUnreachableError, KafkaConnection, UnsupportedByBrokerError
+from .connection import BrokerUnreachableError, ConnectionClosedError, KafkaConnection, UnsupportedByBrokerError
 from .errors import KafkaError
 from .idempotence import IdempotenceManager
 from .producer_config import ProducerConfig
@@ -58,9 +66,6 @@ from .txn_coordinator import TxnCoordinatorClient
 __all__ = ["Sender"]
 
 log = logging.getLogger("pulllog.client.producer")
-
-_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
-_MS = datetime.timedelta(milliseconds=1)
 
 # Passes the sender makes in one turn of the event loop while each leaves more to send
 # (normally max_in_flight at most: every pass fills one more request per broker)
@@ -115,6 +120,11 @@ class Sender:
         self._connect_retry_at: dict[int, float] = {}
         self._connect_errors: dict[int, BaseException] = {}
         self._sent_on: dict[ProducerBatch, KafkaConnection] = {}  # each batch in flight: its connection
+        # Produce requests awaiting an answer, oldest first (a dict as an ordered set)
+        self._requests: dict[_Request, None] = {}
+        self._encoders: dict[int, tuple[KafkaConnection, ProduceRequestEncoder]] = {}  # node -> for its connection
+        self._callback_error: BaseException | None = None  # a bug in handling an answer (_Request)
+        self._held: list[KafkaConnection] = []  # connections with requests to write at the turn's end
         # a transactional producer: its coordinator's requests, and the AddPartitionsToTxn running
         self.txn_coordinator: TxnCoordinatorClient | None = None
         self._transactional_id: str | None = getattr(idempotence, "transactional_id", None)
@@ -142,15 +152,18 @@ class Sender:
             try:
                 async with asyncio.TaskGroup() as tg:
                     while not self._stopping:
+                        if self._callback_error is not None:
+                            raise self._callback_error
                         self._wakeup.clear()
                         delay = self._pass(tg)
                         # More is sendable now (a partition has more batches and free in-flight
                         # slots, one batch per request): take it in this same turn, so the
-                        # requests leave together in one write (KafkaConnection._write).
+                        # requests leave together in one write (_flush_held).
                         for _ in range(_PASSES_PER_TURN):
                             if delay is None or delay > 0:
                                 break
                             delay = self._pass(tg)
+                        self._flush_held()
                         if delay is not None and delay <= 0:
                             await asyncio.sleep(0)
                             continue
@@ -170,6 +183,7 @@ class Sender:
         finally:
             if self._timer is not None:
                 self._timer.cancel()
+            self._fail_requests(ProducerClosedError("the producer was closed while the record was in flight"))
 
     def _wake_within(self, delay: float) -> None:
         """Have the wake-up event set within ``delay`` seconds. One timer serves many waits:
@@ -189,7 +203,8 @@ class Sender:
         acc = self._acc
         config = self.config
         now = time.monotonic()
-        wake_in: float | None = None
+        # requests unanswered too long first: an epoch bump waits for every answer
+        wake_in: float | None = self._expire_requests(now) if self._requests else None
         if self._topics and now - self.last_metadata >= self._metadata_max_age_s:
             self._metadata_wanted.update(self._topics)
         flushing = acc.flushing > 0 or self.closing
@@ -200,12 +215,12 @@ class Sender:
         idempotence = self._idempotence
         txn = idempotence if idempotence.transactional else None
         if txn is not None and self._txn_pass(tg):
-            return None  # the transaction failed or is aborting: nothing more is sent
+            return wake_in  # the transaction failed or is aborting: nothing more is sent
         if not idempotence.may_send():
             # send nothing under the old epoch; bump it once every answer is in (their wake-up)
             if self._epoch_bump_task is None and not any(self._in_flight_by_node.values()):
                 self._epoch_bump_task = tg.create_task(self._bump_epoch(), name="pulllog-producer-epoch-bump")
-            return None
+            return wake_in
         in_flight = self._in_flight
         expire = self._expire_now
         requests: dict[int, list[ProducerBatch]] = {}
@@ -284,8 +299,9 @@ class Sender:
             if flying + 1 < partition_limit and acc.has_ready(q):
                 wake_in = 0.0  # one batch per partition per request: the next goes in the next one
         for node, batches in requests.items():
-            self._in_flight_by_node[node] = self._in_flight_by_node.get(node, 0) + 1
-            tg.create_task(self._produce(node, connections[node], batches), name=f"pulllog-producer-request[{node}]")
+            self._send_request(node, connections[node], batches, now)
+        if requests:
+            wake_in = _sooner(wake_in, self._request_timeout_s)  # when the new ones would time out
         if self._metadata_wanted and self._metadata_task is None:
             if now >= self._metadata_retry_at:
                 self._metadata_task = tg.create_task(self._refresh_metadata(), name="pulllog-producer-metadata")
@@ -469,78 +485,140 @@ class Sender:
             self._metadata_task = None
             self._wakeup.set()
 
-    async def _produce(self, node: int, conn: KafkaConnection, batches: list[ProducerBatch]) -> None:
+    def _send_request(self, node: int, conn: KafkaConnection, batches: list[ProducerBatch], now: float) -> None:
         """One Produce request to one broker on ``conn`` (open when the batches were drained,
-        and never replaced here: see ``_pass``), and what its answer means for each batch."""
+        and never replaced here: see ``_pass``), written at once; ``_answered`` handles the
+        answer (module docstring: Requests)."""
         config = self.config
         try:
-            try:
-                async with asyncio.timeout(self._request_timeout_s):
-                    version = conn.version("produce", 3, 9)
-                    by_topic: dict[str, list[tuple[int, bytes | None]]] = {}
-                    for batch in batches:
-                        by_topic.setdefault(batch.topic, []).append((batch.partition, batch.wire))
-                    if config.acks == 0:
-                        data = {"transactional_id": None, "acks": 0, "timeout": config.request_timeout_ms,
-                                "topic_data": [{"name": t, "partition_data": [{"index": i, "records": r}
-                                                                              for i, r in p]}
-                                               for t, p in by_topic.items()]}
-                        await conn.request("produce", version, data, expect_response=False)
-                        response = None
-                    else:
-                        # encoded straight from the batches: building kio's classes first cost
-                        # as much as the rest of a one-record request
-                        topic_data = list(by_topic.items())
-                        response = await conn.request_encoded("produce", version, partial(
-                            _encode_produce, version, self._transactional_id, config.acks,
-                            config.request_timeout_ms, topic_data))
-            except asyncio.CancelledError:
+            encoder = self._encoders.get(node)
+            if encoder is None or encoder[0] is not conn:
+                version = conn.version("produce", 3, 9)
+                encoder = self._encoders[node] = (conn, ProduceRequestEncoder(
+                    version, conn.client_id, self._transactional_id, config.acks, config.request_timeout_ms))
+            correlation_id = conn.next_correlation_id()
+            if len(batches) == 1:
+                batch = batches[0]
+                frame = encoder[1].one_partition_frame(correlation_id, batch.topic, batch.partition, batch.wire)  # type: ignore[arg-type]
+            else:
+                by_topic: dict[str, list[tuple[int, bytes | None]]] = {}
                 for batch in batches:
-                    self._fail(batch, ProducerClosedError("the producer was closed while the record was in flight"))
-                raise
-            except TimeoutError:
-                error: BaseException = TimeoutError(
-                    f"no answer from {conn.address} within request_timeout_ms={config.request_timeout_ms}")
-                await conn.close()  # its later answers would be stale; reconnect
-                self._retry_or_fail(batches, error, retriable=True, stale=True)
-                return
-            except (ConnectionError, OSError) as exc:  # includes BrokerUnreachable, ConnectionClosed
-                self._retry_or_fail(batches, exc, retriable=True, stale=True)
-                return
-            except UnsupportedByBrokerError as exc:
-                self._retry_or_fail(batches, exc, retriable=False)
-                return
-            except Exception as exc:
-                log.exception("Produce request to broker %d failed", node)
-                self._retry_or_fail(batches, exc, retriable=False)
-                return
-            if response is None:
+                    by_topic.setdefault(batch.topic, []).append((batch.partition, batch.wire))
+                frame = encoder[1].frame(correlation_id, list(by_topic.items()))
+            if config.acks == 0:
+                conn.send(correlation_id, frame, None, hold=True)
+                self._held.append(conn)
                 for batch in batches:
                     self._complete(batch, -1, -1)
                 return
-            results = {(t.name, int(p.index)): p for t in response.responses for p in t.partition_responses}
-            for batch in batches:
-                result = results.get((batch.topic, batch.partition))
-                if result is None:
-                    self._retry_or_fail([batch], KafkaError(
-                        ErrorCode.unknown_server_error,
-                        f"UNKNOWN_SERVER_ERROR: the broker's Produce response left out {batch.topic}-{batch.partition}"),
-                        retriable=False)
-                elif result.error_code == ErrorCode.none:
-                    self._complete(batch, int(result.base_offset), _ms(result.log_append_time))
-                elif result.error_code == ErrorCode.duplicate_sequence_number:
-                    self._complete(batch, -1, -1)  # already appended by an earlier attempt
-                elif result.error_code == ErrorCode.out_of_order_sequence_number:
-                    self._out_of_order(batch, result)
-                elif result.error_code == ErrorCode.message_too_large and self._split(batch):
-                    pass  # its pieces are back in the queue
-                else:
-                    error = produce_error(batch, result)
-                    self._retry_or_fail([batch], error, retriable=error.retriable,
-                                        stale=result.error_code in _STALE_METADATA)
-        finally:
-            self._in_flight_by_node[node] -= 1
-            self._wakeup.set()
+            request = _Request(self, node, conn, batches, encoder[1], now + self._request_timeout_s)
+            conn.send(correlation_id, frame, request, hold=True)
+            self._held.append(conn)
+        except ConnectionError as exc:  # closed since it was drained
+            self._retry_or_fail(batches, exc, retriable=True, stale=True)
+            return
+        except UnsupportedByBrokerError as exc:
+            self._retry_or_fail(batches, exc, retriable=False)
+            return
+        self._requests[request] = None
+        self._in_flight_by_node[node] = self._in_flight_by_node.get(node, 0) + 1
+
+    def _flush_held(self) -> None:
+        """Write this turn's requests, one write per connection (``KafkaConnection.send``'s hold)."""
+        held = self._held
+        if held:
+            self._held = []
+            for conn in dict.fromkeys(held):
+                conn.flush()
+
+    def _expire_requests(self, now: float) -> float | None:
+        """Requests unanswered after ``request_timeout_ms``: close their connection (its later
+        answers would be stale; we reconnect) and retry their batches. Returns seconds until
+        the oldest request left times out (every request has the same timeout, so the oldest
+        is the first in ``_requests``)."""
+        requests = self._requests
+        while requests:
+            request = next(iter(requests))
+            if request.deadline > now:
+                return request.deadline - now
+            self._request_done(request)
+            conn = request.conn
+            self._retry_or_fail(request.batches, TimeoutError(
+                f"no answer from {conn.address} within request_timeout_ms={self.config.request_timeout_ms}"),
+                retriable=True, stale=True)
+            conn.abort(ConnectionClosedError(f"no answer within request_timeout_ms={self.config.request_timeout_ms}"))
+        return None
+
+    def _request_done(self, request: _Request) -> bool:
+        """Take ``request`` off the requests in flight; False if it was already (timed out,
+        or failed at close) and its answer is to be ignored."""
+        requests = self._requests
+        if request not in requests:
+            return False
+        del requests[request]
+        self._in_flight_by_node[request.node] -= 1
+        self._wakeup.set()
+        return True
+
+    def _fail_requests(self, error: BaseException) -> None:
+        """The sender stops: every request in flight fails its batches with ``error``."""
+        for request in list(self._requests):
+            self._request_done(request)
+            for batch in request.batches:
+                self._fail(batch, error)
+
+    def _answered(self, request: _Request, frame: bytes | None, error: BaseException | None) -> None:
+        """The connection's answer to ``request``: its response frame, or why it has none."""
+        if not self._request_done(request):
+            return
+        batches = request.batches
+        if error is not None:  # the connection ended (ConnectionClosedError)
+            self._retry_or_fail(batches, error, retriable=True, stale=True)
+            return
+        if len(batches) == 1:
+            batch = batches[0]
+            result = request.encoder.one_partition_answer(frame, batch.topic)  # type: ignore[arg-type]
+            if result is not None and result.index == batch.partition:
+                self._batch_answered(batch, result)
+                return
+        try:
+            _correlation_id, topics, _throttle_ms = decode_produce_response(frame, request.version)  # type: ignore[arg-type]
+        except (MalformedError, UnicodeDecodeError) as exc:
+            log.error("the Produce response from broker %d does not decode: %s", request.node, exc)
+            self._retry_or_fail(batches, InvalidResponseError(
+                f"ProduceResponse v{request.version} from {request.conn.address} does not decode: {exc}"),
+                retriable=False)
+            return
+        if len(batches) == 1 and len(topics) == 1 and len(topics[0].partitions) == 1:
+            # one batch, one answer (a one-partition producer's every request): no lookup
+            batch, result = batches[0], topics[0].partitions[0]
+            if topics[0].name == batch.topic and result.index == batch.partition:
+                self._batch_answered(batch, result)
+                return
+        results = {(t.name, p.index): p for t in topics for p in t.partitions}
+        for batch in batches:
+            found = results.get((batch.topic, batch.partition))
+            if found is None:
+                self._retry_or_fail([batch], KafkaError(
+                    ErrorCode.unknown_server_error,
+                    f"UNKNOWN_SERVER_ERROR: the broker's Produce response left out {batch.topic}-{batch.partition}"),
+                    retriable=False)
+            else:
+                self._batch_answered(batch, found)
+
+    def _batch_answered(self, batch: ProducerBatch, result: PartitionProduceResponse) -> None:
+        code = result.error_code
+        if code == 0:
+            self._complete(batch, result.base_offset, result.log_append_time_ms)
+        elif code == ErrorCode.duplicate_sequence_number:
+            self._complete(batch, -1, -1)  # already appended by an earlier attempt
+        elif code == ErrorCode.out_of_order_sequence_number:
+            self._out_of_order(batch, result)
+        elif code == ErrorCode.message_too_large and self._split(batch):
+            pass  # its pieces are back in the queue
+        else:
+            error = produce_error(batch, result)
+            self._retry_or_fail([batch], error, retriable=error.retriable, stale=code in _STALE_METADATA)
 
     # ------------------------------------------------------------------ outcomes
 
@@ -567,7 +645,7 @@ class Sender:
         self._acc.reenqueue_split(pieces)
         return True
 
-    def _out_of_order(self, batch: ProducerBatch, result: Any) -> None:
+    def _out_of_order(self, batch: ProducerBatch, result: PartitionProduceResponse) -> None:
         """OUT_OF_ORDER_SEQUENCE_NUMBER: expected while an earlier batch of the partition is
         unacknowledged (it failed, or is in flight and may fail: the broker refused this one
         because that one is missing), so resend this one after it. Otherwise the broker lost
@@ -643,6 +721,26 @@ class Sender:
             self._fail(batch, error)
 
 
+class _Request:
+    """A Produce request in flight, and its connection's callback for the answer."""
+
+    __slots__ = ("sender", "node", "conn", "batches", "encoder", "version", "deadline")
+
+    def __init__(self, sender: Sender, node: int, conn: KafkaConnection, batches: list[ProducerBatch],
+                 encoder: ProduceRequestEncoder, deadline: float) -> None:
+        self.sender, self.node, self.conn, self.batches = sender, node, conn, batches
+        self.encoder, self.version, self.deadline = encoder, encoder.version, deadline
+
+    def __call__(self, frame: bytes | None, error: BaseException | None) -> None:
+        sender = self.sender
+        try:
+            sender._answered(self, frame, error)
+        except BaseException as exc:  # a bug: run() raises it, as a request task's would have
+            if sender._callback_error is None:
+                sender._callback_error = exc
+            sender._wakeup.set()
+
+
 def _insert_by_order(batches: list[ProducerBatch], batch: ProducerBatch) -> None:
     for i, other in enumerate(batches):
         if other.order > batch.order:
@@ -651,32 +749,19 @@ def _insert_by_order(batches: list[ProducerBatch], batch: ProducerBatch) -> None
     batches.append(batch)
 
 
-def _encode_produce(version: int, transactional_id: str | None, acks: int, timeout_ms: int,
-                    topic_data: Sequence[tuple[str, Sequence[tuple[int, bytes | None]]]],
-                    correlation_id: int, client_id: str | None) -> bytes:
-    return encode_produce_frame(version, correlation_id, client_id, transactional_id, acks, timeout_ms, topic_data)
-
-
 def _sooner(current: float | None, candidate: float) -> float:
     return candidate if current is None or candidate < current else current
 
 
-def _ms(value: datetime.datetime | None) -> int:
-    if value is None:
-        return -1
-    return (value - _EPOCH) // _MS
-
-
-def produce_error(batch: ProducerBatch, result: Any) -> KafkaError:
+def produce_error(batch: ProducerBatch, result: PartitionProduceResponse) -> KafkaError:
     """The KafkaError for a partition's error in a Produce answer, with the broker's words."""
-    code = ErrorCode(int(result.error_code))
+    code = ErrorCode(result.error_code)
     text = f"{code.name.upper()} producing {batch.count} record(s) to {batch.topic}-{batch.partition}"
     if result.error_message:
         text += f": {result.error_message}"
     # INVALID_RECORD names the bad records; add any the summary message does not mention
-    record_errors = [f"record {int(e.batch_index)}: {e.batch_index_error_message}"
-                     for e in (result.record_errors or ())
-                     if e.batch_index_error_message and e.batch_index_error_message not in text]
+    record_errors = [f"record {index}: {message}" for index, message in result.record_errors
+                     if message and message not in text]
     if record_errors:
         text += " (" + "; ".join(record_errors) + ")"
     if code == ErrorCode.message_too_large:
