@@ -274,6 +274,9 @@ class GroupDescription:
     protocol_type: str
     protocol: str
     members: tuple[MemberDescription, ...]
+    error: ErrorCode = ErrorCode.none
+    """NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS from a cluster member that does not
+    (yet) coordinate the group."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -681,8 +684,19 @@ class GroupCoordinator:
         offsets_retention_ms: int = 7 * 24 * 3600 * 1000,
         clock: Callable[[], int] = wall_clock_ms,
         flush_due: Callable[[Log], None] | None = None,
+        owner: Callable[[int], ErrorCode] | None = None,
+        appended: Callable[[Log], None] | None = None,
     ) -> None:
         self.topics = topics
+        self.appended = appended
+        """A cluster member's: told of every append (a replicated log's leader), so the
+        request that made it answers once the ISR has it (acks=all, as Kafka's coordinator)."""
+        self.owner = owner
+        """A cluster member's: for a ``__consumer_offsets`` partition, NONE when this broker
+        leads it (and has loaded it), else NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS.
+        The partition count is then ``offsets_partitions`` (the cluster's), not the local
+        topic's (a replica manager's local topic only has the partitions up to the highest
+        hosted one). None: a single broker, which coordinates every group."""
         self.purgatory = purgatory
         self.flush_due = flush_due
         """Given, an append that makes ``flush.messages`` due does not fsync: the log goes to
@@ -700,6 +714,8 @@ class GroupCoordinator:
 
     def _offsets_log(self, group_id: str) -> Log:
         logs = self.topics.partition_logs(OFFSETS_TOPIC)
+        if logs is None and self.owner is not None:  # a cluster creates it through ZooKeeper
+            raise OSError(errno.EIO, f"{OFFSETS_TOPIC} has no replica on this broker")
         if logs is None and (offline := self.topics.offline_reason(OFFSETS_TOPIC)) is not None:
             # On disk but offline (a degraded start): creating it afresh would hide every
             # committed offset; callers answer KAFKA_STORAGE_ERROR as for any storage error.
@@ -709,6 +725,12 @@ class GroupCoordinator:
                                {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)})
             logs = self.topics.partition_logs(OFFSETS_TOPIC)
             assert logs is not None
+        if self.owner is not None:
+            index = partition_for(group_id, self.offsets_partitions)
+            if index >= len(logs) or self.owner(index) is not ErrorCode.none:
+                # Leadership moved between the request's check and its append.
+                raise OSError(errno.EIO, f"{OFFSETS_TOPIC}-{index} is not led by this broker")
+            return logs[index]
         return logs[partition_for(group_id, len(logs))]
 
     def _append(self, group_id: str, pairs: Sequence[tuple[bytes, bytes | None]]) -> int:
@@ -719,10 +741,13 @@ class GroupCoordinator:
     def _append_batch(self, plog: Log, batch: bytes) -> AppendInfo:
         """Append; with a ``flush_due``, a flush the append makes due goes to it (no fsync here)."""
         if self.flush_due is None:
-            return plog.append(batch)
-        info = plog.append(batch, defer_flush=True)
-        if plog.flush_messages_due:
-            self.flush_due(plog)
+            info = plog.append(batch)
+        else:
+            info = plog.append(batch, defer_flush=True)
+            if plog.flush_messages_due:
+                self.flush_due(plog)
+        if self.appended is not None:
+            self.appended(plog)
         return info
 
     def _append_transactional(self, group_id: str, producer_id: int, producer_epoch: int,
@@ -743,8 +768,74 @@ class GroupCoordinator:
 
     def _offsets_partition_count(self) -> int:
         """How many partitions ``__consumer_offsets`` has (as ``_offsets_log`` hashes group ids)."""
+        if self.owner is not None:
+            return self.offsets_partitions
         logs = self.topics.partition_logs(OFFSETS_TOPIC)
         return len(logs) if logs else self.offsets_partitions
+
+    def ownership_error(self, group_id: str) -> ErrorCode:
+        """NONE when this broker coordinates ``group_id`` (always, on a single broker)."""
+        if self.owner is None:
+            return ErrorCode.none
+        return self.owner(partition_for(group_id, self.offsets_partitions))
+
+    def partition_of(self, group_id: str) -> int:
+        return partition_for(group_id, self._offsets_partition_count())
+
+    def set_partition_count(self, partitions: int) -> None:
+        """A cluster member: how many partitions the cluster's ``__consumer_offsets`` has."""
+        if partitions > 0:
+            self.offsets_partitions = partitions
+
+    def load_partition(self, index: int, leader_epoch: int = 0) -> int:
+        """This broker became the leader of ``__consumer_offsets`` partition ``index``: replay
+        it (to its log end, as Kafka's loading does), completing the transactions whose markers
+        it holds, and start the loaded members' sessions now. Returns how many groups it holds."""
+        self.unload_partition(index)  # a stale copy of an earlier term
+        logs = self.topics.partition_logs(OFFSETS_TOPIC)
+        if logs is None or index >= len(logs):
+            return 0
+        count = self._offsets_partition_count()
+        for entry in _log_entries(logs[index]):
+            if isinstance(entry, _TxnMarker):
+                self._complete_txn(entry.producer_id, {index}, entry.commit, count)
+            else:
+                producer_id, record = entry
+                self._replay(record.key, record.value, record.offset, producer_id)
+        loaded = [g for g in self.groups.values() if partition_for(g.group_id, count) == index]
+        for group in loaded:
+            for member in group.members.values():
+                self._schedule_heartbeat(group, member)
+        return len(loaded)
+
+    def set_partition_epoch(self, index: int, leader_epoch: int) -> None:
+        """Still the leader of ``index`` in a new leader epoch: groups keep going (no epoch here)."""
+
+    def unload_partition(self, index: int) -> int:
+        """This broker no longer leads ``__consumer_offsets`` partition ``index``: forget its
+        groups (their members find the new coordinator), stop their timers, and answer their
+        waiting JoinGroup / SyncGroup NOT_COORDINATOR, as Kafka's onGroupUnloaded does."""
+        count = self._offsets_partition_count()
+        gone = [g for g in self.groups.values() if partition_for(g.group_id, count) == index]
+        for group in gone:
+            if group.join_op is not None:
+                group.join_op.cancel()
+                group.join_op = None
+            for member in group.members.values():
+                if member.heartbeat is not None:
+                    member.heartbeat.cancel()
+                    member.heartbeat = None
+                if member.join_future is not None and not member.join_future.done():
+                    member.join_future.set_result(JoinResult(ErrorCode.not_coordinator, member_id=member.member_id))
+                if member.sync_future is not None and not member.sync_future.done():
+                    member.sync_future.set_result((ErrorCode.not_coordinator, b""))
+            del self.groups[group.group_id]
+        ids = {g.group_id for g in gone}
+        for producer_id, group_ids in list(self._open_txns.items()):
+            group_ids -= ids
+            if not group_ids:
+                del self._open_txns[producer_id]
+        return len(gone)
 
     def load(self) -> int:
         """Replay ``__consumer_offsets`` into memory; returns how many groups were loaded.
@@ -861,6 +952,8 @@ class GroupCoordinator:
             return JoinResult(ErrorCode.invalid_session_timeout, member_id=member_id)
         if not protocols:
             return JoinResult(ErrorCode.inconsistent_group_protocol, member_id=member_id)
+        if (not_ours := self.ownership_error(group_id)) is not ErrorCode.none:
+            return JoinResult(not_ours, member_id=member_id)
         group = self.groups.get(group_id)
         if group is None or group.state is GroupState.DEAD:
             group = self.groups[group_id] = Group(group_id)
@@ -1042,6 +1135,8 @@ class GroupCoordinator:
 
     async def _sync(self, group_id: str, generation: int, member_id: str, group_instance_id: str | None,
                     assignments: Mapping[str, bytes]) -> tuple[ErrorCode, bytes]:
+        if (not_ours := self.ownership_error(group_id)) is not ErrorCode.none:
+            return not_ours, b""
         group = self._group(group_id)
         if group is None:
             return ErrorCode.unknown_member_id, b""
@@ -1077,6 +1172,8 @@ class GroupCoordinator:
                                                request.group_instance_id))
 
     def _heartbeat(self, group_id: str, generation: int, member_id: str, group_instance_id: str | None) -> ErrorCode:
+        if (not_ours := self.ownership_error(group_id)) is not ErrorCode.none:
+            return not_ours
         group = self._group(group_id)
         if group is None:
             return ErrorCode.unknown_member_id
@@ -1094,6 +1191,9 @@ class GroupCoordinator:
 
     def leave(self, request: LeaveGroupRequest) -> LeaveGroupResult:
         """Remove members (a rebalance for the others); one code per member, in order."""
+        if (not_ours := self.ownership_error(request.group_id)) is not ErrorCode.none:
+            return LeaveGroupResult(not_ours, tuple(LeftMember(m.member_id, m.group_instance_id, not_ours)
+                                                    for m in request.members))
         codes = self._leave(request.group_id, request.members)
         return LeaveGroupResult(ErrorCode.none, tuple(
             LeftMember(m.member_id, m.group_instance_id, code) for m, code in zip(request.members, codes)))
@@ -1182,7 +1282,9 @@ class GroupCoordinator:
         group_id, generation, member_id = request.group_id, request.generation, request.member_id
         group_instance_id, offsets = request.group_instance_id, request.offsets
         group = self.groups.get(group_id)
-        error = self._commit_error(group, group_id, generation, member_id, group_instance_id)
+        error = self.ownership_error(group_id) if group_id else ErrorCode.none
+        if error is ErrorCode.none:
+            error = self._commit_error(group, group_id, generation, member_id, group_instance_id)
         if error is not ErrorCode.none:
             return {(o.topic, o.partition): error for o in offsets}
         if group is None or group.state is GroupState.DEAD:
@@ -1242,6 +1344,8 @@ class GroupCoordinator:
         order; with no partitions named, every partition the group has committed. Offsets
         pending in a transaction are never answered; with ``require_stable`` a partition that
         has some is UNSTABLE_OFFSET_COMMIT."""
+        if (not_ours := self.ownership_error(request.group_id)) is not ErrorCode.none:
+            return OffsetFetchResult(not_ours, ())
         group = self.groups.get(request.group_id)
         offsets = group.offsets if group is not None else {}
         wanted = offsets if request.partitions is None else request.partitions
@@ -1265,7 +1369,9 @@ class GroupCoordinator:
     def _txn_offset_commit(self, request: TxnOffsetCommitRequest) -> dict[tuple[str, int], ErrorCode]:
         group_id, offsets = request.group_id, request.offsets
         group = self._group(group_id)
-        error = self._txn_commit_error(group, request)
+        error = self.ownership_error(group_id) if group_id else ErrorCode.none
+        if error is ErrorCode.none:
+            error = self._txn_commit_error(group, request)
         if error is not ErrorCode.none:
             return {(o.topic, o.partition): error for o in offsets}
         if group is None:
@@ -1357,6 +1463,8 @@ class GroupCoordinator:
 
     def _delete_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]],
                         ) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
+        if (not_ours := self.ownership_error(group_id)) is not ErrorCode.none:
+            return not_ours, {}
         group = self._group(group_id)
         if group is None:
             return ErrorCode.group_id_not_found, {}
@@ -1396,6 +1504,8 @@ class GroupCoordinator:
         return DescribeGroupsResult(tuple(self._describe(group_id) for group_id in request.group_ids))
 
     def _describe(self, group_id: str) -> GroupDescription:
+        if (not_ours := self.ownership_error(group_id)) is not ErrorCode.none:
+            return GroupDescription(group_id, "", "", "", (), not_ours)
         group = self.groups.get(group_id)
         if group is None:
             return GroupDescription(group_id, GroupState.DEAD.value, "", "", ())
@@ -1413,6 +1523,8 @@ class GroupCoordinator:
         return DeleteGroupsResult(tuple(DeletedGroup(g, self._delete_group(g)) for g in request.group_ids))
 
     def _delete_group(self, group_id: str) -> ErrorCode:
+        if (not_ours := self.ownership_error(group_id)) is not ErrorCode.none:
+            return not_ours
         group = self._group(group_id)
         if group is None:
             return ErrorCode.group_id_not_found

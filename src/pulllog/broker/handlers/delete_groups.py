@@ -34,7 +34,6 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
 
 def _offsets_log(broker: "BrokerApi", group_id: str) -> object:
     """The ``__consumer_offsets`` partition log holding the group (as the coordinator hashes it)."""
-    topic = broker.topics.find(OFFSETS_TOPIC)
-    if topic is None:
+    if broker.topics.find(OFFSETS_TOPIC) is None:
         return None
-    return broker.partition(OFFSETS_TOPIC, partition_for(group_id, len(topic.partitions)))
+    return broker.partition(OFFSETS_TOPIC, partition_for(group_id, broker.offsets_partition_count()))
