@@ -20,7 +20,15 @@ multisets: duplicates and missing records are listed), and the group's committed
 must be the input's end offsets.
 
     python scripts/eos_crash.py [--seed N] [--kills 10] [--broker-kills 3] [--records 3000]
-        [--client pulllog|librdkafka] [--max-records 10] [--keep DIR]
+        [--client pulllog|librdkafka] [--broker pulllog|kafka] [--librdkafka-rebootstrap]
+        [--max-records 10] [--keep DIR]
+
+``--broker kafka`` runs the same against Apache Kafka (scripts/kafka_reference.py), SIGKILLed
+and restarted the same way, to tell a client's behaviour from pulllog's. librdkafka's worker
+runs with ``metadata.recovery.strategy=none``: with its default (re-bootstrap when every known
+broker is down, as a one-broker cluster's restart makes it), librdkafka 2.16 may wait forever
+in ``send_offsets_to_transaction`` after a broker restart, against Kafka as against pulllog
+(librdkafka #5511); ``--librdkafka-rebootstrap`` keeps the default to reproduce that.
 
 Exit status 0 when the output is exactly the input, 1 otherwise. Every process it starts is
 stopped by its PID. tests/txn/test_exactly_once_crashes.py runs a small instance of it.
@@ -45,6 +53,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -168,16 +177,41 @@ class BrokerProcess:
         self.proc = None
 
 
+class KafkaBrokerProcess:
+    """Apache Kafka (scripts/kafka_reference.py) in the broker's place: the same run against
+    the reference broker, to tell a client's behaviour from pulllog's. SIGKILLed and restarted
+    on its ports and data directory like :class:`BrokerProcess`."""
+
+    def __init__(self, data_dir: Path) -> None:
+        import kafka_reference
+
+        self.ref = kafka_reference.KafkaReference(
+            data_dir, free_port(), free_port(),
+            overrides={"num.partitions": str(PARTITIONS), "transaction.state.log.num.partitions": "5"})
+
+    @property
+    def bootstrap(self) -> str:
+        return self.ref.bootstrap_servers
+
+    def start(self) -> None:
+        self.ref.start(timeout_s=STEP_TIMEOUT_S)
+
+    def kill(self) -> None:
+        self.ref.kill()
+
+
 class WorkerProcess:
     """scripts/eos_worker.py with its stdout read line by line on a thread."""
 
-    def __init__(self, bootstrap: str, client: str, max_records: int, log_path: Path) -> None:
+    def __init__(self, bootstrap: str, client: str, max_records: int, log_path: Path,
+                 rebootstrap: bool = False) -> None:
         with open(log_path, "ab") as err:
             self.proc = subprocess.Popen(
                 [sys.executable, str(HERE / "eos_worker.py"), bootstrap, IN_TOPIC, OUT_TOPIC, GROUP,
                  TRANSACTIONAL_ID, "--client", client, "--partitions", str(PARTITIONS),
-                 "--max-records", str(max_records)],
+                 "--max-records", str(max_records), *(["--rebootstrap"] if rebootstrap else [])],
                 stdout=subprocess.PIPE, stderr=err, text=True)
+        self.client, self.rebootstrap = client, rebootstrap
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.counts: Counter[str] = Counter()
         self.last_error = ""
@@ -200,8 +234,13 @@ class WorkerProcess:
             try:
                 line = self.lines.get(timeout=STEP_TIMEOUT_S)
             except queue.Empty:
+                known = ""
+                if self.client == "librdkafka" and self.rebootstrap and self.last_line.startswith("sent "):
+                    known = ("; in send_offsets_to_transaction after a broker restart this is librdkafka's "
+                             "hang with a decommissioned group coordinator (librdkafka #5511), which "
+                             "metadata.recovery.strategy=none avoids (the default here without --librdkafka-rebootstrap)")
                 raise RuntimeError(f"worker {self.proc.pid} reported nothing for {STEP_TIMEOUT_S:.0f} s after "
-                                   f"{self.last_line!r}: stuck (its stderr is in worker.log)") from None
+                                   f"{self.last_line!r}: stuck (its stderr is in worker.log){known}") from None
             if line is None:
                 self.proc.wait()
                 return
@@ -235,18 +274,42 @@ def plan(rng: random.Random, kills: int, broker_kills: int, max_records: int) ->
 
 async def produce_input(bootstrap: str, records: int) -> list[bytes]:
     """Create the topics and write the input (values unique); return the values."""
-    from pulllog import Admin, Producer
+    from pulllog import Admin
     from pulllog.client.admin import NewTopic
 
     async with Admin(bootstrap) as admin:
         await admin.create_topics([NewTopic(IN_TOPIC, PARTITIONS), NewTopic(OUT_TOPIC, PARTITIONS)])
     values = [f"in-{i:06d}".encode() for i in range(records)]
-    async with Producer(bootstrap, enable_idempotence=True, linger_ms=5) as producer:
+    producer = await _started_idempotent_producer(bootstrap)
+    try:
         futures = [await producer.send(IN_TOPIC, v, key=v) for v in values]
         await producer.flush()
         for f in futures:
             await f
+    finally:
+        await producer.close()
     return values
+
+
+async def _started_idempotent_producer(bootstrap: str) -> Any:
+    """An idempotent Producer, started. A Kafka broker that has just started answers
+    InitProducerId COORDINATOR_LOAD_IN_PROGRESS until its controller has handed it a block
+    of producer ids; pulllog's Producer does not retry that at start, so this does."""
+    from kio.schema.errors import ErrorCode
+
+    from pulllog import KafkaError, Producer
+
+    deadline = time.monotonic() + STEP_TIMEOUT_S
+    while True:
+        producer = Producer(bootstrap, enable_idempotence=True, linger_ms=5)
+        try:
+            await producer.start()
+            return producer
+        except KafkaError as exc:
+            await producer.close()
+            if exc.code != ErrorCode.coordinator_load_in_progress or time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(0.2)
 
 
 async def read_committed_pulllog(bootstrap: str) -> tuple[list[bytes], dict[int, int | None], dict[int, int]]:
@@ -309,7 +372,7 @@ def compare(outcome: Outcome, inputs: list[bytes], output: list[bytes]) -> None:
     outcome.unexpected = sorted(v for v in got if v not in expected)
 
 
-def run_worker_round(broker: BrokerProcess, worker: WorkerProcess, rnd: Round | None, outcome: Outcome) -> bool:
+def run_worker_round(broker: BrokerProcess | KafkaBrokerProcess, worker: WorkerProcess, rnd: Round | None, outcome: Outcome) -> bool:
     """Let the worker run until the round's moment (then kill it) or until it ends by itself;
     True once it reported ``done``."""
     pending_broker = rnd.broker if rnd else None
@@ -340,13 +403,14 @@ def run_worker_round(broker: BrokerProcess, worker: WorkerProcess, rnd: Round | 
 
 
 def run(seed: int, kills: int, broker_kills: int, records: int, client: str, max_records: int,
-        work_dir: Path) -> Outcome:
+        work_dir: Path, broker_kind: str = "pulllog", rebootstrap: bool = False) -> Outcome:
     outcome = Outcome(seed)
     rng = random.Random(seed)
     rounds = plan(rng, kills, broker_kills, max_records)
     outcome.say(f"seed {seed}: {records} input records, {kills} worker kills, {broker_kills} broker kills, "
-                f"client {client}, at most {max_records} records per transaction")
-    broker = BrokerProcess(work_dir / "data", free_port(), work_dir / "broker.log")
+                f"client {client}, at most {max_records} records per transaction, broker {broker_kind}")
+    broker = (KafkaBrokerProcess(work_dir / "kafka") if broker_kind == "kafka"
+              else BrokerProcess(work_dir / "data", free_port(), work_dir / "broker.log"))
     worker: WorkerProcess | None = None
     try:
         broker.start()
@@ -355,14 +419,14 @@ def run(seed: int, kills: int, broker_kills: int, records: int, client: str, max
         for i, rnd in enumerate(rounds, 1):
             outcome.say(f"round {i}: kill the worker {rnd.worker}"
                         + (f", the broker first {rnd.broker}" if rnd.broker else ""))
-            worker = WorkerProcess(broker.bootstrap, client, max_records, worker_log)
+            worker = WorkerProcess(broker.bootstrap, client, max_records, worker_log, rebootstrap)
             if run_worker_round(broker, worker, rnd, outcome):
                 outcome.say("  the worker consumed the whole input before its moment")
                 break
         else:
             outcome.say("final run: until the whole input is consumed")
             for _ in range(5):
-                worker = WorkerProcess(broker.bootstrap, client, max_records, worker_log)
+                worker = WorkerProcess(broker.bootstrap, client, max_records, worker_log, rebootstrap)
                 if run_worker_round(broker, worker, None, outcome):
                     break
             else:
@@ -390,17 +454,23 @@ def main() -> None:
     parser.add_argument("--broker-kills", type=int, default=3)
     parser.add_argument("--records", type=int, default=3000)
     parser.add_argument("--client", choices=["pulllog", "librdkafka"], default="pulllog")
+    parser.add_argument("--broker", choices=["pulllog", "kafka"], default="pulllog",
+                        help="the broker to run against: pulllog, or Apache Kafka as the reference")
+    parser.add_argument("--librdkafka-rebootstrap", action="store_true",
+                        help="run librdkafka's worker with its default metadata.recovery.strategy=rebootstrap, "
+                             "to reproduce its send_offsets_to_transaction hang after a broker restart (#5511)")
     parser.add_argument("--max-records", type=int, default=10, help="records per transaction, at most")
     parser.add_argument("--keep", type=Path, default=None, help="keep the data and logs in this directory")
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(2**32)
     if args.keep is not None:
         args.keep.mkdir(parents=True, exist_ok=True)
-        outcome = run(seed, args.kills, args.broker_kills, args.records, args.client, args.max_records, args.keep)
+        outcome = run(seed, args.kills, args.broker_kills, args.records, args.client, args.max_records, args.keep,
+                      args.broker, args.librdkafka_rebootstrap)
     else:
         with tempfile.TemporaryDirectory(prefix="eos-crash-") as tmp:
             outcome = run(seed, args.kills, args.broker_kills, args.records, args.client, args.max_records,
-                          Path(tmp))
+                          Path(tmp), args.broker, args.librdkafka_rebootstrap)
     sys.exit(0 if outcome.ok else 1)
 
 

@@ -119,13 +119,23 @@ def run_librdkafka(args: argparse.Namespace) -> None:
         TopicPartition,
     )
 
+    # librdkafka >= 2.10 re-bootstraps when every broker it knows is down (a one-broker cluster
+    # restarting): it decommissions the broker, which may stay cached as the group's
+    # coordinator, and send_offsets_to_transaction then waits forever for it, past its timeout
+    # (librdkafka issues #5511 and #5456; Apache Kafka 4.1.1 as the broker shows the same).
+    # Without re-bootstrap the broker handle lives on and reconnects.
+    recovery = {} if args.rebootstrap else {"metadata.recovery.strategy": "none"}
+    # While the broker is down librdkafka's reconnect backoff doubles up to 10 s; the restarted
+    # group coordinator loads the member and starts its 6 s session then (as Kafka's does), so
+    # a member that reconnects later is removed and the group rebalances. Keep reconnects prompt.
+    recovery["reconnect.backoff.max.ms"] = 1000
     producer = Producer({"bootstrap.servers": args.bootstrap, "transactional.id": args.transactional_id,
-                         "transaction.timeout.ms": args.transaction_timeout_ms, "linger.ms": 5,
+                         "transaction.timeout.ms": args.transaction_timeout_ms, "linger.ms": 5, **recovery,
                          **({"debug": os.environ["EOS_RDKAFKA_DEBUG"]} if "EOS_RDKAFKA_DEBUG" in os.environ else {})})
     consumer = Consumer({"bootstrap.servers": args.bootstrap, "group.id": args.group,
                          "group.instance.id": INSTANCE_ID, "isolation.level": "read_committed",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                         "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000})
+                         "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000, **recovery})
     try:
         producer.init_transactions(60)
         consumer.subscribe([args.in_topic])
@@ -189,6 +199,9 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=3, help="the input topic's partitions")
     parser.add_argument("--max-records", type=int, default=10, help="records per transaction, at most")
     parser.add_argument("--transaction-timeout-ms", type=int, default=60_000)
+    parser.add_argument("--rebootstrap", action="store_true",
+                        help="librdkafka: keep its default metadata.recovery.strategy=rebootstrap, which "
+                             "can hang send_offsets_to_transaction after a broker restart (librdkafka #5511)")
     args = parser.parse_args()
     run: Callable[[], object] = (lambda: asyncio.run(run_pulllog(args))) if args.client == "pulllog" \
         else (lambda: run_librdkafka(args))

@@ -179,11 +179,13 @@ class KafkaReference:
         config = self.data_dir / "server.properties"
         config.write_text("".join(f"{k}={v}\n" for k, v in self.properties().items()))
         libs = fetch_jars()
-        fmt = subprocess.run(java_command("kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(config),
-                                          libs=libs), capture_output=True, text=True)
-        if fmt.returncode != 0:
-            raise RuntimeError(f"kafka-storage format failed: {fmt.stdout}{fmt.stderr}")
-        out = open(self.data_dir / "kafka.out", "wb")
+        # A restart (after stop() or kill()) keeps the formatted log directory and its data.
+        if not (self.data_dir / "logs" / "meta.properties").exists():
+            fmt = subprocess.run(java_command("kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c",
+                                              str(config), libs=libs), capture_output=True, text=True)
+            if fmt.returncode != 0:
+                raise RuntimeError(f"kafka-storage format failed: {fmt.stdout}{fmt.stderr}")
+        out = open(self.data_dir / "kafka.out", "ab")
         self.process = subprocess.Popen(java_command("kafka.Kafka", str(config), libs=libs),
                                         stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         out.close()
@@ -202,6 +204,13 @@ class KafkaReference:
             time.sleep(0.2)
         self.stop()
         raise RuntimeError(f"the reference Kafka broker did not serve within {timeout_s:.0f} s")
+
+    def kill(self) -> None:
+        """SIGKILL the broker (a crash: no clean shutdown); :meth:`start` restarts it on its data."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
 
     def stop(self) -> None:
         if self.process is None or self.process.poll() is not None:

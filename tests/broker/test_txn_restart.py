@@ -7,13 +7,12 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 from kafka_wire import WireClient
+from txn_helpers import read_values
 from waits import TIMEOUT_S
 
 from pulllog.records.batch import iter_batches
@@ -80,22 +79,6 @@ def abort(broker: BrokerThread) -> int:
     return offset
 
 
-def read_committed_values(broker: BrokerThread, count: int) -> list[bytes]:
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "txn-crash",
-                         "enable.auto.commit": False, "isolation.level": "read_committed"})
-    consumer.assign([TopicPartition(TOPIC, 0, 0)])
-    values: list[bytes] = []
-    deadline = time.monotonic() + TIMEOUT_S
-    try:
-        while len(values) < count and time.monotonic() < deadline:
-            for msg in consumer.consume(num_messages=count - len(values), timeout=1.0):
-                assert msg.error() is None, msg.error()
-                values.append(msg.value())
-    finally:
-        consumer.close()
-    return values
-
-
 def run_writer_and_sigkill(data_dir: Path, mode: str) -> None:
     proc = subprocess.Popen([sys.executable, "-c", WRITER, str(data_dir), mode], stdout=subprocess.PIPE, text=True)
     try:
@@ -126,13 +109,13 @@ def test_an_open_transaction_survives_sigkill_and_a_later_abort_hides_it(tmp_pat
         part = fetch_committed(broker.port)
         assert part.last_stable_offset == 6
         assert [(a.producer_id, a.first_offset) for a in part.aborted_transactions] == [(7, 1)]
-        assert read_committed_values(broker, 2) == [b"p0", b"p3"]
+        assert read_values(broker.bootstrap_servers, TOPIC, expect=2) == [b"p0", b"p3"]
     # And after a clean restart the abort is still known (the .txnindex) and nothing is open.
     with BrokerThread(data_dir) as broker:
         part = fetch_committed(broker.port)
         assert part.last_stable_offset == part.high_watermark == 6
         assert [(a.producer_id, a.first_offset) for a in part.aborted_transactions] == [(7, 1)]
-        assert read_committed_values(broker, 2) == [b"p0", b"p3"]
+        assert read_values(broker.bootstrap_servers, TOPIC, expect=2) == [b"p0", b"p3"]
 
 
 def test_an_open_transaction_survives_a_clean_restart(tmp_path: Path) -> None:
@@ -150,5 +133,5 @@ def test_an_open_transaction_survives_a_clean_restart(tmp_path: Path) -> None:
         part = fetch_committed(broker.port)
         assert (part.high_watermark, part.last_stable_offset) == (2, 1)
         abort(broker)
-        assert read_committed_values(broker, 1) == [b"p0"]
+        assert read_values(broker.bootstrap_servers, TOPIC, expect=1) == [b"p0"]
         assert fetch_committed(broker.port).last_stable_offset == 3

@@ -548,7 +548,86 @@ def test_a_broker_restart_keeps_every_committed_offset(tmp_path: Any) -> None:
             assert fetch_offsets(client, "deleted", None) == {}
             groups = list_groups(client)
         assert set(groups) == set(expected)
-        assert {state for state, _ in groups.values()} == {"Empty"}
+        # "active"'s member closed its connection without leaving: loaded with its group, as
+        # Kafka does, until its session times out; the other groups have no members.
+        assert {g: state for g, (state, _) in groups.items()} == {g: "Empty" for g in expected} | {"active": "Stable"}
+
+
+def _reconnect(member: WireMember, port: int) -> None:
+    """The member's process lives on across the broker's restart: a new connection, same identity."""
+    member.client.close()
+    member.client = WireClient(port, timeout=TIMEOUT_S, client_id=member.client.client_id)
+
+
+def test_a_broker_restart_keeps_a_stable_group_its_generation_members_and_assignments(tmp_path: Any) -> None:
+    # Kafka's coordinator loads each group's metadata record (generation, protocol, leader,
+    # members with their assignments and timeouts) and starts every member's session anew.
+    data_dir = tmp_path / "data"
+    with BrokerThread(data_dir) as broker:
+        port = broker.port
+        create_topic(broker.bootstrap_servers, TOPIC, 3)
+        members, plan = stable_group(port, "g", ["a", "b"], instance_ids=[None, "host-b"])
+        generation = members[0].generation
+    with BrokerThread(data_dir, port=port) as broker:
+        assert (group_state(broker, "g"), group_generation(broker, "g"), group_members(broker, "g")) \
+            == ("Stable", generation, 2)
+        for m in members:
+            _reconnect(m, port)
+            assert m.heartbeat() == ErrorCode.none, m.client.client_id
+            synced = m.sync()  # a member that missed the SyncGroup answer asks again: same assignment
+            assert (synced.error_code, bytes(synced.assignment)) == (ErrorCode.none, plan[m.member_id])
+        assert members[0].commit({(TOPIC, 0): (5, None)}) == {(TOPIC, 0): ErrorCode.none}
+        with WireClient(port) as client:
+            group = describe(client, "g")
+        assert (group.group_state, group.protocol_data) == ("Stable", "range")
+        assert {(m.member_id, m.group_instance_id, bytes(m.member_assignment)) for m in group.members} \
+            == {(m.member_id, m.instance_id, plan[m.member_id]) for m in members}
+        assert group_generation(broker, "g") == generation
+        for m in members:
+            m.close()
+
+
+def test_a_member_that_does_not_come_back_after_a_broker_restart_is_expired_and_the_group_rebalances(
+        tmp_path: Any) -> None:
+    data_dir = tmp_path / "data"
+    with BrokerThread(data_dir) as broker:
+        port = broker.port
+        create_topic(broker.bootstrap_servers, TOPIC, 3)
+        (stays, gone), _ = stable_group(port, "g", ["stays", "gone"])
+        generation = stays.generation
+    gone.close()
+    with BrokerThread(data_dir, port=port) as broker:
+        _reconnect(stays, port)
+        assert stays.heartbeat() == ErrorCode.none
+        # "gone" never heartbeats again: its session (restarted at load) ends, the group rebalances
+        wait_for_rebalance(stays)
+        assert group_members(broker, "g") == 1
+        answer = stays.join()
+        assert (answer.generation_id, answer.leader, [m.member_id for m in answer.members]) \
+            == (generation + 1, stays.member_id, [stays.member_id])
+        stays.close()
+
+
+def test_a_static_member_restarting_after_a_broker_restart_is_not_fenced(tmp_path: Any) -> None:
+    # The instance's new member id is in the group's metadata record (Kafka writes it when a
+    # static member takes its place in a Stable group), so a restart does not bring back the
+    # old id and fence the running instance.
+    data_dir = tmp_path / "data"
+    with BrokerThread(data_dir) as broker:
+        port = broker.port
+        create_topic(broker.bootstrap_servers, TOPIC, 3)
+        (first, static), plan = stable_group(port, "g", ["first", "static"], instance_ids=[None, "host-2"])
+        static.close()
+        restarted = WireMember(port, "g", "static", instance_id="host-2")
+        assert restarted.join().generation_id == static.generation
+    with BrokerThread(data_dir, port=port) as broker:
+        for m in (first, restarted):
+            _reconnect(m, port)
+            assert m.heartbeat() == ErrorCode.none, m.client.client_id
+        synced = restarted.sync()
+        assert (synced.error_code, bytes(synced.assignment)) == (ErrorCode.none, plan[static.member_id])
+        for m in (first, restarted):
+            m.close()
 
 
 def test_an_empty_group_without_offsets_is_removed_by_the_offsets_cleanup_and_stays_gone(tmp_path: Any) -> None:

@@ -15,7 +15,6 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from pulllog.broker.topics import TopicManager
-from pulllog.group import records as rec
 from pulllog.group.coordinator import (
     OFFSETS_TOPIC,
     DeleteGroupsRequest,
@@ -31,6 +30,7 @@ from pulllog.group.coordinator import (
     TxnOffsetCommitRequest,
 )
 from pulllog.log import Log, LogConfig
+from pulllog.net.coordinator_keys import partition_for
 from pulllog.purgatory import DelayedOperationPurgatory
 
 GROUP = "billing"
@@ -84,7 +84,7 @@ def _fetched(coordinator: GroupCoordinator, *tps: tuple[str, int], group: str = 
 def _offsets_log(coordinator: GroupCoordinator, group: str = GROUP) -> Log:
     logs = coordinator.topics.partition_logs(OFFSETS_TOPIC)
     assert logs is not None
-    return logs[rec.partition_for(group, len(logs))]
+    return logs[partition_for(group, len(logs))]
 
 
 def _end_txn(coordinator: GroupCoordinator, commit: bool, *, group: str = GROUP, producer_id: int = PRODUCER,
@@ -92,7 +92,7 @@ def _end_txn(coordinator: GroupCoordinator, commit: bool, *, group: str = GROUP,
     """What the transaction coordinator does: the marker, then the group coordinator is told."""
     plog = _offsets_log(coordinator, group)
     plog.write_txn_marker(producer_id, epoch, commit, coordinator_epoch=0)
-    coordinator.handle_txn_completion(producer_id, [rec.partition_for(group, coordinator.offsets_partitions)],
+    coordinator.handle_txn_completion(producer_id, [partition_for(group, coordinator.offsets_partitions)],
                                       commit)
 
 
@@ -157,13 +157,13 @@ async def test_completion_touches_only_the_marked_offsets_partitions(tmp_path: P
     with _coordinator(tmp_path, offsets_partitions=4) as coordinator:
         _commit(coordinator, {A0: 1})  # creates __consumer_offsets
         groups = ["g-0", "g-1", "g-2", "g-3", "g-4", "g-5"]
-        other = next(g for g in groups if rec.partition_for(g, 4) != rec.partition_for(GROUP, 4))
+        other = next(g for g in groups if partition_for(g, 4) != partition_for(GROUP, 4))
         _txn_commit(coordinator, {A0: 10})
         _txn_commit(coordinator, {A0: 20}, group=other)
-        coordinator.handle_txn_completion(PRODUCER, [rec.partition_for(GROUP, 4)], True)
+        coordinator.handle_txn_completion(PRODUCER, [partition_for(GROUP, 4)], True)
         assert _fetched(coordinator, A0, require_stable=True) == [10]
         assert _fetched(coordinator, A0, group=other, require_stable=True) == [ErrorCode.unstable_offset_commit]
-        coordinator.handle_txn_completion(PRODUCER, [rec.partition_for(other, 4)], True)
+        coordinator.handle_txn_completion(PRODUCER, [partition_for(other, 4)], True)
         assert _fetched(coordinator, A0, group=other) == [20]
 
 

@@ -22,7 +22,7 @@ from kafka_wire import WireClient
 from kio.schema.errors import ErrorCode
 from waits import wait_for_listener
 
-from pulllog.group.records import partition_for
+from pulllog.net.coordinator_keys import partition_for
 from pulllog.records import build_batch
 from pulllog.records.batch import iter_batches
 from pulllog.testing import BrokerThread

@@ -14,7 +14,7 @@ from pulllog.records import Compression, Record, build_batch
 from pulllog.log import ConfigError, Log, LogConfig, LogSegment
 from pulllog.log.cleaner import CleanerStats, clean, group_segments_by_size, segment_ref
 from pulllog.records.batch import RecordBatch, TimestampType, iter_batches
-from pulllog.records.control import build_control_batch
+from pulllog.records.control import ControlType, build_control_batch, read_control_record
 
 T0 = 1_700_000_000_000
 DAY = 24 * 3600 * 1000
@@ -344,6 +344,94 @@ def test_aborted_records_are_removed_and_never_hide_committed_ones(tmp_path: Pat
     batches = all_batches(log)
     assert batches[1].header.records_count == 0, "the producer's last data batch stays, empty"
     assert batches[2].header.is_control
+
+
+def markers(log: Log) -> list[tuple[int, int, bool, int | None]]:
+    """(offset, producer id, commit?, delete horizon or None) of every transaction marker."""
+    out = []
+    for b in all_batches(log):
+        if b.header.is_control:
+            marker = read_control_record(b)
+            assert marker is not None
+            horizon = b.header.delete_horizon_ms if b.header.has_delete_horizon else None
+            out.append((b.base_offset, b.header.producer_id, marker.type == ControlType.COMMIT, horizon))
+    return out
+
+
+def test_an_abort_marker_stays_while_its_records_are_there_and_goes_after_delete_retention(tmp_path: Path) -> None:
+    # KIP-98's cleaner rules, as Kafka's: the first clean removes the aborted records and keeps
+    # the marker; the next finds nothing of the transaction left and stamps the marker with a
+    # delete horizon; a clean after delete.retention.ms removes it, and its .txnindex entry.
+    clock = Clock()
+    log = open_log(tmp_path / "t-0", clock, segment_bytes=10_000)
+    put(log, b"k", b"committed")
+    put(log, b"k", b"aborted", producer_id=5, producer_epoch=0, base_sequence=0, transactional=True)
+    log.append(build_control_batch(5, 0, False, 0, T0))
+    put(log, b"j", b"later", producer_id=5, producer_epoch=0, base_sequence=1)  # producer 5's last data
+    log.roll()
+    put(log, b"other", b"1")
+    survivors = [(0, b"k", b"committed"), (3, b"j", b"later"), (4, b"other", b"1")]
+
+    clean(log)
+    assert triples(log) == survivors
+    assert markers(log) == [(2, 5, False, None)], "the clean that removed its records keeps the marker"
+    assert log.aborted_transactions(0, log.log_end_offset) == [(5, 1)]
+
+    clean(log)
+    assert markers(log) == [(2, 5, False, T0 + DAY)]
+
+    clock.now = T0 + DAY - 1
+    clean(log)
+    assert markers(log) == [(2, 5, False, T0 + DAY)], "a consumer within delete.retention.ms still sees it"
+
+    clock.now = T0 + DAY
+    stats = clean(log)
+    assert stats.markers_removed == 1
+    assert markers(log) == []
+    assert triples(log) == survivors
+    assert log.aborted_transactions(0, log.log_end_offset) == []
+    log.close()
+    reopened = open_log(tmp_path / "t-0", clock)
+    assert (triples(reopened), markers(reopened)) == (survivors, [])
+    assert reopened.last_stable_offset == reopened.log_end_offset
+
+
+def test_a_commit_marker_goes_after_delete_retention_once_compaction_removed_its_records(tmp_path: Path) -> None:
+    clock = Clock()
+    log = open_log(tmp_path / "t-0", clock, segment_bytes=10_000)
+    put(log, b"k", b"v1", producer_id=7, producer_epoch=0, base_sequence=0, transactional=True)
+    log.append(build_control_batch(7, 0, True, 0, T0))
+    put(log, b"k", b"v2")  # supersedes the transaction's only record
+    put(log, b"j", b"v1", producer_id=7, producer_epoch=0, base_sequence=1, transactional=True)
+    log.append(build_control_batch(7, 0, True, 0, T0))
+    log.roll()
+    put(log, b"other", b"1")
+
+    clean(log)
+    clean(log)
+    assert markers(log) == [(1, 7, True, T0 + DAY), (4, 7, True, None)], \
+        "the second transaction's record is still there: its marker has no horizon"
+    clock.now = T0 + DAY
+    clean(log)
+    assert markers(log) == [(4, 7, True, None)]
+    assert triples(log) == [(2, b"k", b"v2"), (3, b"j", b"v1"), (5, b"other", b"1")]
+
+
+def test_a_marker_that_is_its_producers_last_batch_stays_for_its_epoch(tmp_path: Path) -> None:
+    # A transaction that wrote nothing to this partition still gets its marker (EndTxn marks
+    # every partition added): with no data batch of the producer left, it is what holds the
+    # producer's epoch, so it stays past delete.retention.ms (Kafka keeps it, emptied).
+    clock = Clock()
+    log = open_log(tmp_path / "t-0", clock, segment_bytes=10_000)
+    put(log, b"k", b"v")
+    log.append(build_control_batch(11, 3, True, 0, T0))
+    log.roll()
+    put(log, b"other", b"1")
+    for now in (T0, T0, T0 + 2 * DAY, T0 + 3 * DAY):
+        clock.now = now
+        clean(log)
+    assert markers(log) == [(1, 11, True, None)]
+    assert log.producer_state.producers[11].epoch == 3
 
 
 def test_open_transaction_stops_cleaning(tmp_path: Path) -> None:

@@ -203,3 +203,21 @@ def test_a_rebuilt_batch_keeps_its_header() -> None:
     assert (empty.header.records_count, empty.header.compression) == (0, Compression.NONE)
     assert empty.header.base_timestamp == empty.header.max_timestamp == 5_000
     assert (empty.header.base_offset, empty.header.last_offset) == (40, 42)
+
+
+def test_a_rebuilt_marker_stays_a_control_batch() -> None:
+    # The cleaner rebuilds a transaction marker to stamp its delete horizon (KIP-534).
+    from pulllog.records.batch import rebuild_batch
+    from pulllog.records.control import (
+        ControlType,
+        build_control_batch,
+        read_control_record,
+    )
+
+    marker = RecordBatch.from_bytes(build_control_batch(9, 4, False, 2, 1_000, base_offset=77))
+    rebuilt = RecordBatch.from_bytes(rebuild_batch(marker.header, marker.records(), delete_horizon_ms=9_000))
+    assert (rebuilt.header.is_control, rebuilt.header.is_transactional) == (True, True)
+    assert (rebuilt.header.producer_id, rebuilt.header.producer_epoch, rebuilt.base_offset) == (9, 4, 77)
+    assert rebuilt.header.delete_horizon_ms == 9_000
+    control = read_control_record(rebuilt)
+    assert control is not None and control.type == ControlType.ABORT

@@ -8,10 +8,11 @@ k-th commit, with records of an open transaction sent, after the offsets were ad
 EndTxn on its way), chosen by a seeded plan; the seed is in the test's id and in the failure
 message, and ``PULLLOG_EOS_SEED`` replaces it to replay or explore.
 
-librdkafka's loop runs without broker kills: after a broker restart librdkafka 2.16's
-``send_offsets_to_transaction`` can wait forever (its AddOffsetsToTxn succeeds, the
-TxnOffsetCommit is never sent and the call's timeout is not honoured; librdkafka issues
-#5456 and #5511 describe this), which would stop the loop, not break exactly-once.
+Both loops run with broker kills. librdkafka's worker sets metadata.recovery.strategy=none:
+with its default re-bootstrap, librdkafka 2.16's ``send_offsets_to_transaction`` can wait
+forever after the restart of a one-broker cluster, Apache Kafka's as pulllog's (librdkafka
+#5511; see scripts/eos_crash.py). The group's members survive the broker's restarts (as in
+Kafka), so no transaction is aborted because its group forgot the member (UNKNOWN_MEMBER_ID).
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ MAX_RECORDS = 10
 
 @pytest.mark.parametrize(("client", "broker_kills", "seed"), [
     ("pulllog", 3, 4),
-    ("librdkafka", 0, 3),
-], ids=["pulllog-seed4", "librdkafka-seed3"])
+    ("librdkafka", 3, 1),
+], ids=["pulllog-seed4", "librdkafka-seed1"])
 def test_a_loop_killed_10_times_outputs_each_input_record_exactly_once(
         tmp_path: Path, client: str, broker_kills: int, seed: int) -> None:
     seed = int(os.environ.get("PULLLOG_EOS_SEED", seed))
@@ -39,3 +40,9 @@ def test_a_loop_killed_10_times_outputs_each_input_record_exactly_once(
     kills = [line for line in outcome.log if "worker SIGKILLed" in line]
     assert len(kills) == KILLS, "\n".join(outcome.log)
     assert sum("broker SIGKILLed" in line for line in outcome.log) == broker_kills, "\n".join(outcome.log)
+    # A broker that forgot the group's members answered the first TxnOffsetCommit after its
+    # restart UNKNOWN_MEMBER_ID. FENCED_INSTANCE_ID is not checked: a member that reconnects
+    # later than its session timeout after the restart is removed (as by Kafka), and its
+    # rejoin under a new member id can race the producer's copy of the group metadata.
+    forgotten = [line for line in outcome.log if "aborts" in line and "UNKNOWN_MEMBER" in line.upper()]
+    assert not forgotten, "the group forgot its member across a broker restart:\n" + "\n".join(forgotten)

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pulllog.txn.records import TransactionLogValue, decode_key, decode_value, encode_key, encode_value, partition_for
+from pulllog.net.coordinator_keys import partition_for
+from pulllog.txn.records import TransactionLogValue, decode_key, decode_value, encode_key, encode_value
 from pulllog.txn.state import Effect, Event, IllegalTransitionError, TxnState, step
 
 

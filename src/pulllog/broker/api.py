@@ -160,6 +160,8 @@ class TransactionCoordinatorApi(Protocol):
 
     def end_txn(self, request: "EndTxnRequest") -> "ErrorCode": ...
 
+    def ownership_error(self, transactional_id: str) -> "ErrorCode": ...
+
     def describe(self, transactional_id: str) -> "TransactionDescription": ...
 
     def list_transactions(self, request: "ListTransactionsRequest") -> "ListTransactionsResult": ...
@@ -228,6 +230,17 @@ class BrokerApi(Protocol):
 
     def partition(self, topic: str, index: int) -> "Log | PartitionError":
         """The log of one partition, or why there is none (Kafka's error code)."""
+        ...
+
+    def wait_for_replication(self, topic: str, index: int, log: "Log") -> None:
+        """A cluster member's append to a replicated log it leads, made inside
+        :meth:`collect_flushes`: the request answers once the ISR has it (collected as a flush
+        that fails with the replication's error)."""
+        ...
+
+    def offsets_partition_count(self) -> int:
+        """How many partitions ``__consumer_offsets`` has (the cluster's, for a cluster member),
+        or will have: how group ids map to its partitions."""
         ...
 
     def auto_create_topic(self, name: str) -> "Topic":

@@ -59,7 +59,7 @@ from .listener import Listener, listen_sockets
 from .lock import DataDirLock
 from ..purgatory.delayed import DelayedOperationPurgatory
 from .server import Connection
-from .topics import OFFSETS_TOPIC, Topic, TopicManager
+from .topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, Topic, TopicManager
 
 if TYPE_CHECKING:
     from ..cluster.membership import ClusterMembership
@@ -70,15 +70,18 @@ if TYPE_CHECKING:
     from .faults import Faults
 
 if TYPE_CHECKING:
+    from kio.schema.errors import ErrorCode
+
     from ..txn.coordinator import TransactionCoordinator
 
 __all__ = ["Broker"]
 
-TRANSACTION_STATE_TOPIC = "__transaction_state"
-
 log = logging.getLogger("pulllog.broker")
 
 _SHUTDOWN_GRACE_S = 5.0
+# How long a coordinator's append waits for the ISR: Kafka's offsets.commit.timeout.ms for
+# __consumer_offsets; request.timeout.ms (30 s) for transaction state and markers.
+_COORDINATOR_ACKS_TIMEOUT_MS = {OFFSETS_TOPIC: 5_000}
 _UNDAMAGED_LINES = 20
 
 
@@ -155,6 +158,10 @@ class Broker:
         # A cluster member's replicated partitions (broker/replica_manager.py). None for a single
         # broker: it leads every partition, with the high watermark at the log end offset.
         self.replicas: "ReplicaManager | None" = None
+        # A cluster member's coordinator partitions: (internal topic, partition) -> the leader
+        # epoch this broker loaded it in (see _sync_coordinators). A single broker leaves it
+        # empty: it coordinates everything (the coordinators get no owner check).
+        self.coordinating: dict[tuple[str, int], int] = {}
         if self.config.zookeeper_connect is not None:
             self.enable_replication()
 
@@ -199,8 +206,24 @@ class Broker:
                 initial_rebalance_delay_ms=self.config.group_initial_rebalance_delay_ms,
                 offsets_retention_ms=self.config.offsets_retention_ms,
                 flush_due=self.defer_flush,
+                owner=self._owner(OFFSETS_TOPIC) if self.clustered else None,
+                appended=self._coordinator_appended if self.clustered else None,
             )
         return self._groups
+
+    @property
+    def clustered(self) -> bool:
+        """A cluster member (``zookeeper.connect``): the coordinators own only the partitions
+        of their internal topics this broker leads."""
+        return self.config.zookeeper_connect is not None
+
+    def _owner(self, topic: str) -> "Callable[[int], ErrorCode]":
+        from kio.schema.errors import ErrorCode
+
+        def owner(index: int) -> ErrorCode:
+            return ErrorCode.none if (topic, index) in self.coordinating else ErrorCode.not_coordinator
+
+        return owner
 
     # ------------------------------------------------------------------ running
 
@@ -277,14 +300,17 @@ class Broker:
         try:
             self.recovery_report = self.topics.load(offline_ok=self.config.start_with_offline_partitions)
             self._log_recovery_report()
-            loaded = self.groups.load() if self.topics.partition_logs(OFFSETS_TOPIC) is not None else 0
+            # A cluster member loads a coordinator partition when it becomes its leader
+            # (_sync_coordinators), not everything it has a copy of.
+            loaded = self.groups.load() if (self.topics.partition_logs(OFFSETS_TOPIC) is not None
+                                            and not self.clustered) else 0
         except BaseException:
             self.topics.close()
             self.data_dir_lock.release()
             raise
         if loaded:
             log.info("loaded %d consumer group(s) from __consumer_offsets", loaded)
-        if self.topics.partition_logs(TRANSACTION_STATE_TOPIC) is not None:
+        if self.topics.partition_logs(TRANSACTION_STATE_TOPIC) is not None and not self.clustered:
             # After the groups: completing a transaction left between its markers may commit
             # offsets the group coordinator holds pending.
             try:
@@ -411,7 +437,45 @@ class Broker:
                 self._replica_of.discard(key)
             if replicas is not None:
                 replicas.apply(view)
+        if replicas is not None and (removed or any(v.topic in (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC)
+                                                    for v in views)):
+            self._sync_coordinators()
         self._wake_view_waiters()
+
+    def _sync_coordinators(self) -> None:
+        """Make the coordinators own exactly the partitions of ``__consumer_offsets`` and
+        ``__transaction_state`` this broker leads: a partition it became leader of (or leads
+        in a new epoch) is loaded from its log, one it no longer leads is unloaded (its groups
+        and transactional ids go, with their timers). The coordinator epoch of a transaction
+        partition is its leader epoch."""
+        replicas = self.replicas
+        assert replicas is not None
+        leading: dict[tuple[str, int], int] = {
+            key: replica.leader_epoch for key, replica in replicas.partitions.items()
+            if key[0] in (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC) and replica.is_leader}
+        for key in [k for k in self.coordinating if k not in leading]:
+            del self.coordinating[key]
+            self._coordinator_of(key[0]).unload_partition(key[1])
+            log.info("no longer coordinating %s-%d", *key)
+        for key, epoch in sorted(leading.items()):  # offsets first: a transaction's completion commits offsets
+            if key in self.coordinating:
+                if self.coordinating[key] != epoch:  # still the leader, in a new epoch (an ISR shrink)
+                    self.coordinating[key] = epoch
+                    self._coordinator_of(key[0]).set_partition_epoch(key[1], epoch)
+                continue
+            coordinator = self._coordinator_of(key[0])
+            coordinator.set_partition_count(sum(1 for k in self.partition_views if k[0] == key[0]))
+            self.coordinating[key] = epoch
+            try:
+                loaded = coordinator.load_partition(key[1], epoch)
+            except OSError as exc:  # answered NOT_COORDINATOR; the next view tries again
+                del self.coordinating[key]
+                log.error("cannot load %s-%d: %s", key[0], key[1], exc)
+                continue
+            log.info("coordinating %s-%d (leader epoch %d): loaded %d", key[0], key[1], epoch, loaded)
+
+    def _coordinator_of(self, topic: str) -> "GroupCoordinator | TransactionCoordinator":
+        return self.groups if topic == OFFSETS_TOPIC else self.transactions
 
     def _apply_topic_configs(self, views: "list[PartitionView]") -> None:
         """A topic's overrides changed in ZooKeeper (AlterConfigs on any broker): this broker's
@@ -584,19 +648,27 @@ class Broker:
         that never sees a transactional request (nor has ``__transaction_state`` on disk)."""
         if self._transactions is None:
             from ..txn.coordinator import TransactionCoordinator
-            from . import txn_markers
 
             cfg = self.config
+            writer: Callable[..., Any]
+            if self.clustered:  # markers for partitions other brokers lead go to them
+                from .txn_marker_sender import TxnMarkerSender
+
+                writer = TxnMarkerSender(self).write
+            else:
+                # Looked up at each call, so a test can wrap the module's function.
+                writer = functools.partial(_write_txn_markers, self)
             self._transactions = TransactionCoordinator(
                 self.topics,
-                # Looked up at each call, so a test can wrap the module's function.
-                lambda *args: txn_markers.write_txn_markers(self, *args),
+                writer,
                 self.next_producer_id,
                 state_partitions=cfg.transaction_state_log_num_partitions,
                 state_segment_bytes=cfg.transaction_state_log_segment_bytes,
                 max_timeout_ms=cfg.transaction_max_timeout_ms,
                 id_expiration_ms=cfg.transactional_id_expiration_ms,
                 flush_due=self.defer_flush,
+                owner=self._owner(TRANSACTION_STATE_TOPIC) if self.clustered else None,
+                appended=self._coordinator_appended if self.clustered else None,
             )
         return self._transactions
 
@@ -705,6 +777,53 @@ class Broker:
 
     # ------------------------------------------------------------------ for handlers
 
+    def _coordinator_appended(self, partition_log: Log) -> None:
+        """A coordinator appended to one of its partitions (cluster mode): followers hear of it
+        now, and the request waits until they have it."""
+        replicas = self.replicas
+        if replicas is None:
+            return
+        for key in self.coordinating:
+            replica = replicas.partitions.get(key)
+            if replica is not None and replica.log is partition_log:
+                self.on_append(*key)
+                self.wait_for_replication(key[0], key[1], partition_log)
+                return
+
+    def wait_for_replication(self, topic: str, index: int, partition_log: Log) -> None:
+        collector, replicas = self._flush_collector, self.replicas
+        if collector is None or replicas is None or (topic, index) not in replicas.partitions:
+            return
+        timeout_ms = _COORDINATOR_ACKS_TIMEOUT_MS.get(topic, 30_000)
+        from kio.schema.errors import ErrorCode
+
+        from .handlers import NotReplicatedError
+
+        op = replicas.wait_for_acks(timeout_ms, [(topic, index, partition_log.log_end_offset)])
+        replicated: asyncio.Future[FlushResult] = asyncio.get_running_loop().create_future()
+
+        def done(result: "asyncio.Future[dict[tuple[str, int], Any]]") -> None:
+            code = result.result().get((topic, index)) if not result.cancelled() else None
+            if replicated.done():
+                return
+            if code is not None and int(code) == 0:
+                replicated.set_result(None)
+            else:  # answered as a failed append, with the replication's code (handlers map it)
+                code = code if code is not None else ErrorCode.request_timed_out
+                replicated.set_result(NotReplicatedError(int(code), f"{topic}-{index} was not replicated: "
+                                                         f"{getattr(code, 'name', code)}"))
+
+        op.result.add_done_callback(done)
+        collector.append((partition_log, replicated))
+
+    def offsets_partition_count(self) -> int:
+        if self.clustered:
+            count = sum(1 for key in self.partition_views if key[0] == OFFSETS_TOPIC)
+        else:
+            topic = self.topics.find(OFFSETS_TOPIC)
+            count = len(topic.partitions) if topic is not None else 0
+        return count or self.config.offsets_topic_num_partitions
+
     def auto_create_topic(self, name: str) -> Topic:
         topic = self.topics.create(name, self.config.num_partitions)
         log.info("auto-created topic %s with %d partition(s)", name, self.config.num_partitions)
@@ -724,6 +843,12 @@ class Broker:
     def next_producer_id(self) -> int:
         self._next_producer_id += 1
         return self._next_producer_id
+
+
+def _write_txn_markers(broker: "Broker", *args: Any) -> Any:
+    from . import txn_markers
+
+    return txn_markers.write_txn_markers(broker, *args)
 
 
 class _FaultsOnFirstUse:

@@ -80,6 +80,8 @@ from .config import LOG_DEFAULT_NAMES
 
 __all__ = [
     "INTERNAL_TOPICS",
+    "OFFSETS_TOPIC",
+    "TRANSACTION_STATE_TOPIC",
     "InvalidTopicError",
     "OfflineTopic",
     "Partition",
@@ -100,8 +102,9 @@ _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME = 249
 DEFAULT_MAX_PARTITIONS = 20_000
 OFFSETS_TOPIC = "__consumer_offsets"
+TRANSACTION_STATE_TOPIC = "__transaction_state"
 # Kafka's internal topics (Topic.INTERNAL_TOPICS): written only by the broker itself.
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, "__transaction_state", "__share_group_state"})
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, "__share_group_state"})
 _PENDING = ".pending"
 
 

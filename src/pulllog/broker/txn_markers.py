@@ -9,6 +9,8 @@ written, the group coordinator makes the transaction's offsets committed or drop
 
 Rules:
 
+* A cluster member writes only to the partitions it leads (NOT_LEADER_OR_FOLLOWER for the
+  others; the coordinator's sender, txn_marker_sender.py, sends those to their leaders).
 * Each partition stands alone: one partition's error does not keep the others from their
   markers. A partition that does not exist (its topic was deleted) answers
   UNKNOWN_TOPIC_OR_PARTITION; a storage error KAFKA_STORAGE_ERROR (the coordinator retries it).
@@ -59,8 +61,10 @@ def write_txn_markers(broker: "BrokerApi", producer_id: int, producer_epoch: int
 
 def _write_one(broker: "BrokerApi", topic: str, index: int, producer_id: int, producer_epoch: int, commit: bool,
                coordinator_epoch: int) -> ErrorCode:
-    replicas = broker.replicas  # a cluster member writes markers only where it leads (never into a follower's log)
-    partition_log = broker.partition(topic, index) if replicas is None else replicas.leader_log(topic, index)
+    # A cluster member writes markers only where it leads (NOT_LEADER_OR_FOLLOWER elsewhere:
+    # the coordinator sends them to the leader); a single broker leads every partition.
+    replicas = broker.replicas
+    partition_log = replicas.leader_log(topic, index) if replicas is not None else broker.partition(topic, index)
     if isinstance(partition_log, PartitionError):
         return ErrorCode(partition_log.code)
     try:
@@ -77,4 +81,6 @@ def _write_one(broker: "BrokerApi", topic: str, index: int, producer_id: int, pr
     broker.on_append(topic, index)
     if partition_log.flush_messages_due:
         broker.defer_flush(partition_log)
+    if replicas is not None:  # answered once the ISR has the marker (Kafka appends it with acks=all)
+        broker.wait_for_replication(topic, index, partition_log)
     return ErrorCode.none

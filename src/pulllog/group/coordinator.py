@@ -31,13 +31,20 @@ results list partitions, members and groups in the request's order. Never the li
 Timeouts (the join deadline, each member's session) are delayed operations in the
 purgatory's timing wheel. Offsets are appended to ``__consumer_offsets`` (compacted,
 partition chosen by the group id's hash) and acknowledged once appended; they are cached in
-memory and replayed from the topic on startup. ``flush.messages`` (or the broker's
-``log.flush.interval.messages``): in a broker, an append that makes the flush due does not
-fsync here (the event loop never waits for the disk); the log goes to ``flush_due`` and the
-handler of the request answers once the broker's worker thread has fsynced it: OffsetCommit,
-TxnOffsetCommit, OffsetDelete and DeleteGroups (a failed fsync answers as a failed append).
-Group metadata written by a rebalance is not waited for: as before, its write is best effort
-(a failure is logged), so JoinGroup and SyncGroup answer without waiting for the disk.
+memory and replayed from the topic on startup. So is each group's metadata record (written
+when a generation's assignment is handed out, when the group empties, and when a static
+member takes its place anew in a Stable group, as Kafka writes it): a restart loads the group
+Stable with that generation, protocol, leader and members (their assignments and timeouts),
+or Empty, and starts every loaded member's session then; members that heartbeat in time go
+on without a rebalance, one that does not come back is removed after its session timeout.
+
+``flush.messages`` (or the broker's ``log.flush.interval.messages``): in a broker, an append
+that makes the flush due does not fsync here (the event loop never waits for the disk); the
+log goes to ``flush_due`` and the handler of the request answers once the broker's worker
+thread has fsynced it: OffsetCommit, TxnOffsetCommit, OffsetDelete and DeleteGroups (a
+failed fsync answers as a failed append). Group metadata written by a rebalance is not
+waited for: as before, its write is best effort (a failure is logged), so JoinGroup and
+SyncGroup answer without waiting for the disk.
 
 Offsets in transactions (KIP-98, TxnOffsetCommit): a transactional producer's offsets are
 appended as a *transactional* batch carrying its producer id and epoch, and kept *pending*
@@ -71,6 +78,7 @@ from ..log import AppendInfo, Log
 from ..log.log import wall_clock_ms
 from ..log.producer_state import InvalidProducerEpochError, increment_sequence
 from ..net.consumer_protocol import decode_subscription
+from ..net.coordinator_keys import partition_for
 from ..purgatory import DelayedOperation, DelayedOperationPurgatory
 from ..records import build_batch
 from ..records.batch import NO_SEQUENCE
@@ -266,6 +274,9 @@ class GroupDescription:
     protocol_type: str
     protocol: str
     members: tuple[MemberDescription, ...]
+    error: ErrorCode = ErrorCode.none
+    """NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS from a cluster member that does not
+    (yet) coordinate the group."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -557,6 +568,29 @@ class Group:
         return topics
 
 
+def _restore_group(group: Group, meta: rec.GroupMetadataValue) -> None:
+    """Set ``group`` to what its latest metadata record says, as Kafka's GroupMetadataManager
+    loads a group: Stable with the record's generation, protocol, leader and members (each
+    with its subscription, assignment and timeouts) when it lists members, else Empty. The
+    record is written when a generation's assignment is handed out (and when a static member
+    takes its place anew), so a member that heartbeats in time finds its generation again;
+    a rebalance cut short by the restart is not in it, and its members join again."""
+    protocol_type = meta.protocol_type or None
+    members = {m.member_id: Member(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                                   m.session_timeout_ms, m.rebalance_timeout_ms, protocol_type or "",
+                                   [(meta.protocol or "", m.subscription)], assignment=m.assignment)
+               for m in meta.members}
+    group.generation, group.protocol_type = meta.generation, protocol_type
+    group.protocol_name = meta.protocol if members else None
+    group.leader_id = meta.leader if members else None
+    group.members = members
+    group.static_members = {m.group_instance_id: m.member_id for m in members.values()
+                            if m.group_instance_id is not None}
+    group.pending_members.clear()
+    group.state = GroupState.STABLE if members else GroupState.EMPTY
+    group.state_timestamp = meta.state_timestamp
+
+
 def _new_member_id(group_instance_id: str | None, client_id: str) -> str:
     """As Kafka: a static member's id starts with its group instance id, a dynamic one's with
     its client id."""
@@ -650,8 +684,19 @@ class GroupCoordinator:
         offsets_retention_ms: int = 7 * 24 * 3600 * 1000,
         clock: Callable[[], int] = wall_clock_ms,
         flush_due: Callable[[Log], None] | None = None,
+        owner: Callable[[int], ErrorCode] | None = None,
+        appended: Callable[[Log], None] | None = None,
     ) -> None:
         self.topics = topics
+        self.appended = appended
+        """A cluster member's: told of every append (a replicated log's leader), so the
+        request that made it answers once the ISR has it (acks=all, as Kafka's coordinator)."""
+        self.owner = owner
+        """A cluster member's: for a ``__consumer_offsets`` partition, NONE when this broker
+        leads it (and has loaded it), else NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS.
+        The partition count is then ``offsets_partitions`` (the cluster's), not the local
+        topic's (a replica manager's local topic only has the partitions up to the highest
+        hosted one). None: a single broker, which coordinates every group."""
         self.purgatory = purgatory
         self.flush_due = flush_due
         """Given, an append that makes ``flush.messages`` due does not fsync: the log goes to
@@ -669,6 +714,8 @@ class GroupCoordinator:
 
     def _offsets_log(self, group_id: str) -> Log:
         logs = self.topics.partition_logs(OFFSETS_TOPIC)
+        if logs is None and self.owner is not None:  # a cluster creates it through ZooKeeper
+            raise OSError(errno.EIO, f"{OFFSETS_TOPIC} has no replica on this broker")
         if logs is None and (offline := self.topics.offline_reason(OFFSETS_TOPIC)) is not None:
             # On disk but offline (a degraded start): creating it afresh would hide every
             # committed offset; callers answer KAFKA_STORAGE_ERROR as for any storage error.
@@ -678,7 +725,13 @@ class GroupCoordinator:
                                {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)})
             logs = self.topics.partition_logs(OFFSETS_TOPIC)
             assert logs is not None
-        return logs[rec.partition_for(group_id, len(logs))]
+        if self.owner is not None:
+            index = partition_for(group_id, self.offsets_partitions)
+            if index >= len(logs) or self.owner(index) is not ErrorCode.none:
+                # Leadership moved between the request's check and its append.
+                raise OSError(errno.EIO, f"{OFFSETS_TOPIC}-{index} is not led by this broker")
+            return logs[index]
+        return logs[partition_for(group_id, len(logs))]
 
     def _append(self, group_id: str, pairs: Sequence[tuple[bytes, bytes | None]]) -> int:
         """Append one batch of records; returns the offset of the first."""
@@ -688,10 +741,13 @@ class GroupCoordinator:
     def _append_batch(self, plog: Log, batch: bytes) -> AppendInfo:
         """Append; with a ``flush_due``, a flush the append makes due goes to it (no fsync here)."""
         if self.flush_due is None:
-            return plog.append(batch)
-        info = plog.append(batch, defer_flush=True)
-        if plog.flush_messages_due:
-            self.flush_due(plog)
+            info = plog.append(batch)
+        else:
+            info = plog.append(batch, defer_flush=True)
+            if plog.flush_messages_due:
+                self.flush_due(plog)
+        if self.appended is not None:
+            self.appended(plog)
         return info
 
     def _append_transactional(self, group_id: str, producer_id: int, producer_epoch: int,
@@ -712,8 +768,74 @@ class GroupCoordinator:
 
     def _offsets_partition_count(self) -> int:
         """How many partitions ``__consumer_offsets`` has (as ``_offsets_log`` hashes group ids)."""
+        if self.owner is not None:
+            return self.offsets_partitions
         logs = self.topics.partition_logs(OFFSETS_TOPIC)
         return len(logs) if logs else self.offsets_partitions
+
+    def ownership_error(self, group_id: str) -> ErrorCode:
+        """NONE when this broker coordinates ``group_id`` (always, on a single broker)."""
+        if self.owner is None:
+            return ErrorCode.none
+        return self.owner(partition_for(group_id, self.offsets_partitions))
+
+    def partition_of(self, group_id: str) -> int:
+        return partition_for(group_id, self._offsets_partition_count())
+
+    def set_partition_count(self, partitions: int) -> None:
+        """A cluster member: how many partitions the cluster's ``__consumer_offsets`` has."""
+        if partitions > 0:
+            self.offsets_partitions = partitions
+
+    def load_partition(self, index: int, leader_epoch: int = 0) -> int:
+        """This broker became the leader of ``__consumer_offsets`` partition ``index``: replay
+        it (to its log end, as Kafka's loading does), completing the transactions whose markers
+        it holds, and start the loaded members' sessions now. Returns how many groups it holds."""
+        self.unload_partition(index)  # a stale copy of an earlier term
+        logs = self.topics.partition_logs(OFFSETS_TOPIC)
+        if logs is None or index >= len(logs):
+            return 0
+        count = self._offsets_partition_count()
+        for entry in _log_entries(logs[index]):
+            if isinstance(entry, _TxnMarker):
+                self._complete_txn(entry.producer_id, {index}, entry.commit, count)
+            else:
+                producer_id, record = entry
+                self._replay(record.key, record.value, record.offset, producer_id)
+        loaded = [g for g in self.groups.values() if partition_for(g.group_id, count) == index]
+        for group in loaded:
+            for member in group.members.values():
+                self._schedule_heartbeat(group, member)
+        return len(loaded)
+
+    def set_partition_epoch(self, index: int, leader_epoch: int) -> None:
+        """Still the leader of ``index`` in a new leader epoch: groups keep going (no epoch here)."""
+
+    def unload_partition(self, index: int) -> int:
+        """This broker no longer leads ``__consumer_offsets`` partition ``index``: forget its
+        groups (their members find the new coordinator), stop their timers, and answer their
+        waiting JoinGroup / SyncGroup NOT_COORDINATOR, as Kafka's onGroupUnloaded does."""
+        count = self._offsets_partition_count()
+        gone = [g for g in self.groups.values() if partition_for(g.group_id, count) == index]
+        for group in gone:
+            if group.join_op is not None:
+                group.join_op.cancel()
+                group.join_op = None
+            for member in group.members.values():
+                if member.heartbeat is not None:
+                    member.heartbeat.cancel()
+                    member.heartbeat = None
+                if member.join_future is not None and not member.join_future.done():
+                    member.join_future.set_result(JoinResult(ErrorCode.not_coordinator, member_id=member.member_id))
+                if member.sync_future is not None and not member.sync_future.done():
+                    member.sync_future.set_result((ErrorCode.not_coordinator, b""))
+            del self.groups[group.group_id]
+        ids = {g.group_id for g in gone}
+        for producer_id, group_ids in list(self._open_txns.items()):
+            group_ids -= ids
+            if not group_ids:
+                del self._open_txns[producer_id]
+        return len(gone)
 
     def load(self) -> int:
         """Replay ``__consumer_offsets`` into memory; returns how many groups were loaded.
@@ -732,6 +854,12 @@ class GroupCoordinator:
                 else:
                     producer_id, record = entry
                     self._replay(record.key, record.value, record.offset, producer_id)
+        # As Kafka's onGroupLoaded: each loaded member's session starts now, so a member that
+        # heartbeats within its session timeout stays, and one that does not come back is
+        # removed (and the group rebalances) as if it had stopped heartbeating here.
+        for group in self.groups.values():
+            for member in group.members.values():
+                self._schedule_heartbeat(group, member)
         return len(self.groups)
 
     def _replay(self, key: bytes | None, value: bytes | None, record_offset: int = -1,
@@ -762,12 +890,7 @@ class GroupCoordinator:
                 if group is not None and not group.offsets and not group.pending:
                     del self.groups[decoded]
                 return
-            meta = rec.decode_group_value(value)
-            group = self.groups.setdefault(decoded, Group(decoded))
-            # Members do not survive a coordinator restart here: they rejoin (UNKNOWN_MEMBER_ID).
-            group.generation = meta.generation
-            group.protocol_type = meta.protocol_type or None
-            group.protocol_name = meta.protocol
+            _restore_group(self.groups.setdefault(decoded, Group(decoded)), rec.decode_group_value(value))
 
     # ------------------------------------------------------------------ helpers
 
@@ -794,6 +917,12 @@ class GroupCoordinator:
         self.purgatory.try_complete_else_watch(member.heartbeat, [("member", group.group_id, member.member_id)])
 
     def _write_group_metadata(self, group: Group) -> None:
+        """Best effort: a failure is logged (a rebalance's record is not waited for)."""
+        self._store_group(group)
+
+    def _store_group(self, group: Group) -> ErrorCode:
+        """Append the group's metadata record; NOT_COORDINATOR when the log refuses it (Kafka's
+        answer for a storage error: find the coordinator again)."""
         members = tuple(
             rec.MemberMetadata(m.member_id, m.group_instance_id, m.client_id, m.client_host,
                                m.rebalance_timeout_ms, m.session_timeout_ms,
@@ -805,6 +934,8 @@ class GroupCoordinator:
             self._append(group.group_id, [(rec.encode_group_key(group.group_id), rec.encode_group_value(value))])
         except OSError as exc:
             log.error("could not persist metadata of group %s: %s", group.group_id, exc)
+            return ErrorCode.not_coordinator
+        return ErrorCode.none
 
     # ------------------------------------------------------------------ JoinGroup
 
@@ -821,6 +952,8 @@ class GroupCoordinator:
             return JoinResult(ErrorCode.invalid_session_timeout, member_id=member_id)
         if not protocols:
             return JoinResult(ErrorCode.inconsistent_group_protocol, member_id=member_id)
+        if (not_ours := self.ownership_error(group_id)) is not ErrorCode.none:
+            return JoinResult(not_ours, member_id=member_id)
         group = self.groups.get(group_id)
         if group is None or group.state is GroupState.DEAD:
             group = self.groups[group_id] = Group(group_id)
@@ -888,27 +1021,30 @@ class GroupCoordinator:
     async def _static_rejoin(self, group: Group, instance_id: str, client_id: str, client_host: str,
                              session_ms: int, rebalance_ms: int, protocol_type: str,
                              protocols: list[tuple[str, bytes]], supports_skip_assignment: bool) -> JoinResult:
-        """A static member came back (restart): new member id, same place, no rebalance
-        when the group is stable and its protocols are unchanged.
+        """A static member came back (restart): new member id, same place, no rebalance when
+        the group is stable and the protocol it would select stays the one in use (Kafka's
+        rule). The new member id is written to the group's metadata record, so that a
+        coordinator restart does not load the old one and fence the running instance; if that
+        write fails the old member is put back and the join answered with the error, as Kafka.
 
         A returning leader must not compute a new assignment: a stable group would never hand
         it out. JoinGroup v9+ says so with skip_assignment (KIP-814); older versions answer
         with the leader id it had before, so the new member id does not see itself as leader."""
         old_id = group.static_members[instance_id]
-        old = group.members.pop(old_id)
-        if old.heartbeat is not None:
-            old.heartbeat.cancel()
+        old = group.members[old_id]
         if old.join_future is not None and not old.join_future.done():
             old.join_future.set_result(JoinResult(ErrorCode.fenced_instance_id, member_id=old_id))
         new_id = _new_member_id(instance_id, client_id)
         member = Member(new_id, instance_id, client_id, client_host, session_ms, rebalance_ms,
                         protocol_type, list(protocols), assignment=old.assignment)
-        group.members[new_id] = member
-        group.static_members[instance_id] = new_id
-        if group.leader_id == old_id:
-            group.leader_id = new_id
-        self._schedule_heartbeat(group, member)
-        if group.state is GroupState.STABLE and old.protocols == list(protocols):
+        old_leader = group.leader_id
+        self._replace_static_member(group, old, member)
+        if group.state is GroupState.STABLE and group.select_protocol() == group.protocol_name:
+            error = self._store_group(group)
+            if error is not ErrorCode.none:
+                self._replace_static_member(group, member, old)
+                return JoinResult(error, group.generation, group.protocol_type, group.protocol_name,
+                                  old_leader or "", "")
             result = self._join_result(group, member)
             if member.member_id == group.leader_id:
                 if supports_skip_assignment:
@@ -919,6 +1055,18 @@ class GroupCoordinator:
         self._prepare_rebalance(group)
         self.purgatory.check_and_complete(("join", group.group_id))
         return await member.join_future
+
+    def _replace_static_member(self, group: Group, old: Member, new: Member) -> None:
+        """``new`` takes ``old``'s place (and leadership) under their group instance id."""
+        group.members.pop(old.member_id, None)
+        if old.heartbeat is not None:
+            old.heartbeat.cancel()
+        group.members[new.member_id] = new
+        assert new.group_instance_id is not None
+        group.static_members[new.group_instance_id] = new.member_id
+        if group.leader_id == old.member_id:
+            group.leader_id = new.member_id
+        self._schedule_heartbeat(group, new)
 
     def _join_result(self, group: Group, member: Member) -> JoinResult:
         members: tuple[JoinedMember, ...] = ()
@@ -987,6 +1135,8 @@ class GroupCoordinator:
 
     async def _sync(self, group_id: str, generation: int, member_id: str, group_instance_id: str | None,
                     assignments: Mapping[str, bytes]) -> tuple[ErrorCode, bytes]:
+        if (not_ours := self.ownership_error(group_id)) is not ErrorCode.none:
+            return not_ours, b""
         group = self._group(group_id)
         if group is None:
             return ErrorCode.unknown_member_id, b""
@@ -1022,6 +1172,8 @@ class GroupCoordinator:
                                                request.group_instance_id))
 
     def _heartbeat(self, group_id: str, generation: int, member_id: str, group_instance_id: str | None) -> ErrorCode:
+        if (not_ours := self.ownership_error(group_id)) is not ErrorCode.none:
+            return not_ours
         group = self._group(group_id)
         if group is None:
             return ErrorCode.unknown_member_id
@@ -1039,6 +1191,9 @@ class GroupCoordinator:
 
     def leave(self, request: LeaveGroupRequest) -> LeaveGroupResult:
         """Remove members (a rebalance for the others); one code per member, in order."""
+        if (not_ours := self.ownership_error(request.group_id)) is not ErrorCode.none:
+            return LeaveGroupResult(not_ours, tuple(LeftMember(m.member_id, m.group_instance_id, not_ours)
+                                                    for m in request.members))
         codes = self._leave(request.group_id, request.members)
         return LeaveGroupResult(ErrorCode.none, tuple(
             LeftMember(m.member_id, m.group_instance_id, code) for m, code in zip(request.members, codes)))
@@ -1127,7 +1282,9 @@ class GroupCoordinator:
         group_id, generation, member_id = request.group_id, request.generation, request.member_id
         group_instance_id, offsets = request.group_instance_id, request.offsets
         group = self.groups.get(group_id)
-        error = self._commit_error(group, group_id, generation, member_id, group_instance_id)
+        error = self.ownership_error(group_id) if group_id else ErrorCode.none
+        if error is ErrorCode.none:
+            error = self._commit_error(group, group_id, generation, member_id, group_instance_id)
         if error is not ErrorCode.none:
             return {(o.topic, o.partition): error for o in offsets}
         if group is None or group.state is GroupState.DEAD:
@@ -1187,6 +1344,8 @@ class GroupCoordinator:
         order; with no partitions named, every partition the group has committed. Offsets
         pending in a transaction are never answered; with ``require_stable`` a partition that
         has some is UNSTABLE_OFFSET_COMMIT."""
+        if (not_ours := self.ownership_error(request.group_id)) is not ErrorCode.none:
+            return OffsetFetchResult(not_ours, ())
         group = self.groups.get(request.group_id)
         offsets = group.offsets if group is not None else {}
         wanted = offsets if request.partitions is None else request.partitions
@@ -1210,7 +1369,9 @@ class GroupCoordinator:
     def _txn_offset_commit(self, request: TxnOffsetCommitRequest) -> dict[tuple[str, int], ErrorCode]:
         group_id, offsets = request.group_id, request.offsets
         group = self._group(group_id)
-        error = self._txn_commit_error(group, request)
+        error = self.ownership_error(group_id) if group_id else ErrorCode.none
+        if error is ErrorCode.none:
+            error = self._txn_commit_error(group, request)
         if error is not ErrorCode.none:
             return {(o.topic, o.partition): error for o in offsets}
         if group is None:
@@ -1278,7 +1439,7 @@ class GroupCoordinator:
         group_ids = self._open_txns.get(producer_id)
         if not group_ids:
             return
-        done = {g for g in group_ids if rec.partition_for(g, partition_count) in partitions}
+        done = {g for g in group_ids if partition_for(g, partition_count) in partitions}
         for group_id in done:
             group = self.groups.get(group_id)
             pending = group.pending.pop(producer_id, None) if group is not None else None
@@ -1302,6 +1463,8 @@ class GroupCoordinator:
 
     def _delete_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]],
                         ) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
+        if (not_ours := self.ownership_error(group_id)) is not ErrorCode.none:
+            return not_ours, {}
         group = self._group(group_id)
         if group is None:
             return ErrorCode.group_id_not_found, {}
@@ -1341,6 +1504,8 @@ class GroupCoordinator:
         return DescribeGroupsResult(tuple(self._describe(group_id) for group_id in request.group_ids))
 
     def _describe(self, group_id: str) -> GroupDescription:
+        if (not_ours := self.ownership_error(group_id)) is not ErrorCode.none:
+            return GroupDescription(group_id, "", "", "", (), not_ours)
         group = self.groups.get(group_id)
         if group is None:
             return GroupDescription(group_id, GroupState.DEAD.value, "", "", ())
@@ -1358,6 +1523,8 @@ class GroupCoordinator:
         return DeleteGroupsResult(tuple(DeletedGroup(g, self._delete_group(g)) for g in request.group_ids))
 
     def _delete_group(self, group_id: str) -> ErrorCode:
+        if (not_ours := self.ownership_error(group_id)) is not ErrorCode.none:
+            return not_ours
         group = self._group(group_id)
         if group is None:
             return ErrorCode.group_id_not_found

@@ -15,7 +15,7 @@ writes, so Kafka tools reading the topic would recognise them::
                                       subscription bytes, assignment bytes)
 
 A null value is a tombstone: compaction removes the key after ``delete.retention.ms``.
-Which partition holds a group: ``abs(javaHashCode(group_id)) % partitions``, as Kafka.
+Which partition holds a group: ``pulllog.net.coordinator_keys.partition_for``, as Kafka.
 """
 
 from __future__ import annotations
@@ -35,25 +35,9 @@ __all__ = [
     "encode_group_value",
     "encode_offset_key",
     "encode_offset_value",
-    "java_string_hash",
-    "partition_for",
 ]
 
 _H, _I, _Q = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
-
-
-def java_string_hash(s: str) -> int:
-    """Java's String.hashCode over UTF-16 code units, as a signed int32."""
-    h = 0
-    data = s.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
-def partition_for(group_id: str, partitions: int) -> int:
-    h = java_string_hash(group_id)
-    return (0 if h == -(2**31) else abs(h)) % partitions
 
 
 class _Writer:

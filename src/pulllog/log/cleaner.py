@@ -45,8 +45,18 @@ max timestamp. A batch that loses nothing and needs no delete horizon is copied 
 byte. A batch that loses every record is dropped, except when it is the last data batch of
 its producer (producer id >= 0): then an empty batch (0 records, same offsets and producer
 fields, Kafka's ``writeEmptyHeader``) keeps the producer's sequence state alive.
-Simplification: control batches (transaction markers) are always kept; Kafka removes a
-marker once its transaction's records are gone and the marker's delete horizon has passed.
+
+Transaction markers (KIP-98's cleaner rules, as Kafka's CleanedTransactionMetadata): a
+commit or abort marker stays while any data batch of its transaction (its producer's
+transactional batches since that producer's previous marker) is in the log, so a
+read_committed consumer always finds the marker of what it reads. A clean that finds no
+such batch stamps the marker with a delete horizon (``now + delete.retention.ms``, as a
+tombstone's), and a clean at or after the horizon removes it; an aborted transaction's
+records all go in the first clean that reads them, so its marker goes two cleans and
+``delete.retention.ms`` later. A marker that is its producer's last batch, with no data
+batch of that producer left, stays: it holds the producer's latest epoch (fencing).
+Kafka empties such a marker batch; pulllog keeps it whole. The cleaned segment's
+``.txnindex`` keeps the entries of the abort markers that stay.
 
 Tombstones (KIP-534): the first clean that keeps a tombstone stamps its batch with a
 delete horizon, ``now + delete.retention.ms`` (attribute bit 6; baseTimestamp holds the
@@ -132,7 +142,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from multiprocessing.connection import Connection, Pipe
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -207,6 +217,7 @@ class CleanerStats:
     records_removed: int = 0  # superseded, aborted, keyless and expired tombstones
     tombstones_removed: int = 0  # of records_removed, those with a null value
     empty_batches_kept: int = 0  # batches emptied but kept for their producer's state
+    markers_removed: int = 0  # transaction markers past their delete horizon, their transaction gone
 
     def __add__(self, other: "CleanerStats") -> "CleanerStats":
         return CleanerStats(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
@@ -216,6 +227,7 @@ class CleanerStats:
             f"cleaned {self.segments_cleaned} segment(s) into {self.segments_written}, "
             f"{self.bytes_before} -> {self.bytes_after} bytes, kept {self.records_kept} record(s), "
             f"removed {self.records_removed} ({self.tombstones_removed} tombstone(s))"
+            + (f" and {self.markers_removed} transaction marker(s)" if self.markers_removed else "")
         )
 
 
@@ -226,6 +238,18 @@ class _Producers:
     last_data_offsets: dict[int, int]  # producer id -> last offset of its last data batch
     aborted: frozenset[int]  # base offsets of data batches of aborted transactions
     first_unstable_offset: int  # first batch of a transaction still open, else the log end
+    empty_txn_markers: frozenset[int] = frozenset()
+    """Base offsets of markers with no data batch of their transaction in the log."""
+    last_offsets: dict[int, int] = field(default_factory=dict)
+    """Producer id -> last offset of its last batch, data or marker."""
+
+    def marker_removable(self, header: BatchHeader) -> bool:
+        """May the cleaner stamp this marker with a delete horizon, and remove it after?"""
+        pid = header.producer_id
+        if header.base_offset not in self.empty_txn_markers:
+            return False
+        # Its producer's last batch with no data batch left: it keeps the latest epoch.
+        return pid in self.last_data_offsets or self.last_offsets.get(pid) != header.last_offset
 
 
 # ---------------------------------------------------------------------------- snapshots
@@ -508,26 +532,32 @@ def group_segments_by_size(
 def _scan_producers(files: Sequence[_SegmentFile], should_abort: Callable[[], bool]) -> _Producers:
     """Walk every batch header once: producers' last data batches and transaction outcomes."""
     last_data: dict[int, int] = {}
+    last_any: dict[int, int] = {}
     open_txns: dict[int, list[int]] = {}  # producer id -> base offsets since its last marker
     aborted: set[int] = set()
+    empty_markers: set[int] = set()
     end = files[-1].ref.next_offset
     for f in files:
         for position, header in f.headers():
             if should_abort():  # per batch: the owner may be waiting to close the log
                 raise CleaningAborted(f.name)
             pid = header.producer_id
+            if pid >= 0:
+                last_any[pid] = header.last_offset
             if header.is_control:
                 marker = read_control_record(f.read_batch(position, header))
                 batches = open_txns.pop(pid, [])
                 if marker is not None and marker.type == ControlType.ABORT:
                     aborted.update(batches)
+                if marker is not None and marker.type in (ControlType.COMMIT, ControlType.ABORT) and not batches:
+                    empty_markers.add(header.base_offset)
                 continue
             if pid >= 0:
                 last_data[pid] = header.last_offset
             if header.is_transactional:
                 open_txns.setdefault(pid, []).append(header.base_offset)
     first_unstable = min((batches[0] for batches in open_txns.values() if batches), default=end)
-    return _Producers(last_data, frozenset(aborted), first_unstable)
+    return _Producers(last_data, frozenset(aborted), first_unstable, frozenset(empty_markers), last_any)
 
 
 # ---------------------------------------------------------------------------- cleaning (the worker's side)
@@ -651,7 +681,8 @@ def _rewrite_group(
     remove_segment_files(directory, base, CLEANED_SUFFIX)  # a leftover would be appended to
     cleaned = LogSegment(directory, base, config, created_ms=now, suffix=CLEANED_SUFFIX)
     horizon = now + config.delete_retention_ms
-    kept = removed = tombstones = empties = 0
+    kept = removed = tombstones = empties = markers_removed = 0
+    markers_kept: set[int] = set()  # last offsets of the markers written
     try:
         pending = bytearray()
         positions: list[tuple[int, BatchHeader]] = []
@@ -665,8 +696,11 @@ def _rewrite_group(
                 removed += result.removed
                 tombstones += result.tombstones_removed
                 empties += result.empty
+                markers_removed += result.markers_removed
                 if result.data is None:
                     continue
+                if header.is_control:
+                    markers_kept.add(header.last_offset)
                 positions.append((len(pending), read_header(result.data)))
                 pending += result.data
                 if len(pending) >= _WRITE_CHUNK:
@@ -674,11 +708,11 @@ def _rewrite_group(
                     pending, positions = bytearray(), []
         if pending:
             cleaned.append(pending, positions)
-        # The markers stay (control batches are always kept), so their aborted-transaction
-        # entries do too: the cleaned segment's index is its old segments' indexes.
+        # An aborted transaction's entry lives in the segment of its marker: it stays with it.
         for f in group:
             for entry in f.aborted_txns():
-                cleaned.txn_index.append(entry)
+                if entry.last_offset in markers_kept:
+                    cleaned.txn_index.append(entry)
         # Kafka keeps the last segment's mtime: time-based retention falls back on it.
         mtime_ns = max(f.mtime_ns() for f in group)
         os.utime(cleaned.log_path, ns=(mtime_ns, mtime_ns))
@@ -698,6 +732,7 @@ def _rewrite_group(
         records_removed=removed,
         tombstones_removed=tombstones,
         empty_batches_kept=empties,
+        markers_removed=markers_removed,
     )
 
 
@@ -714,6 +749,7 @@ class _Filtered:
     removed: int = 0
     tombstones_removed: int = 0
     empty: int = 0
+    markers_removed: int = 0
 
 
 def _filter_batch(
@@ -725,7 +761,7 @@ def _filter_batch(
 ) -> _Filtered:
     header = batch.header
     if header.is_control:
-        return _Filtered(batch.raw)
+        return _filter_marker(batch, producers, now, new_horizon)
     records = _decode(batch)
     aborted = header.base_offset in producers.aborted
     expired = header.has_delete_horizon and now >= header.delete_horizon_ms
@@ -763,6 +799,18 @@ def _filter_batch(
         delete_horizon_ms=horizon,
     )
     return _Filtered(data, kept=len(retained), removed=removed, tombstones_removed=tombstones_removed)
+
+
+def _filter_marker(batch: RecordBatch, producers: _Producers, now: int, new_horizon: int) -> _Filtered:
+    """A control batch: kept while its transaction has data in the log (or it holds its
+    producer's epoch); else stamped with a delete horizon, and dropped once that has passed."""
+    header = batch.header
+    if not producers.marker_removable(header):
+        return _Filtered(batch.raw)
+    if header.has_delete_horizon:
+        return _Filtered(None, markers_removed=1) if now >= header.delete_horizon_ms else _Filtered(batch.raw)
+    records = [Record(r.offset, r.timestamp, r.key, r.value, tuple(r.headers)) for r in _decode(batch)]
+    return _Filtered(rebuild_batch(header, records, delete_horizon_ms=new_horizon))
 
 
 # ---------------------------------------------------------------------------- swapping (the owner's side)

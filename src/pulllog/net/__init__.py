@@ -8,6 +8,8 @@ h11 and wsproto); the asyncio server and the client are thin shells around it.
 - :mod:`.api_versions`: the ApiVersions answer from the table of served versions.
 - :mod:`.fetch`: Fetch responses as bytes plus :class:`FileSlice` placeholders.
 - :mod:`.guard`: the structural check that keeps hostile bodies away from kio.
+- :mod:`.coordinator_keys`: which partition of ``__consumer_offsets`` or
+  ``__transaction_state`` holds a group id or a transactional id (Kafka's hash rule).
 - :mod:`.errors`: :class:`ProtocolError` and its subclasses, the only exceptions raised
   for bad input.
 """

@@ -510,7 +510,8 @@ def rebuild_batch(
 
     Kept from the header: base offset and lastOffsetDelta (so a compacted batch keeps its
     offset range), producer id, epoch and base sequence, partition leader epoch, timestamp
-    type and the transactional flag; the codec too, unless ``compression`` names another.
+    type and the transactional and control flags; the codec too, unless ``compression``
+    names another.
     ``delete_horizon_ms`` (KIP-534) is written when given, never carried over by itself.
 
     Timestamps: a log-append-time batch keeps its maxTimestamp, the append time (its records
@@ -532,6 +533,7 @@ def rebuild_batch(
             base_sequence=header.base_sequence,
             partition_leader_epoch=header.partition_leader_epoch,
             transactional=header.is_transactional,
+            control=header.is_control,
             delete_horizon_ms=delete_horizon_ms if records else None,
         )
     )

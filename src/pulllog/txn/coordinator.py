@@ -47,6 +47,7 @@ from kio.schema.errors import ErrorCode
 
 from ..log import Log
 from ..log.log import wall_clock_ms
+from ..net.coordinator_keys import partition_for
 from ..records import build_batch
 from ..records.decoding import DecodedRecord, decode_records
 from . import records as rec
@@ -79,6 +80,8 @@ DEFAULT_ID_EXPIRATION_MS = 7 * 24 * 3600 * 1000
 # markers too). A fenced producer epoch or coordinator epoch means a newer writer owns the
 # partition; retrying could never succeed. Anything else (a storage error) is retried.
 _MARKER_SETTLED = frozenset({ErrorCode.none, ErrorCode.unknown_topic_or_partition})
+# A cluster member's marker for a partition another broker leads: sent, its answer not back yet.
+_MARKER_IN_FLIGHT = ErrorCode.request_timed_out
 _MARKER_GIVE_UP = frozenset({ErrorCode.invalid_producer_epoch, ErrorCode.producer_fenced,
                              ErrorCode.transaction_coordinator_fenced})
 
@@ -239,9 +242,18 @@ class TransactionCoordinator:
         id_expiration_ms: int = DEFAULT_ID_EXPIRATION_MS,
         clock: Callable[[], int] = wall_clock_ms,
         flush_due: Callable[[Log], None] | None = None,
+        owner: Callable[[int], ErrorCode] | None = None,
+        appended: Callable[[Log], None] | None = None,
     ) -> None:
         self.topics = topics
         self.markers = markers
+        self.appended = appended
+        """A cluster member's: told of every state append, so the request that made it answers
+        once the ISR has it (acks=all, as Kafka's coordinator)."""
+        self.owner = owner
+        """A cluster member's: for a ``__transaction_state`` partition, NONE when this broker
+        leads it (and has loaded it), else NOT_COORDINATOR. The partition count is then
+        ``state_partitions`` (the cluster's). None: a single broker coordinates every id."""
         self.flush_due = flush_due
         """Given, a state append that makes ``flush.messages`` due does not fsync: the log goes
         to this callable (the broker fsyncs it off the event loop and the request answers
@@ -252,9 +264,10 @@ class TransactionCoordinator:
         self.max_timeout_ms = max_timeout_ms
         self.id_expiration_ms = id_expiration_ms
         self.clock = clock
-        # One broker leads every partition of __transaction_state, for ever: epoch 0. The
-        # cluster issue makes it the partition's leader epoch.
+        # One broker leads every partition of __transaction_state, for ever: epoch 0. In a
+        # cluster, a partition's coordinator epoch is its leader epoch (partition_epochs).
         self.coordinator_epoch = 0
+        self.partition_epochs: dict[int, int] = {}
         self.transactions: dict[str, TransactionMetadata] = {}
 
     # ------------------------------------------------------------------ __transaction_state
@@ -262,6 +275,11 @@ class TransactionCoordinator:
     def _state_log(self, transactional_id: str) -> Log:
         name = rec.TRANSACTION_STATE_TOPIC
         logs = self.topics.partition_logs(name)
+        if self.owner is not None:
+            index = partition_for(transactional_id, self.state_partitions)
+            if logs is None or index >= len(logs) or self.owner(index) is not ErrorCode.none:
+                raise OSError(errno.EIO, f"{name}-{index} is not led by this broker")
+            return logs[index]
         if logs is None and (offline := self.topics.offline_reason(name)) is not None:
             # Creating it afresh would forget every transaction's outcome.
             raise OSError(errno.EIO, f"{name} is offline: {offline}")
@@ -270,7 +288,7 @@ class TransactionCoordinator:
                                {"cleanup.policy": "compact", "segment.bytes": str(self.state_segment_bytes)})
             logs = self.topics.partition_logs(name)
             assert logs is not None
-        return logs[rec.partition_for(transactional_id, len(logs))]
+        return logs[partition_for(transactional_id, len(logs))]
 
     def _write(self, transactional_id: str, value: bytes | None) -> None:
         """Append one state (or a tombstone); _Refused(NOT_COORDINATOR) when the log refuses,
@@ -284,6 +302,8 @@ class TransactionCoordinator:
                 plog.append(batch, defer_flush=True)
                 if plog.flush_messages_due:
                     self.flush_due(plog)
+            if self.appended is not None:
+                self.appended(plog)
         except OSError as exc:
             log.error("cannot append to %s for transactional id %r: %s", rec.TRANSACTION_STATE_TOPIC,
                       transactional_id, exc)
@@ -304,6 +324,57 @@ class TransactionCoordinator:
             log.info("completed %d transaction(s) left between PrepareCommit/PrepareAbort and their markers",
                      resumed)
         return len(self.transactions)
+
+    # ------------------------------------------------------------------ a cluster's partitions
+
+    def ownership_error(self, transactional_id: str) -> ErrorCode:
+        """NONE when this broker coordinates ``transactional_id`` (always, on a single broker)."""
+        if self.owner is None:
+            return ErrorCode.none
+        return self.owner(partition_for(transactional_id, self.state_partitions))
+
+    def set_partition_count(self, partitions: int) -> None:
+        """A cluster member: how many partitions the cluster's ``__transaction_state`` has."""
+        if partitions > 0:
+            self.state_partitions = partitions
+
+    def set_partition_epoch(self, index: int, leader_epoch: int) -> None:
+        """Still the leader of ``index``, in a new leader epoch: markers carry it from now on."""
+        self.partition_epochs[index] = leader_epoch
+
+    def _epoch_of(self, transactional_id: str) -> int:
+        if not self.partition_epochs:
+            return self.coordinator_epoch
+        return self.partition_epochs.get(partition_for(transactional_id, self.state_partitions),
+                                         self.coordinator_epoch)
+
+    def load_partition(self, index: int, leader_epoch: int = 0) -> int:
+        """This broker became the leader of ``__transaction_state`` partition ``index`` in
+        ``leader_epoch`` (its coordinator epoch from now on): replay the partition, then send
+        the markers its PrepareCommit / PrepareAbort transactions still miss, as a single
+        broker's start does. Returns how many transactional ids it holds."""
+        self.unload_partition(index)
+        self.partition_epochs[index] = leader_epoch
+        logs = self.topics.partition_logs(rec.TRANSACTION_STATE_TOPIC)
+        if logs is None or index >= len(logs):
+            return 0
+        for record in _state_records(logs[index]):
+            self._replay(record.key, record.value)
+        mine = [txn for tid, txn in self.transactions.items()
+                if partition_for(tid, self.state_partitions) == index]
+        for txn in mine:
+            if txn.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+                self._send_markers(txn)
+        return len(mine)
+
+    def unload_partition(self, index: int) -> int:
+        """No longer the leader of ``index``: forget its transactional ids (the new leader
+        loads them from the replicated log and finishes what is pending)."""
+        gone = [tid for tid in self.transactions if partition_for(tid, self.state_partitions) == index]
+        for tid in gone:
+            del self.transactions[tid]
+        self.partition_epochs.pop(index, None)
+        return len(gone)
 
     def _replay(self, key: bytes | None, value: bytes | None) -> None:
         if key is None:
@@ -405,11 +476,13 @@ class TransactionCoordinator:
     def _send_markers(self, txn: TransactionMetadata) -> None:
         """Markers to the partitions still without one; MARKERS_WRITTEN once none is left."""
         commit = txn.state is TxnState.PREPARE_COMMIT
-        results = self.markers(txn.producer_id, txn.producer_epoch, commit, self.coordinator_epoch,
+        results = self.markers(txn.producer_id, txn.producer_epoch, commit, self._epoch_of(txn.transactional_id),
                                sorted(txn.partitions))
         for tp, code in results.items():
             if code in _MARKER_SETTLED:
                 txn.partitions.discard(tp)
+            elif code == _MARKER_IN_FLIGHT:
+                continue
             elif code in _MARKER_GIVE_UP:
                 log.warning("marker for transactional id %r on %s-%d refused (%s): a newer producer epoch "
                             "owns the partition; not retrying", txn.transactional_id, tp[0], tp[1], code.name)
@@ -443,6 +516,8 @@ class TransactionCoordinator:
     def init_producer_id(self, request: InitProducerIdRequest) -> InitProducerIdResult:
         if not request.transactional_id:
             return InitProducerIdResult(ErrorCode.invalid_request)
+        if (not_ours := self.ownership_error(request.transactional_id)) is not ErrorCode.none:
+            return InitProducerIdResult(not_ours)
         if not 0 < request.timeout_ms <= self.max_timeout_ms:
             return InitProducerIdResult(ErrorCode.invalid_transaction_timeout)
         txn = self.transactions.get(request.transactional_id)
@@ -479,6 +554,8 @@ class TransactionCoordinator:
     def _add(self, request: AddPartitionsRequest) -> ErrorCode:
         if not request.transactional_id:
             return ErrorCode.invalid_request
+        if (not_ours := self.ownership_error(request.transactional_id)) is not ErrorCode.none:
+            return not_ours
         try:
             txn = self._producer(request.transactional_id, request.producer_id, request.producer_epoch)
             if txn.state is TxnState.ONGOING and txn.partitions.issuperset(request.partitions):
@@ -496,6 +573,8 @@ class TransactionCoordinator:
         partitions = tuple(partitions)
         if not transactional_id:
             return dict.fromkeys(partitions, ErrorCode.invalid_request)
+        if (not_ours := self.ownership_error(transactional_id)) is not ErrorCode.none:
+            return dict.fromkeys(partitions, not_ours)
         try:
             txn = self._producer(transactional_id, producer_id, producer_epoch)
         except _Refused as refused:
@@ -509,6 +588,8 @@ class TransactionCoordinator:
     def end_txn(self, request: EndTxnRequest) -> ErrorCode:
         if not request.transactional_id:
             return ErrorCode.invalid_request
+        if (not_ours := self.ownership_error(request.transactional_id)) is not ErrorCode.none:
+            return not_ours
         try:
             txn = self._producer(request.transactional_id, request.producer_id, request.producer_epoch)
             return self._run(txn, Event.COMMIT if request.commit else Event.ABORT)
@@ -521,6 +602,8 @@ class TransactionCoordinator:
     def describe(self, transactional_id: str) -> TransactionDescription:
         if not transactional_id:
             return TransactionDescription(transactional_id, ErrorCode.invalid_request)
+        if (not_ours := self.ownership_error(transactional_id)) is not ErrorCode.none:
+            return TransactionDescription(transactional_id, not_ours)
         txn = self.transactions.get(transactional_id)
         if txn is None or txn.state is TxnState.DEAD:
             return TransactionDescription(transactional_id, ErrorCode.transactional_id_not_found)

@@ -17,7 +17,7 @@ prefixed by its int16 version, so Kafka's tools would read the topic::
 
 pulllog writes version 1, as Kafka 4 does once transaction.version 2 is finalized, and reads
 both. An Empty transaction stores a null partition array. A null value is a tombstone: the
-transactional id expired. Which partition holds an id: ``abs(javaHashCode(id)) % partitions``.
+transactional id expired. Which partition holds an id: ``pulllog.net.coordinator_keys.partition_for``.
 """
 
 from __future__ import annotations
@@ -26,27 +26,13 @@ import struct
 from dataclasses import dataclass
 
 __all__ = ["TRANSACTION_STATE_TOPIC", "TransactionLogValue", "decode_key", "decode_value", "encode_key",
-           "encode_value", "partition_for"]
+           "encode_value"]
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 
 _H, _I, _Q = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
 _VALUE_V1 = struct.Struct(">qhib")  # producer id, epoch, timeout, state
 _TIMESTAMPS = struct.Struct(">qq")
-
-
-def _java_string_hash(s: str) -> int:
-    """Java's String.hashCode over UTF-16 code units, as a signed int32."""
-    h = 0
-    data = s.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
-def partition_for(transactional_id: str, partitions: int) -> int:
-    h = _java_string_hash(transactional_id)
-    return (0 if h == -(2**31) else abs(h)) % partitions
 
 
 @dataclass(frozen=True, slots=True)

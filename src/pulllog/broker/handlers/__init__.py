@@ -53,8 +53,8 @@ if TYPE_CHECKING:
     from ..api import BrokerApi
     from ..flusher import FlushResult
 
-__all__ = ["SERVED", "Deferred", "Encoder", "Handler", "HandlerTable", "RequestContext", "coordinator_flushes",
-           "encode_kio", "handler", "registry"]
+__all__ = ["SERVED", "Deferred", "Encoder", "Handler", "HandlerTable", "NotReplicatedError", "RequestContext",
+           "coordinator_append_error", "coordinator_flushes", "encode_kio", "handler", "registry"]
 
 
 class RequestContext(NamedTuple):
@@ -87,6 +87,30 @@ async def coordinator_flushes(
         if error is not None:
             failed[partition_log] = error
     return failed
+
+
+class NotReplicatedError(OSError):
+    """A cluster member's coordinator append or marker that the ISR did not take (acks=all):
+    ``code`` is the replication's answer (NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    REQUEST_TIMED_OUT). Collected with the flushes, as a failed append is."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def coordinator_append_error(failed: "dict[Log, OSError]", storage: int) -> int:
+    """A coordinator's answer when its appends failed: ``storage`` for a failed fsync; for a
+    replication failure Kafka's coordinators' mapping (NOT_LEADER_OR_FOLLOWER: NOT_COORDINATOR,
+    look it up again; too few in-sync replicas or a timeout: COORDINATOR_NOT_AVAILABLE)."""
+    from kio.schema.errors import ErrorCode
+
+    for error in failed.values():
+        if isinstance(error, NotReplicatedError):
+            if error.code == ErrorCode.not_leader_or_follower:
+                return ErrorCode.not_coordinator
+            return ErrorCode.coordinator_not_available
+    return storage
 
 
 class Deferred:

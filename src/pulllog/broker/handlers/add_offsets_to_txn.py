@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from ...group.coordinator import OFFSETS_TOPIC
-from ...group.records import partition_for
+from ...net.coordinator_keys import partition_for
 from ...net.apis import ApiKey
 from ...net.build import build, response_class
-from . import RequestContext, coordinator_flushes, handler
+from . import RequestContext, coordinator_append_error, coordinator_flushes, handler
 from .txn_errors import for_version
 
 if TYPE_CHECKING:
@@ -27,14 +27,13 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     from ...txn.coordinator import AddPartitionsRequest
 
     body = ctx.body
-    existing = broker.topics.find(OFFSETS_TOPIC)
-    partitions = len(existing.partitions) if existing is not None else broker.config.offsets_topic_num_partitions
+    partitions = broker.offsets_partition_count()
     offsets_partition = (OFFSETS_TOPIC, partition_for(body.group_id, partitions))
     with broker.collect_flushes() as flushes:
         codes = broker.transactions.add_partitions(AddPartitionsRequest(
             body.transactional_id, int(body.producer_id), int(body.producer_epoch), (offsets_partition,)))
     error = codes[offsets_partition]
-    if await coordinator_flushes(flushes) and error == ErrorCode.none:  # flush.messages: after the fsync
-        error = ErrorCode.not_coordinator
+    if (failed := await coordinator_flushes(flushes)) and error == ErrorCode.none:  # after the fsync / the ISR
+        error = ErrorCode(coordinator_append_error(failed, ErrorCode.not_coordinator))
     code = for_version(error, ctx.version)
     return build(response_class(ApiKey.ADD_OFFSETS_TO_TXN, ctx.version), {"throttle_time": 0, "error_code": code})

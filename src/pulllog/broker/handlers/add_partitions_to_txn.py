@@ -18,7 +18,7 @@ from kio.schema.errors import ErrorCode
 from ...net.apis import ApiKey
 from ...net.build import build, response_class
 from ..topics import PartitionError
-from . import RequestContext, coordinator_flushes, handler
+from . import RequestContext, coordinator_append_error, coordinator_flushes, handler
 from .txn_errors import for_version
 
 if TYPE_CHECKING:
@@ -58,8 +58,9 @@ async def _add_flushed(broker: "BrokerApi", transactional_id: str, producer_id: 
     for the added partitions if it failed, as for a failed append."""
     with broker.collect_flushes() as flushes:
         codes = _add(broker, transactional_id, producer_id, producer_epoch, partitions, verify_only)
-    if await coordinator_flushes(flushes):
-        return {tp: ErrorCode.not_coordinator if code == ErrorCode.none else code for tp, code in codes.items()}
+    if failed := await coordinator_flushes(flushes):
+        error = ErrorCode(coordinator_append_error(failed, ErrorCode.not_coordinator))
+        return {tp: error if code == ErrorCode.none else code for tp, code in codes.items()}
     return codes
 
 

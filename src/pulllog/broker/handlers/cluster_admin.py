@@ -19,6 +19,11 @@ loads it (nor pulllog.cluster). As Kafka's ZooKeeper-mode brokers:
   leader, leader epoch, replicas, ISR, offline replicas (not live); a partition without a live
   leader answers LEADER_NOT_AVAILABLE with leader -1. Auto-creation writes the topic as
   CreateTopics does and answers LEADER_NOT_AVAILABLE for it until its leaders are elected.
+- FindCoordinator answers the leader of the key's partition of ``__consumer_offsets`` /
+  ``__transaction_state`` (Kafka's hash rule, net/coordinator_keys.py), creating the topic
+  through ZooKeeper on first use with ``offsets.topic.replication.factor`` /
+  ``transaction.state.log.replication.factor`` replicas; COORDINATOR_NOT_AVAILABLE until
+  it has a live leader.
 """
 
 from __future__ import annotations
@@ -35,14 +40,15 @@ from ...cluster.errors import TopicAlreadyExistsError
 from ...cluster.state import NO_LEADER, PartitionView
 from ...cluster.znodes import TopicAssignment
 from ...log import ConfigError
-from ..topics import INTERNAL_TOPICS, InvalidTopicError, validate_topic_name
+from ..topics import INTERNAL_TOPICS, OFFSETS_TOPIC, InvalidTopicError, validate_topic_name
 
 if TYPE_CHECKING:
     from ...cluster.membership import ClusterMembership
     from ..api import BrokerApi
 
 __all__ = [
-    "create_partitions", "create_topics", "delete_topics", "metadata_topics", "topic_views",
+    "create_partitions", "create_topics", "delete_topics", "find_coordinator", "internal_topic_settings",
+    "metadata_topics", "topic_views",
 ]
 
 
@@ -366,3 +372,44 @@ async def delete_topics(broker: "BrokerApi", requested: Sequence[tuple[str | Non
                     responses[index]["error_message"] = (f"topic {name!r} is marked for deletion; the controller "
                                                          f"has not removed it within {timeout_s:g} s")
     return responses
+
+
+# ---------------------------------------------------------------------- FindCoordinator
+
+def internal_topic_settings(broker: "BrokerApi", topic: str) -> tuple[int, int, dict[str, str]]:
+    """(partitions, replication factor, configs) a cluster creates ``topic`` with: Kafka's
+    ``offsets.topic.*`` / ``transaction.state.log.*`` settings, compacted."""
+    cfg = broker.config
+    if topic == OFFSETS_TOPIC:
+        return (cfg.offsets_topic_num_partitions, cfg.offsets_topic_replication_factor,
+                {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)})
+    return (cfg.transaction_state_log_num_partitions, cfg.transaction_state_log_replication_factor,
+            {"cleanup.policy": "compact", "segment.bytes": str(cfg.transaction_state_log_segment_bytes)})
+
+
+def _not_available(message: str) -> tuple[ErrorCode, str | None, int, str, int]:
+    return ErrorCode.coordinator_not_available, message, -1, "", -1
+
+
+async def find_coordinator(broker: "BrokerApi", topic: str,
+                           key: str) -> tuple[ErrorCode, str | None, int, str, int]:
+    """(error, message, node id, host, port) of the coordinator of ``key``: the leader of its
+    partition of ``topic`` (``__consumer_offsets`` or ``__transaction_state``), as Kafka's
+    ZooKeeper-mode brokers answer. The first request creates the topic through ZooKeeper
+    (COORDINATOR_NOT_AVAILABLE meanwhile, and while the partition has no live leader; with
+    fewer live brokers than its replication factor the creation waits for them, as Kafka's)."""
+    from ...net.coordinator_keys import partition_for
+
+    views = topic_views(broker).get(topic)
+    if not views:
+        partitions, replication, configs = internal_topic_settings(broker, topic)
+        code, message = await _create_one(broker, topic, partitions, replication, None, configs)
+        if code not in (ErrorCode.none, ErrorCode.topic_already_exists):
+            return _not_available(f"{topic} cannot be created yet: {message}")
+        return _not_available(f"{topic} is being created; its leaders come in a moment")
+    view = views[partition_for(key, len(views))]
+    live = {b.broker_id: b for b in broker.cluster_view.brokers} if broker.cluster_view is not None else {}
+    leader = live.get(view.leader)
+    if leader is None:
+        return _not_available(f"{topic}-{view.partition} has no live leader now")
+    return ErrorCode.none, None, leader.broker_id, leader.host, leader.port

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from ...group.coordinator import OFFSETS_TOPIC
-from ...group.records import partition_for
+from ...net.coordinator_keys import partition_for
 from ...net.apis import ApiKey
 from ...net.build import build, response_class
 from . import RequestContext, coordinator_flushes, handler
@@ -34,7 +34,6 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
 
 def _offsets_log(broker: "BrokerApi", group_id: str) -> object:
     """The ``__consumer_offsets`` partition log holding the group (as the coordinator hashes it)."""
-    topic = broker.topics.find(OFFSETS_TOPIC)
-    if topic is None:
+    if broker.topics.find(OFFSETS_TOPIC) is None:
         return None
-    return broker.partition(OFFSETS_TOPIC, partition_for(group_id, len(topic.partitions)))
+    return broker.partition(OFFSETS_TOPIC, partition_for(group_id, broker.offsets_partition_count()))

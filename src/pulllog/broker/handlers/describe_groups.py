@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kio.schema.errors import ErrorCode
 
 from ...net.apis import ApiKey
 from ...net.build import build, response_class
@@ -29,7 +28,7 @@ NOT_REQUESTED = -(2**31)
 def _described(d: GroupDescription, operations: int) -> dict[str, Any]:
     return {
         "authorized_operations": operations,
-        "error_code": ErrorCode.none, "group_id": d.group_id, "group_state": d.state,
+        "error_code": d.error, "group_id": d.group_id, "group_state": d.state,
         "protocol_type": d.protocol_type, "protocol_data": d.protocol,
         "members": [{
             "member_id": m.member_id, "group_instance_id": m.group_instance_id, "client_id": m.client_id,

@@ -17,7 +17,7 @@ from kio.schema.errors import ErrorCode
 
 from ...net.apis import ApiKey
 from ...net.build import build, response_class
-from . import RequestContext, coordinator_flushes, handler
+from . import RequestContext, coordinator_append_error, coordinator_flushes, handler
 from .txn_errors import for_version
 
 if TYPE_CHECKING:
@@ -32,9 +32,10 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
     with broker.collect_flushes() as flushes:
         code = broker.transactions.end_txn(EndTxnRequest(body.transactional_id, int(body.producer_id),
                                                          int(body.producer_epoch), bool(body.committed)))
-    if await coordinator_flushes(flushes) and code == ErrorCode.none:
-        # flush.messages: the state and markers are fsynced before the answer; a failed fsync
-        # answers as a failed append (the client retries; the next flush retries the records)
-        code = ErrorCode.not_coordinator
+    if (failed := await coordinator_flushes(flushes)) and code == ErrorCode.none:
+        # flush.messages: the state and markers are fsynced before the answer (and in a
+        # cluster replicated to the ISR); a failed fsync answers as a failed append (the
+        # client retries; the next flush retries the records)
+        code = ErrorCode(coordinator_append_error(failed, ErrorCode.not_coordinator))
     return build(response_class(ApiKey.END_TXN, ctx.version),
                  {"throttle_time": 0, "error_code": for_version(code, ctx.version)})

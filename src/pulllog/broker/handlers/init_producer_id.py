@@ -20,7 +20,7 @@ from kio.schema.errors import ErrorCode
 
 from ...net.apis import ApiKey
 from ...net.build import build, response_class
-from . import RequestContext, coordinator_flushes, handler
+from . import RequestContext, coordinator_append_error, coordinator_flushes, handler
 from .txn_errors import for_version
 
 if TYPE_CHECKING:
@@ -42,8 +42,8 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
             result = broker.transactions.init_producer_id(
                 InitProducerIdRequest(body.transactional_id, timeout_ms, existing, existing_epoch))
         error = result.error
-        if await coordinator_flushes(flushes) and error == ErrorCode.none:  # flush.messages: after the fsync
-            error = ErrorCode.not_coordinator
+        if (failed := await coordinator_flushes(flushes)) and error == ErrorCode.none:  # after the fsync / ISR
+            error = ErrorCode(coordinator_append_error(failed, ErrorCode.not_coordinator))
         data = {"throttle_time": 0, "error_code": for_version(error, ctx.version, fenced_since=4),
                 "producer_id": result.producer_id, "producer_epoch": result.producer_epoch}
         return build(response_class(ApiKey.INIT_PRODUCER_ID, ctx.version), data)

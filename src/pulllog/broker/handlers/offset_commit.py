@@ -16,7 +16,7 @@ from kio.schema.errors import ErrorCode
 from ...net.apis import ApiKey
 from ...net.build import build, response_class
 from ..topics import PartitionError
-from . import RequestContext, coordinator_flushes, handler
+from . import RequestContext, coordinator_append_error, coordinator_flushes, handler
 
 if TYPE_CHECKING:
     from ...group.coordinator import OffsetCommit
@@ -34,9 +34,9 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
             committed = broker.groups.commit_offsets(OffsetCommitRequest(
                 b.group_id, generation, b.member_id, getattr(b, "group_instance_id", None), tuple(offsets)))
         results.update({(r.topic, r.partition): r.error for r in committed.partitions})
-        if await coordinator_flushes(flushes):  # flush.messages: answered once on disk, as Kafka
-            results.update({(r.topic, r.partition): ErrorCode.kafka_storage_error
-                            for r in committed.partitions if r.error == ErrorCode.none})
+        if failed := await coordinator_flushes(flushes):  # answered once on disk (and the ISR's), as Kafka
+            error = ErrorCode(coordinator_append_error(failed, ErrorCode.kafka_storage_error))
+            results.update({(r.topic, r.partition): error for r in committed.partitions if r.error == ErrorCode.none})
     topics: dict[str, list[dict[str, Any]]] = {}
     for t in b.topics:
         topics[t.name] = [{"partition_index": p.partition_index, "error_code": results[(t.name, p.partition_index)]}

@@ -108,6 +108,10 @@ def _unverified(broker: "BrokerApi", transactional_id: str, topic_name: str, ind
     is being completed."""
     if not broker.config.transaction_partition_verification_enable:
         return None
+    if broker.transactions.ownership_error(transactional_id) != ErrorCode.none:
+        # A cluster member that is not the id's coordinator: Kafka asks the coordinator
+        # (AddPartitionsToTxn, verify only); pulllog does not yet, and lets the batch in.
+        return None
     code = broker.transactions.verify(transactional_id, header.producer_id, header.producer_epoch,
                                       ((topic_name, index),))[(topic_name, index)]
     if code == ErrorCode.none:

@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from ...group.coordinator import OFFSETS_TOPIC, TxnOffsetCommitRequest
-from ...group.records import partition_for
+from ...net.coordinator_keys import partition_for
 from ...net.apis import ApiKey
 from ...net.build import build, response_class
-from . import RequestContext, coordinator_flushes, handler
+from . import RequestContext, coordinator_append_error, coordinator_flushes, handler
 from .offset_commit import requested_offsets
 from .txn_errors import for_version
 
@@ -51,11 +51,11 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
                 int(getattr(b, "generation_id", -1)), getattr(b, "member_id", ""),
                 getattr(b, "group_instance_id", None), tuple(offsets)))
         results.update({(r.topic, r.partition): r.error for r in committed.partitions})
-        if await coordinator_flushes(flushes):
+        if failed := await coordinator_flushes(flushes):
             # flush.messages: answered once on disk; a failed fsync as a failed append
             # (Kafka's coordinator answers NOT_COORDINATOR for a storage error: look it up again)
-            results.update({(r.topic, r.partition): ErrorCode.not_coordinator
-                            for r in committed.partitions if r.error == ErrorCode.none})
+            error = ErrorCode(coordinator_append_error(failed, ErrorCode.not_coordinator))
+            results.update({(r.topic, r.partition): error for r in committed.partitions if r.error == ErrorCode.none})
     topics: dict[str, list[dict[str, Any]]] = {}
     for t in b.topics:
         topics.setdefault(t.name, []).extend(
@@ -67,8 +67,9 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
 
 def _unverified(broker: "BrokerApi", body: Any, version: int) -> ErrorCode:
     """Why the group's offsets partition is not in the producer's transaction (NONE if it is)."""
-    existing = broker.topics.find(OFFSETS_TOPIC)
-    partitions = len(existing.partitions) if existing is not None else broker.config.offsets_topic_num_partitions
+    if broker.transactions.ownership_error(body.transactional_id) != ErrorCode.none:
+        return ErrorCode.none  # another broker coordinates the id: not verified (see produce.py)
+    partitions = broker.offsets_partition_count()
     tp = (OFFSETS_TOPIC, partition_for(body.group_id, partitions))
     code = broker.transactions.verify(body.transactional_id, int(body.producer_id), int(body.producer_epoch), [tp])[tp]
     # Kafka's verification answers a fenced producer INVALID_PRODUCER_EPOCH, whatever the version.

@@ -14,10 +14,20 @@ from kio.schema.errors import ErrorCode
 from ...net.apis import ApiKey
 from ...net.build import build, response_class
 from ..txn_markers import write_txn_markers
-from . import RequestContext, coordinator_flushes, handler
+from . import NotReplicatedError, RequestContext, coordinator_flushes, handler
 
 if TYPE_CHECKING:
     from ..api import BrokerApi
+
+
+def _failure(failed: "dict[Any, OSError]", partition_log: object) -> ErrorCode:
+    """A written marker's answer once its flush (or, in a cluster, its replication) is done:
+    KAFKA_STORAGE_ERROR for a failed fsync, the replication's own answer (NOT_ENOUGH_REPLICAS_
+    AFTER_APPEND, ...) as Kafka's acks=all append gives it, else NONE."""
+    error = failed.get(partition_log)
+    if error is None:
+        return ErrorCode.none
+    return ErrorCode(error.code) if isinstance(error, NotReplicatedError) else ErrorCode.kafka_storage_error
 
 
 @handler(ApiKey.WRITE_TXN_MARKERS, 1, 2)
@@ -30,8 +40,7 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
                                       bool(marker.transaction_result), int(marker.coordinator_epoch), partitions)
         failed = await coordinator_flushes(flushes)  # flush.messages: answered once the markers are on disk
         if failed:
-            codes = {tp: ErrorCode.kafka_storage_error
-                     if code == ErrorCode.none and any(broker.partition(*tp) is lg for lg in failed) else code
+            codes = {tp: _failure(failed, broker.partition(*tp)) if code == ErrorCode.none else code
                      for tp, code in codes.items()}
         topics: dict[str, list[dict[str, Any]]] = {}
         for (topic, index), code in codes.items():

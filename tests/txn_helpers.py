@@ -1,5 +1,6 @@
-"""Shared by the transaction tests: what a read_committed (or read_uncommitted) librdkafka
-consumer sees of a topic, and the coordinator's view of a transactional id."""
+"""Shared by the transaction tests (tests/txn, and tests/broker's read_committed and restart
+tests): what a read_committed (or read_uncommitted) librdkafka consumer sees of a topic, and
+the coordinator's view of a transactional id."""
 
 from __future__ import annotations
 
