@@ -9,7 +9,10 @@ from hypothesis import settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
-import kafka_reference  # noqa: E402
+import kafka_reference
+
+# The 3-node clusters of tests/cluster_clients (started only when a test asks for them).
+pytest_plugins = ("cluster_clients.cluster_fixtures",)
 
 # Hypothesis's per-example deadline is a timing assertion: on two shared cores a busy moment
 # fails it with nothing wrong. Property tests check behaviour; benchmarks measure speed.

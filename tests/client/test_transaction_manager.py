@@ -17,6 +17,7 @@ from pulllog.client.transactions import (
     TransactionState,
     TransactionStateError,
     outcome,
+    retry_backoff_s,
 )
 
 S = TransactionState
@@ -51,6 +52,36 @@ def test_a_transaction_goes_ready_in_transaction_committing_ready() -> None:
     assert txn.state is S.COMMITTING_TRANSACTION
     txn.completed()
     assert txn.state is S.READY and not txn.in_transaction and not txn.transaction_started
+
+
+def test_a_partition_new_to_the_transaction_is_starting_until_a_batch_of_it_is_acknowledged() -> None:
+    txn = ready()
+    txn.begin()
+    txn.check_send("t", 0)
+    txn.check_send("t", 0)
+    assert txn.starting_partitions == {("t", 0)}  # send() yields after every record
+    txn.partitions_added([("t", 0)])
+    assert txn.starting_partitions == {("t", 0)}  # added, but its first batch not answered yet
+    txn.check_send("t", 1)  # another partition joins the transaction later
+    txn.batch_acknowledged(("t", 0))
+    assert txn.starting_partitions == {("t", 1)}
+    txn.partitions_added([("t", 1)])
+    txn.batch_acknowledged(("t", 1))
+    assert not txn.starting_partitions  # both pipelines run: send() yields once per batch again
+    txn.check_send("t", 0)
+    assert not txn.starting_partitions  # in the transaction already
+
+
+def test_an_abort_forgets_the_starting_partitions() -> None:
+    txn = ready()
+    txn.begin()
+    txn.check_send("t", 0)
+    txn.start_abort()
+    txn.completed()
+    assert not txn.starting_partitions
+    txn.begin()
+    txn.check_send("t", 0)  # the next transaction adds it again
+    assert txn.starting_partitions == {("t", 0)} and txn.to_add == {("t", 0)}
 
 
 @pytest.mark.parametrize("call", ["begin twice", "send outside", "commit outside", "abort outside", "uninitialized"])
@@ -143,3 +174,21 @@ def test_a_fenced_produce_is_fatal_but_an_old_epoch_on_a_partition_is_abortable(
 ])
 def test_error_rules_follow_kafkas_transaction_manager(api: str, code: ErrorCode, expected: Outcome) -> None:
     assert outcome(api, code) is expected
+
+
+def test_a_transactions_first_add_partitions_retries_concurrent_transactions_within_milliseconds() -> None:
+    # the previous transaction's markers are still being written: clear within milliseconds
+    first = [retry_backoff_s("add_partitions_to_txn", ErrorCode.concurrent_transactions, attempt, True, 0.1)
+             for attempt in range(1, 7)]
+    assert first == [0.002, 0.004, 0.008, 0.016, 0.02, 0.02]
+    assert retry_backoff_s("add_partitions_to_txn", ErrorCode.concurrent_transactions, 1, True, 0.001) == 0.001
+
+
+@pytest.mark.parametrize(("api", "code", "first_in_transaction"), [
+    ("add_partitions_to_txn", ErrorCode.concurrent_transactions, False),  # a partition added later
+    ("add_partitions_to_txn", ErrorCode.coordinator_load_in_progress, True),
+    ("end_txn", ErrorCode.concurrent_transactions, True),
+    ("init_producer_id", ErrorCode.concurrent_transactions, True),
+])
+def test_other_retries_wait_retry_backoff_ms(api: str, code: ErrorCode, first_in_transaction: bool) -> None:
+    assert retry_backoff_s(api, code, 1, first_in_transaction, 0.1) == 0.1

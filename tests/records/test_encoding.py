@@ -136,8 +136,7 @@ def test_batches_are_the_same_bytes_from_c_and_python(codec: Compression, monkey
     for seed in range(40):
         by_c = _build(random.Random(seed), codec)
         with monkeypatch.context() as m:
-            m.setattr(accumulator, "_append_record", encoding.py_append_record)
-            m.setattr(accumulator, "_append_values", None)
+            m.setattr(accumulator.ProducerBatch, "builder", encoding.PyRecordsBuilder)
             by_python = _build(random.Random(seed), codec)
         assert by_c == by_python, f"seed {seed}"
 
@@ -171,3 +170,171 @@ def test_batches_decode_to_what_was_sent(codec: Compression) -> None:
                                 header.base_timestamp, 0, -1, "t", 0)
     assert [(r.key, r.value, tuple(r.headers), r.timestamp) for r in decoded] == sent
     assert header.max_timestamp == max(s[3] for s in sent)
+
+
+# ------------------------------------------------------------------ RecordsBuilder: C and Python twins
+
+def _builders() -> list[type[Any]]:
+    return [encoding.PyRecordsBuilder] + ([_crecords.RecordsBuilder] if _crecords is not None else [])
+
+
+def _fill(builder_type: type[Any], rng: random.Random) -> tuple[Any, list[int]]:
+    """A builder filled by a random mix of the three ways in, and what each call returned."""
+    builder = builder_type(BASE_TS)
+    returned: list[int] = []
+    for _ in range(rng.randint(1, 40)):
+        way = rng.randrange(4)
+        ts = BASE_TS + rng.randint(-1000, 1000)
+        if way == 0:  # a record, unconditionally
+            item = _random_item(rng)
+            key, value = (item[0], item[1]) if isinstance(item, tuple) else (None, item)
+            headers = encode_headers(item[2]) if isinstance(item, tuple) and len(item) > 2 else b"\x00"
+            returned.append(builder.add_record(key, value, headers, ts))
+        elif way == 1:  # a record if there is room: the accumulator's per-record call
+            value = rng.randbytes(rng.randint(0, 300))
+            returned.append(builder.add_record(None, value, b"\x00", ts, len(value) + 24, rng.randint(0, 3000)))
+        elif way == 2:  # a message set of plain values; where -1 (Python), encoded as its caller does
+            values = [rng.randbytes(rng.randint(0, 50)) for _ in range(rng.randint(0, 5))]
+            n = builder.add_values(values, ts)
+            if n == -1:
+                data = bytearray()
+                for i, value in enumerate(values):
+                    encoding.py_append_record(data, builder.records_count + i, ts - BASE_TS, None, value, b"\x00")
+                builder.add_encoded(bytes(data), len(values), ts)
+                n = len(values)
+            returned.append(n)
+        else:  # records encoded elsewhere
+            data = bytearray()
+            n = rng.randint(0, 3)
+            for i in range(n):
+                encoding.py_append_record(data, builder.records_count + i, ts - BASE_TS, None, b"x", b"\x00")
+            builder.add_encoded(bytes(data), n, ts)
+            returned.append(n)
+    return builder, returned
+
+
+@needs_c
+def test_the_c_and_python_records_builders_agree() -> None:
+    """Byte for byte, count and max timestamp, and which records found no room (-1)."""
+    for seed in range(300):
+        c_builder, c_returned = _fill(_crecords.RecordsBuilder, random.Random(seed))
+        py_builder, py_returned = _fill(encoding.PyRecordsBuilder, random.Random(seed))
+        assert bytes(c_builder) == bytes(py_builder), f"seed {seed}"
+        assert c_returned == py_returned, f"seed {seed}"
+        assert (c_builder.records_count, c_builder.max_timestamp) == (py_builder.records_count, py_builder.max_timestamp)
+
+
+@pytest.mark.parametrize("builder_type", _builders(), ids=lambda t: t.__module__.rsplit(".", 1)[-1])
+def test_a_records_builder_is_a_bytearray_with_its_counters(builder_type: type[Any]) -> None:
+    builder = builder_type(BASE_TS)
+    assert (builder.records_count, builder.base_timestamp, builder.max_timestamp, len(builder)) == (0, BASE_TS, BASE_TS, 0)
+    assert builder.add_record(None, b"v" * 10, b"\x00", BASE_TS + 7) == 0
+    assert builder.add_record(b"k", None, encode_headers([("h", None)]), BASE_TS - 3) == 1
+    assert (builder.records_count, builder.max_timestamp) == (2, BASE_TS + 7)
+    expected = bytearray()
+    encoding.py_append_record(expected, 0, 7, None, b"v" * 10, b"\x00")
+    encoding.py_append_record(expected, 1, -3, b"k", None, encode_headers([("h", None)]))
+    assert bytes(builder) == bytes(expected) and len(builder) == len(expected)
+    assert bytes(memoryview(builder)) == bytes(expected)
+    # no room: len + reserved > room, nothing appended
+    assert builder.add_record(None, b"x", b"\x00", BASE_TS + 99, 10, len(builder) + 9) == -1
+    assert builder.records_count == 2 and bytes(builder) == bytes(expected) and builder.max_timestamp == BASE_TS + 7
+    assert builder.add_record(None, b"x", b"\x00", BASE_TS, 10, len(builder) + 10) == 2
+    with pytest.raises(TypeError):
+        builder.add_record("text", b"x", b"\x00", BASE_TS)
+    assert builder.records_count == 3
+
+
+@pytest.mark.parametrize("builder_type", _builders(), ids=lambda t: t.__module__.rsplit(".", 1)[-1])
+def test_an_empty_builder_takes_a_record_however_large(builder_type: type[Any]) -> None:
+    """The first record of a batch always goes in: a record larger than batch_size gets a batch."""
+    builder = builder_type(BASE_TS)
+    assert builder.add_record(None, b"x" * 1000, b"\x00", BASE_TS, 1024, 10) == 0
+    assert builder.records_count == 1
+
+
+# ------------------------------------------------------------------ SlotsMaker: send()'s RecordFuture
+
+@needs_c
+def test_the_slots_maker_makes_what_record_future_init_makes() -> None:
+    from pulllog.client.record_future import ProduceResult, RecordFuture
+
+    loop = asyncio.new_event_loop()
+    try:
+        result = ProduceResult("t", 3, loop)
+        make = _crecords.SlotsMaker(RecordFuture(None, 0, 0), ("_result", "relative_offset", "_timestamp"))  # type: ignore[arg-type]
+        made, built = make(result, 17, BASE_TS), RecordFuture(result, 17, BASE_TS)
+        assert type(made) is RecordFuture
+        assert [getattr(made, name) for name in RecordFuture.__slots__] == [
+            getattr(built, name) for name in RecordFuture.__slots__]
+        assert accumulator._new_record_future is not RecordFuture or NO_EXTENSIONS
+        result.set_acknowledged(100, -1)
+        assert made.result().offset == 117 and made.result().timestamp == BASE_TS
+    finally:
+        loop.close()
+
+
+@needs_c
+def test_the_slots_maker_refuses_what_it_cannot_copy() -> None:
+    class WithDict:
+        pass
+
+    class Slotted:
+        __slots__ = ("a", "b")
+
+    with pytest.raises(TypeError):
+        _crecords.SlotsMaker(WithDict(), ("a",))
+    slotted = Slotted()
+    slotted.a, slotted.b = 1, 2
+    with pytest.raises(TypeError):
+        _crecords.SlotsMaker(slotted, ("c",))
+    make = _crecords.SlotsMaker(slotted, ("b",))
+    copy = make(5)
+    assert (copy.a, copy.b) == (1, 5)
+    with pytest.raises(TypeError):
+        make(1, 2)
+
+
+@needs_c
+def test_a_sets_buffer_estimate_is_the_same_from_c_and_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(17)
+    for _ in range(300):
+        items = [_random_item(rng) for _ in range(rng.randint(0, 20))]
+        by_c = accumulator.estimate_set_size(items)
+        with monkeypatch.context() as m:
+            m.setattr(accumulator, "values_size", None)
+            assert accumulator.estimate_set_size(items) == by_c
+    assert _crecords.values_size([b"ab", None, (b"k", b"vv"), (None, b"v", None), (b"k", None, None, None)]) == 9
+    assert _crecords.values_size([b"ab", bytearray(b"x")]) == -1  # not simple: the Python loop counts it
+
+
+def test_now_ms_reads_the_clock_time_time_ns_reads() -> None:
+    """send()'s default timestamp: the C clock read between two of Python's, in ms."""
+    for _ in range(1000):
+        before = encoding.py_now_ms()
+        now = encoding.now_ms()
+        assert before <= now <= encoding.py_now_ms()
+
+
+@pytest.mark.parametrize("builder_type", _builders(), ids=lambda t: t.__module__.rsplit(".", 1)[-1])
+def test_add_is_add_record_then_the_memory_held_and_the_future_made(builder_type: type[Any]) -> None:
+    made: list[tuple[Any, int, int]] = []
+
+    def make_future(result: Any, delta: int, timestamp: int) -> str:
+        made.append((result, delta, timestamp))
+        return f"future {delta}"
+
+    builder = builder_type(BASE_TS, "the result", make_future)
+    assert builder.add(None, b"v" * 10, b"\x00", BASE_TS + 1, 35, -1) == "future 0"
+    assert builder.add(b"k", b"v", b"\x00", BASE_TS + 2, 28, 10_000) == "future 1"
+    assert (builder.records_count, builder.reserved, builder.max_timestamp) == (2, 63, BASE_TS + 2)
+    assert builder.add(None, b"v", b"\x00", BASE_TS + 3, 25, len(builder) + 24) is None  # no room
+    assert (builder.records_count, builder.reserved, builder.max_timestamp) == (2, 63, BASE_TS + 2)
+    assert made == [("the result", 0, BASE_TS + 1), ("the result", 1, BASE_TS + 2)]
+    expected = bytearray()
+    encoding.py_append_record(expected, 0, 1, None, b"v" * 10, b"\x00")
+    encoding.py_append_record(expected, 1, 2, b"k", b"v", b"\x00")
+    assert bytes(builder) == bytes(expected)
+    with pytest.raises(TypeError):
+        builder.add(None, 12, b"\x00", BASE_TS, 25, -1)
+    assert (builder.records_count, builder.reserved, len(made)) == (2, 63, 2)

@@ -127,6 +127,25 @@ async def test_a_fetch_that_returns_only_a_marker_moves_the_position(txn_broker:
         await wait_until(moved, "the position moved past the commit marker")
 
 
+async def test_back_to_back_transactions_do_not_wait_retry_backoff_ms(txn_broker: str) -> None:
+    """Kafka answers EndTxn before its markers are written, so the next transaction's first
+    AddPartitionsToTxn often hears CONCURRENT_TRANSACTIONS: that one is retried within
+    milliseconds, not after retry_backoff_ms (here far longer than the test's bound)."""
+    topic = await new_topic(txn_broker, "back-to-back", partitions=1)
+    # the coordinator of the id loaded (a fresh broker answers NOT_COORDINATOR for a while,
+    # retried after retry_backoff_ms) before the producer under test starts
+    await (await transactional(txn_broker, f"{topic}-tx")).close()
+    producer = await transactional(txn_broker, f"{topic}-tx", retry_backoff_ms=120_000)
+    try:
+        async with asyncio.timeout(60):  # a bound: each retry at retry_backoff_ms would pass it
+            for i in range(20):
+                async with producer.transaction():
+                    await producer.send(topic, b"%d" % i, partition=0)
+    finally:
+        await producer.close()
+    assert await read_to_end(txn_broker, topic, 1, "read_committed") == sorted((0, b"%d" % i) for i in range(20))
+
+
 async def test_records_not_sent_when_the_transaction_aborts_fail(txn_broker: str) -> None:
     topic = await new_topic(txn_broker, "unsent", partitions=1)
     producer = await transactional(txn_broker, f"{topic}-tx", linger_ms=60_000)

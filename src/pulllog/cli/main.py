@@ -31,6 +31,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("export", "export"),
     "group": ("group", "group"),
     "inspect": ("inspect", "inspect"),
+    "leader-election": ("leader_election", "leader_election"),
     "perf": ("perf", "perf"),
     "produce": ("produce", "produce"),
     "serve": ("serve", "serve"),

@@ -1,7 +1,9 @@
 """``pulllog topic create|list|describe|alter|delete``: manage topics through the Admin client.
 
-``describe`` shows, per topic, each partition's leader, replicas, log start / end offsets
-and size on disk, then every config with where its value comes from: ``override`` (set on
+``describe`` shows, per topic, each partition's leader, replicas, in-sync replicas (ISR),
+offline replicas (on a broker that is down; the column appears only when a partition has
+some), log start / end offsets and size on disk (``?`` for a partition whose leader is down
+or that has none), then every config with where its value comes from: ``override`` (set on
 this topic), ``broker`` (the broker's server.properties or command line) or ``default``
 (Kafka's). ``list`` and ``describe`` take ``--json``: one JSON object per topic per line,
 sizes in bytes, for scripts.
@@ -48,38 +50,76 @@ def topic() -> None:
 
 @topic.command(epilog=examples(
     "pulllog topic create orders --partitions 3",
+    "pulllog topic create orders --partitions 6 --replication-factor 3",
+    "pulllog topic create orders --replica-assignment 1:2:3,2:3:1,3:1:2",
     "pulllog topic create orders --config retention.ms=86400000 --config cleanup.policy=compact --if-not-exists",
 ))
 @click.argument("name")
 @click.option("--partitions", "-p", type=int, default=None, help="Partition count. Default: the broker's num.partitions.")
-@click.option("--replication-factor", type=int, default=None, help="Default: the broker's default.replication.factor.")
+@click.option("--replication-factor", type=int, default=None,
+              help="Copies of each partition, on that many brokers. Default: the broker's default.replication.factor.")
+@click.option("--replica-assignment", default=None, metavar="B:B:B,B:B:B,...",
+              help="Place the replicas yourself: per partition (comma-separated) its brokers (colon-separated), "
+                   "the first its preferred leader. Instead of --partitions and --replication-factor.")
 @click.option("--config", "configs", multiple=True, metavar="NAME=VALUE",
               help=f"A topic config, e.g. --config {_CONFIG_EXAMPLE} (repeatable).")
 @click.option("--if-not-exists", is_flag=True, help="Succeed quietly if the topic already exists.")
 @click.option("--validate-only", is_flag=True, help="Ask the broker to check everything, create nothing.")
 @bootstrap_server_option
-def create(name: str, partitions: int | None, replication_factor: int | None, configs: tuple[str, ...],
-           if_not_exists: bool, validate_only: bool, bootstrap_server: str) -> None:
+def create(name: str, partitions: int | None, replication_factor: int | None, replica_assignment: str | None,
+           configs: tuple[str, ...], if_not_exists: bool, validate_only: bool, bootstrap_server: str) -> None:
     """Create topic NAME."""
     overrides = parse_assignments(configs, "--config", _CONFIG_EXAMPLE)
     if partitions is not None and partitions < 1:
         raise CliError(f"--partitions {partitions}: a topic needs at least 1 partition", EXIT_USAGE)
+    if replication_factor is not None and replication_factor < 1:
+        raise CliError(f"--replication-factor {replication_factor}: a partition needs at least 1 replica", EXIT_USAGE)
+    assignment = None
+    if replica_assignment is not None:
+        if partitions is not None or replication_factor is not None:
+            raise CliError("--replica-assignment gives the partitions and their replicas: "
+                           "leave out --partitions and --replication-factor", EXIT_USAGE)
+        assignment = parse_replica_assignment(replica_assignment)
 
     async def body() -> str:
         async with Admin(bootstrap_server) as admin:
             try:
                 created = await admin.create_topic(name, partitions, replication_factor=replication_factor,
-                                                   configs=overrides, validate_only=validate_only)
+                                                   configs=overrides, validate_only=validate_only,
+                                                   replica_assignment=assignment)
             except TopicAlreadyExistsError:
                 if if_not_exists:
                     return f"topic {name!r} already exists"
                 raise
         what = f"{created.partitions} partition{'s' if created.partitions != 1 else ''}"
+        # replicated, or asked for: say how many copies (a single broker's topics have one)
+        if created.replication_factor > 1 or (created.replication_factor > 0 and (replication_factor or assignment)):
+            what += f", replication factor {created.replication_factor}"
         if validate_only:
             return f"topic {name!r} with {what} would be created (--validate-only: nothing changed)"
         return f"created topic {name!r} with {what}"
 
     click.echo(run_async(body))
+
+
+def parse_replica_assignment(text: str) -> dict[int, list[int]]:
+    """kafka-topics.sh's ``--replica-assignment``: ``1:2:3,2:3:1`` is partition 0 on brokers
+    1, 2, 3 and partition 1 on 2, 3, 1; every partition needs as many replicas, each on a
+    different broker."""
+    out: dict[int, list[int]] = {}
+    for index, part in enumerate(text.split(",")):
+        try:
+            brokers = [int(b) for b in part.split(":")]
+        except ValueError:
+            raise CliError(f"--replica-assignment {text}: partition {index}'s replicas {part!r} are not broker ids; "
+                           "write e.g. 1:2:3,2:3:1", EXIT_USAGE) from None
+        if len(set(brokers)) != len(brokers):
+            raise CliError(f"--replica-assignment {text}: partition {index} has a broker twice ({part})", EXIT_USAGE)
+        if out and len(brokers) != len(out[0]):
+            raise CliError(f"--replica-assignment {text}: every partition needs the same number of replicas "
+                           f"(partition 0 has {len(out[0])}, partition {index} {len(brokers)})", EXIT_USAGE)
+        out[index] = brokers
+    return out
 
 
 # ---------------------------------------------------------------------------- list
@@ -158,7 +198,7 @@ def _describe_json(d: TopicDescription, configs: dict[str, ConfigEntry]) -> dict
         "size_bytes": d.size_bytes,
         "partitions": [
             {"partition": p.partition, "leader": p.leader, "replicas": list(p.replicas), "isr": list(p.isr),
-             "log_start_offset": p.log_start_offset, "log_end_offset": p.log_end_offset, "size_bytes": p.size_bytes}
+             "offline_replicas": list(p.offline_replicas), "log_start_offset": p.log_start_offset, "log_end_offset": p.log_end_offset, "size_bytes": p.size_bytes}
             for p in d.partitions
         ],
         "configs": {name: {"value": None if e.sensitive else e.value, "source": _source(e)}
@@ -174,11 +214,17 @@ def _print_description(out: Any, d: TopicDescription, configs: dict[str, ConfigE
     if d.topic_id:
         title.append(f"  (id {d.topic_id})", style="dim")
     out.print(title)
-    parts = _table(("PARTITION", "right"), ("LEADER", "right"), "REPLICAS", "ISR", ("LOG START", "right"),
-                   ("LOG END", "right"), ("SIZE", "right"))
+    # the OFFLINE column only when a broker holding a replica is down: it is empty otherwise
+    offline = any(p.offline_replicas for p in d.partitions)
+    parts = _table(("PARTITION", "right"), ("LEADER", "right"), "REPLICAS", "ISR", *(("OFFLINE",) if offline else ()),
+                   ("LOG START", "right"), ("LOG END", "right"), ("SIZE", "right"))
     for p in d.partitions:
-        parts.add_row(str(p.partition), str(p.leader), ",".join(map(str, p.replicas)), ",".join(map(str, p.isr)),
-                      str(p.log_start_offset), str(p.log_end_offset),
+        reachable = p.log_end_offset >= 0
+        parts.add_row(str(p.partition), str(p.leader) if p.leader >= 0 else Text("none", style="bold red"),
+                      ",".join(map(str, p.replicas)),
+                      Text(",".join(map(str, p.isr)), style="yellow" if len(p.isr) < len(p.replicas) else ""),
+                      *((",".join(map(str, p.offline_replicas)),) if offline else ()),
+                      str(p.log_start_offset) if reachable else "?", str(p.log_end_offset) if reachable else "?",
                       "?" if p.size_bytes is None else format_size(p.size_bytes))
     out.print(parts)
     out.print()

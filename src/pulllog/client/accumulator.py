@@ -45,12 +45,17 @@ the bookkeeping around them) over all batches not yet done. ``send()`` reserves 
 appends; when the buffer is full it waits, first come first served, until the sender's
 acknowledgements release enough (``BufferPool``).
 
-Encoding cost is the hot path. ``pulllog.records.encoding`` appends each record to the
-batch's bytearray, in C when the extension is built (a message set of plain values and keys
-in one call), else in Python; the general message-set encoder (headers, a timestamp per
-record) is ``ProducerBatch.extend``'s loop, where varints of small non-negative values
-(lengths, offset and timestamp deltas) come from a precomputed table of their zigzag
-encodings and each record becomes one ``bytes.join`` of ready-made pieces.
+Encoding cost is the hot path. A batch's records section is a ``RecordsBuilder``
+(``pulllog.records.encoding``: a bytearray that also counts the records, their latest
+timestamp and the buffer_memory they hold), in C when the extension is built, else in
+Python. ``append()``'s common case, a record for the partition it had last whose open batch
+has room, is one call on it (``add``): room checked, record encoded and counted, memory
+held, the record's ``RecordFuture`` made (copied from a template in C, ``SlotsMaker``,
+rather than running its ``__init__``). A message set of plain values and keys is one call
+too (``add_values``); the general message-set encoder (headers, a timestamp per record) is
+``ProducerBatch.extend``'s loop, where varints of small non-negative values (lengths, offset
+and timestamp deltas) come from a precomputed table of their zigzag encodings and each
+record becomes one ``bytes.join`` of ready-made pieces.
 """
 
 from __future__ import annotations
@@ -67,8 +72,7 @@ from crc32c import crc32c
 from ..records.compression import Compression, compress
 from ..records.batch import BATCH_HEADER_SIZE, LOG_OVERHEAD, RecordBatch
 from ..records.varint import ZIGZAG, ZIGZAG_TABLE_SIZE, encode_varint
-from ..records.encoding import append_record as _append_record
-from ..records.encoding import append_values as _append_values
+from ..records.encoding import RecordsBuilder, SlotsMaker, values_size
 from .record_future import ProduceResult, RecordFuture
 
 __all__ = [
@@ -108,6 +112,14 @@ _TABLE_SIZE = ZIGZAG_TABLE_SIZE
 # what RecordAccumulator.append did with a record
 APPENDED, NEW_BATCH, REROUTE = 0, 1, -1
 
+# RecordFuture(result, relative_offset, timestamp), once per send(): with the C extension a
+# copy of a template future with those three slots set, which is what __init__ makes (its
+# other slots are constants) without its Python frame and eight stores
+# (tests/records/test_encoding.py checks they agree).
+_new_record_future: Callable[[ProduceResult, int, int], RecordFuture] = (
+    RecordFuture if SlotsMaker is None
+    else SlotsMaker(RecordFuture(None, 0, 0), ("_result", "relative_offset", "_timestamp")))  # type: ignore[arg-type]
+
 _NULL = b"\x01"  # varint(-1): a null key, value or header value
 _NO_HEADERS = b"\x00"
 
@@ -143,6 +155,10 @@ def _headers_estimate(headers: Any) -> int:
 
 def estimate_set_size(items: Sequence[Any]) -> int:
     """buffer_memory for a message set (see ``ProducerBatch.extend`` for the item forms)."""
+    if values_size is not None:  # plain values and keys: added up in C, in one call
+        total = values_size(items)
+        if total >= 0:
+            return total + RECORD_OVERHEAD * len(items)
     total = 0
     for item in items:
         if type(item) is bytes:
@@ -166,31 +182,37 @@ class ProducerBatch:
     """One RecordBatch being built for one partition, and who waits for its outcome."""
 
     __slots__ = (
-        "topic", "partition", "records", "count", "base_timestamp", "max_timestamp",
-        "set_futures", "reserved", "created", "attempts", "retry_at", "wire", "base_sequence", "last_error",
+        "topic", "partition", "records", "sealed_count", "base_timestamp", "sealed_max_timestamp",
+        "set_futures", "held", "created", "attempts", "retry_at", "wire", "base_sequence", "last_error",
         "result", "done", "order", "span",
     )
+
+    # The class that encodes the records section: pulllog.records.encoding's choice (C or
+    # Python); the C-against-Python tests swap it here.
+    builder: type[Any] = RecordsBuilder
 
     def __init__(self, topic: str, partition: int, base_timestamp: int, created: float,
                  loop: asyncio.AbstractEventLoop) -> None:
         self.topic = topic
         self.partition = partition
-        self.records: bytearray | None = bytearray()
-        self.count = 0
+        # the outcome all its records' futures read (send() keeps no per-record state here)
+        self.result = ProduceResult(topic, partition, loop)
+        self.done: asyncio.Future[None] = self.result.done
+        # the records section and its count, timestamps and the buffer_memory its records
+        # hold (a RecordsBuilder) until sealed; its add() makes each record's future
+        self.records: Any = self.builder(base_timestamp, self.result, _new_record_future)
+        self.sealed_count = 0
         self.base_timestamp = base_timestamp
-        self.max_timestamp = base_timestamp
+        self.sealed_max_timestamp = base_timestamp
         # (first offset delta, count, first timestamp, future) per message set (send_batch)
         self.set_futures: list[tuple[int, int, int, asyncio.Future[Any]]] = []
-        self.reserved = 0  # buffer_memory bytes to give back when done
+        self.held = 0  # buffer_memory to give back when done, besides the open records' (``reserved``)
         self.created = created  # monotonic seconds: delivery_timeout_ms counts from here
         self.attempts = 0  # retries so far
         self.retry_at = 0.0
         self.wire: bytes | None = None  # the sealed batch, reused by retries
         self.base_sequence = -1
         self.last_error: BaseException | None = None
-        # the outcome all its records' futures read (send() keeps no per-record state here)
-        self.result = ProduceResult(topic, partition, loop)
-        self.done: asyncio.Future[None] = self.result.done
         self.order: float = -1  # its place among the partition's batches, given when it closes
         # the room in ``order`` up to the next batch's: a split batch's pieces take orders in
         # [order, order + span), so they keep their place among the partition's batches
@@ -201,13 +223,32 @@ class ProducerBatch:
         """Bytes of the (uncompressed) records section, or of the sealed batch."""
         return len(self.records) if self.records is not None else len(self.wire or b"")
 
+    @property
+    def count(self) -> int:
+        """Records in the batch."""
+        records = self.records
+        return records.records_count if records is not None else self.sealed_count
+
+    @property
+    def reserved(self) -> int:
+        """The buffer_memory bytes its records hold (given back when it is done)."""
+        records = self.records
+        return self.held + records.reserved if records is not None else self.held
+
+    @reserved.setter
+    def reserved(self, value: int) -> None:
+        records = self.records
+        self.held = value - records.reserved if records is not None else value
+
+    @property
+    def max_timestamp(self) -> int:
+        """The latest record timestamp (ms), the base timestamp while the batch is empty."""
+        records = self.records
+        return records.max_timestamp if records is not None else self.sealed_max_timestamp
+
     def append(self, key: bytes | None, value: bytes | None, headers: bytes, timestamp: int) -> None:
         """Encode one record at the end of the records section (``headers`` pre-encoded)."""
-        od = self.count
-        _append_record(self.records, od, timestamp - self.base_timestamp, key, value, headers)
-        self.count = od + 1
-        if timestamp > self.max_timestamp:
-            self.max_timestamp = timestamp
+        self.records.add_record(key, value, headers, timestamp)
 
     def extend(self, items: Sequence[Any], timestamp: int, future: asyncio.Future[Any] | None) -> None:
         """Encode a message set. Items: ``value`` (bytes or None), or a tuple ``(key, value)``,
@@ -216,22 +257,19 @@ class ProducerBatch:
         All pieces are collected first and appended in one step, so a bad item leaves the
         batch as it was.
         """
-        first = self.count
-        if _append_values is not None:  # the C encoder takes sets of plain values and keys at once
-            n = _append_values(self.records, items, first, timestamp - self.base_timestamp)
-            if n >= 0:
-                self.count = first + n
-                if n and timestamp > self.max_timestamp:
-                    self.max_timestamp = timestamp
-                if future is not None:
-                    self.set_futures.append((first, n, timestamp, future))
-                return
+        records = self.records
+        first = records.records_count
+        n = records.add_values(items, timestamp)  # the C encoder takes plain values and keys at once
+        if n >= 0:
+            if future is not None:
+                self.set_futures.append((first, n, timestamp, future))
+            return
         vt = ZIGZAG
         size = _TABLE_SIZE
         od = first
         td0 = timestamp - self.base_timestamp
         tdb0 = vt[td0] if 0 <= td0 < size else encode_varint(td0)
-        max_ts = self.max_timestamp
+        max_ts = records.max_timestamp
         default_used = False  # did any record take ``timestamp``?
         parts: list[bytes] = []
         add = parts.extend
@@ -273,9 +311,7 @@ class ProducerBatch:
             n = 1 + len(tdb) + len(odb) + len(kl) + len(key) + len(vl) + len(value) + len(hdrs)
             add((vt[n] if n < size else encode_varint(n), b"\x00", tdb, odb, kl, key, vl, value, hdrs))
             od += 1
-        self.records += b"".join(parts)  # type: ignore[operator]
-        self.count = od
-        self.max_timestamp = max(max_ts, timestamp) if default_used else max_ts
+        records.add_encoded(b"".join(parts), od - first, max(max_ts, timestamp) if default_used else max_ts)
         if future is not None:
             self.set_futures.append((first, od - first, timestamp, future))
 
@@ -284,8 +320,9 @@ class ProducerBatch:
         """Compress, write the header, CRC once: the bytes a Produce request carries (with the
         transactional attribute, bit 4, for a transactional producer's batch)."""
         assert self.records is not None and self.count > 0
-        body = bytes(self.records)
-        payload = compress(compression, body) if compression is not Compression.NONE else body
+        records = self.records
+        # uncompressed, the records go into the wire bytes straight from the builder: one copy
+        payload = compress(compression, bytes(records)) if compression is not Compression.NONE else records
         header = bytearray(BATCH_HEADER_SIZE)
         _HEADER.pack_into(
             header, 0,
@@ -306,7 +343,10 @@ class ProducerBatch:
         crc = crc32c(payload, crc32c(memoryview(header)[_CRC_START:]))
         struct.pack_into(">I", header, 17, crc)
         self.base_sequence = base_sequence
-        self.wire = bytes(header) + payload
+        self.wire = b"".join((header, payload))
+        self.sealed_count = self.count
+        self.sealed_max_timestamp = self.max_timestamp
+        self.held = self.reserved
         self.records = None  # the sealed bytes are all a retry needs
         return self.wire
 
@@ -403,8 +443,15 @@ class RecordAccumulator:
     def __init__(self, *, batch_size: int, buffer_memory: int, loop: asyncio.AbstractEventLoop,
                  on_batch_closed: Callable[[str, int], None], wake: Callable[[], None]) -> None:
         self.batch_size = batch_size
+        # append()'s bound for ``len(records) + reserved``: a record fits the open batch when
+        # its records plus the record's estimate (``reserved`` less _OVERESTIMATE) stay
+        # within batch_size
+        self._room = batch_size + _OVERESTIMATE
         self.pool = BufferPool(buffer_memory)
         self.queues: dict[tuple[str, int], PartitionQueue] = {}
+        # the queue append() used last: a producer usually sends to one partition many
+        # times in a row, and comparing two fields is cheaper than a dict lookup by tuple
+        self._last: PartitionQueue = PartitionQueue("", -1)
         self.incomplete: set[ProducerBatch] = set()
         self.flushing = 0  # > 0 while someone waits in flush(): open batches are sendable now
         self._loop = loop
@@ -444,24 +491,22 @@ class RecordAccumulator:
         the next batch where the partitioner now points instead of stranding alone in a new
         batch here (Kafka's ``abortOnNewBatch``).
         """
-        q = self.queues.get((topic, partition))
-        if q is not None:
-            batch = q.open
-            if batch is not None:
-                # the common case, kept short: room in the open batch
-                records = batch.records
-                if len(records) + reserved - _OVERESTIMATE <= self.batch_size:  # type: ignore[arg-type]
-                    delta = batch.count
-                    batch.append(key, value, headers, timestamp)
-                    batch.reserved += reserved
-                    if len(records) >= self.batch_size:  # type: ignore[arg-type]
-                        self.close(q)
-                    return RecordFuture(batch.result, delta, timestamp)
-                if reroute:
+        q = self._last
+        if q.partition != partition or q.topic != topic:
+            q = self._last = self.queue(topic, partition)
+        batch = q.open
+        if batch is not None:
+            # the common case, kept short: room in the open batch checked, the record
+            # encoded and counted, its memory held and its future made in one call
+            records = batch.records
+            future = records.add(key, value, headers, timestamp, reserved, self._room)
+            if future is not None:
+                if len(records) >= self.batch_size:
                     self.close(q)
-                    return None
-        else:
-            q = self.queue(topic, partition)
+                return future  # type: ignore[no-any-return]
+            if reroute:
+                self.close(q)
+                return None
         batch, _new = self._batch_for(q, reserved - _OVERESTIMATE, timestamp)
         delta = batch.count
         try:
@@ -472,7 +517,7 @@ class RecordAccumulator:
         batch.reserved += reserved
         if len(batch.records) >= self.batch_size:  # type: ignore[arg-type]
             self.close(q)
-        return RecordFuture(batch.result, delta, timestamp)
+        return _new_record_future(batch.result, delta, timestamp)
 
     def append_set(self, topic: str, partition: int, items: Sequence[Any], timestamp: int,
                    future: asyncio.Future[Any] | None, reserved: int, reroute: bool = False) -> int:

@@ -37,7 +37,7 @@ import enum
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
@@ -57,6 +57,7 @@ __all__ = [
     "ConfigResource",
     "ConfigSource",
     "CreatedTopic",
+    "ElectionType",
     "GroupDescription",
     "GroupListing",
     "MemberDescription",
@@ -64,6 +65,7 @@ __all__ = [
     "NewTopic",
     "OffsetSpec",
     "PartitionDescription",
+    "PartitionReplicas",
     "ProducerState",
     "ResourceType",
     "TopicDescription",
@@ -160,12 +162,16 @@ class OpenTransaction:
 @dataclass(frozen=True, slots=True)
 class NewTopic:
     """A topic to create; ``None`` means the broker's default (num.partitions,
-    default.replication.factor)."""
+    default.replication.factor). ``replica_assignment`` places the replicas by hand instead:
+    partition -> broker ids, the first the preferred leader (kafka-topics.sh's
+    ``--replica-assignment 1:2:3,2:3:1``); partitions and replication factor then follow
+    from it and must be left None."""
 
     name: str
     partitions: int | None = None
     replication_factor: int | None = None
     configs: Mapping[str, str] | None = None
+    replica_assignment: Mapping[int, Sequence[int]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,11 +212,12 @@ class TopicListing:
 
 @dataclass(frozen=True, slots=True)
 class PartitionDescription:
-    """One partition: who leads it, and its log's offsets and size.
+    """One partition: who leads it, its replicas, and its log's offsets and size.
 
     ``log_end_offset`` is what ListOffsets reports as the latest offset, the high watermark
     (on a single-replica broker the same as the leader's log end offset). ``size_bytes`` is
-    None when the broker does not serve DescribeLogDirs.
+    None when the broker does not serve DescribeLogDirs. A partition without a leader
+    (``leader`` -1), or whose leader cannot be reached, has offsets -1 and no size.
     """
 
     partition: int
@@ -220,6 +227,7 @@ class PartitionDescription:
     log_start_offset: int
     log_end_offset: int
     size_bytes: int | None
+    offline_replicas: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +241,37 @@ class TopicDescription:
     def size_bytes(self) -> int | None:
         sizes = [p.size_bytes for p in self.partitions]
         return None if any(s is None for s in sizes) else sum(s for s in sizes if s is not None)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionReplicas:
+    """Where a partition's replicas are and which are in sync (Metadata alone: no request to
+    the leader, so it answers while brokers are down)."""
+
+    topic: str
+    partition: int
+    leader: int  # -1: no leader (offline)
+    leader_epoch: int  # -1 when the broker does not say (Metadata before v7)
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    offline_replicas: tuple[int, ...]
+
+    @property
+    def under_replicated(self) -> bool:
+        """Fewer replicas in sync than assigned (kafka-topics.sh --under-replicated-partitions)."""
+        return len(self.isr) < len(self.replicas)
+
+    @property
+    def offline(self) -> bool:
+        """No leader: nothing can be written or read (kafka-topics.sh --unavailable-partitions)."""
+        return self.leader < 0
+
+
+class ElectionType(enum.IntEnum):
+    """ElectLeaders' election type (kafka-leader-election.sh --election-type)."""
+
+    PREFERRED = 0  # the first replica of the assignment, if it is in sync
+    UNCLEAN = 1  # a live replica out of sync, only for a partition without a leader: may lose records
 
 
 class ResourceType(enum.IntEnum):
@@ -410,8 +449,9 @@ class Admin:
         replication_factor: int | None = None,
         configs: Mapping[str, str] | None = None,
         validate_only: bool = False,
+        replica_assignment: Mapping[int, Sequence[int]] | None = None,
     ) -> CreatedTopic:
-        new = NewTopic(name, partitions, replication_factor, configs)
+        new = NewTopic(name, partitions, replication_factor, configs, replica_assignment)
         return (await self.create_topics([new], validate_only=validate_only))[0]
 
     async def create_topics(self, topics: Iterable[NewTopic | str], *, validate_only: bool = False) -> list[CreatedTopic]:
@@ -424,7 +464,8 @@ class Admin:
                     "name": t.name,
                     "num_partitions": -1 if t.partitions is None else t.partitions,
                     "replication_factor": -1 if t.replication_factor is None else t.replication_factor,
-                    "assignments": [],
+                    "assignments": [{"partition_index": p, "broker_ids": list(brokers)}
+                                    for p, brokers in sorted((t.replica_assignment or {}).items())],
                     "configs": [{"name": k, "value": str(v)} for k, v in (t.configs or {}).items()],
                 }
                 for t in wanted
@@ -485,10 +526,13 @@ class Admin:
         names = list(dict.fromkeys(names))
         await self._refresh_topics(names)
         tps = [TopicPartition(n, p) for n in names for p in sorted(self._cluster.topics[n].partitions)]
+        # A partition without a leader has no offsets to ask for; one whose leader is down
+        # (not yet replaced) none to get: both are described with what Metadata says.
+        led = [tp for tp in tps if self._cluster.topics[tp.topic].partitions[tp.partition].leader >= 0]
         starts, ends, sizes = await _all(
-            self._list_offsets({tp: OffsetSpec.EARLIEST for tp in tps}, refresh=False),
-            self._list_offsets({tp: OffsetSpec.LATEST for tp in tps}, refresh=False),
-            self._partition_sizes(tps),
+            self._list_offsets({tp: OffsetSpec.EARLIEST for tp in led}, refresh=False, reachable_only=True),
+            self._list_offsets({tp: OffsetSpec.LATEST for tp in led}, refresh=False, reachable_only=True),
+            self._partition_sizes(led),
         )
         out = []
         for name in names:
@@ -496,10 +540,10 @@ class Admin:
             parts = []
             for index in sorted(info.partitions):
                 p, tp = info.partitions[index], TopicPartition(name, index)
-                start, end = starts[tp], ends[tp]
+                start, end = starts.get(tp), ends.get(tp)
                 parts.append(PartitionDescription(
                     index, p.leader, p.replicas, p.isr,
-                    start.offset if start else -1, end.offset if end else -1, sizes.get(tp)))
+                    start.offset if start else -1, end.offset if end else -1, sizes.get(tp), p.offline_replicas))
             out.append(TopicDescription(name, info.topic_id, info.internal, tuple(parts)))
         return out
 
@@ -512,6 +556,53 @@ class Admin:
         for r in resp.results:
             if r.error_code != ErrorCode.none:
                 raise _topic_error(r.error_code, r.name, r.error_message, "add partitions to")
+
+    async def describe_replicas(self, topics: Iterable[str] | None = None) -> list[PartitionReplicas]:
+        """Every partition of ``topics`` (None: of every topic, internal ones included) with
+        its leader, replicas, in-sync and offline replicas, sorted; one Metadata request."""
+        names = None if topics is None else list(dict.fromkeys(topics))
+        if names is None:
+            await self._cluster.refresh(None)
+        else:
+            await self._refresh_topics(names)
+        return [
+            PartitionReplicas(info.name, p.partition, p.leader, p.leader_epoch, p.replicas, p.isr, p.offline_replicas)
+            for info in sorted(self._cluster.topics.values(), key=lambda i: i.name)
+            if names is None or info.name in names
+            for p in (info.partitions[i] for i in sorted(info.partitions))
+        ]
+
+    async def elect_leaders(self, election_type: ElectionType, partitions: Iterable[TopicPartition] | None = None
+                            ) -> dict[TopicPartition, KafkaError | None]:
+        """ElectLeaders (KIP-460): elect the preferred replica, or (UNCLEAN) any live replica
+        of a partition without a leader. ``partitions`` None: every partition, as Kafka's
+        ``--all-topic-partitions`` (the controller answers for those it considered).
+
+        Returns each partition's outcome: None when a new leader was elected, else a
+        KafkaError; ELECTION_NOT_NEEDED (code 84) means the right leader was leading already.
+        A request-level error (the cluster refused them all) is raised."""
+        wanted = None if partitions is None else list(dict.fromkeys(partitions))
+        lo = 0 if election_type is ElectionType.PREFERRED else 1  # v0 knows only preferred elections
+        data = {"election_type": int(election_type), "timeout": self.request_timeout_ms,
+                "topic_partitions": None if wanted is None else [
+                    {"topic": t, "partitions": [tp.partition for tp in wanted if tp.topic == t]}
+                    for t in dict.fromkeys(tp.topic for tp in wanted)]}
+        resp = await self._controller_call("elect_leaders", lo, 2, data,
+                                           lambda r: [getattr(r, "error_code", ErrorCode.none)])
+        top = getattr(resp, "error_code", ErrorCode.none)
+        if top != ErrorCode.none:
+            raise error_for(top, f"{top.name.upper()}: the cluster refused the {election_type.name.lower()} "
+                                 "leader election")
+        out: dict[TopicPartition, KafkaError | None] = {}
+        for t in resp.replica_election_results:
+            for p in t.partition_result:
+                tp = TopicPartition(t.topic, int(p.partition_id))
+                code = p.error_code
+                out[tp] = None if code == ErrorCode.none else error_for(
+                    code, f"{code.name.upper()}: {p.error_message or 'no new leader'} ({tp.topic}-{tp.partition})")
+        for name in {tp.topic for tp in out}:
+            self._cluster.invalidate(name)
+        return out
 
     async def _refresh_topics(self, names: list[str]) -> None:
         await self._cluster.refresh(names)
@@ -585,7 +676,8 @@ class Admin:
         return await self._list_offsets(wanted, read_committed=read_committed)
 
     async def _list_offsets(self, wanted: Mapping[TopicPartition, OffsetSpec], *, read_committed: bool = False,
-                            refresh: bool = True) -> dict[TopicPartition, ListedOffset | None]:
+                            refresh: bool = True, reachable_only: bool = False
+                            ) -> dict[TopicPartition, ListedOffset | None]:
         lo = 7 if any(s.timestamp == OffsetSpec.MAX_TIMESTAMP.timestamp for s in wanted.values()) else 1
 
         async def ask(conn: KafkaConnection, tps: list[TopicPartition]) -> dict[TopicPartition, ListedOffset | None]:
@@ -604,7 +696,7 @@ class Admin:
                         offset, int(p.timestamp), int(getattr(p, "leader_epoch", -1)))
             return out
 
-        return await self._per_leader(list(wanted), ask, refresh=refresh)
+        return await self._per_leader(list(wanted), ask, refresh=refresh, reachable_only=reachable_only)
 
     async def delete_records(self, before: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
         """Delete each partition's records below an offset (-1: below the high watermark,
@@ -652,7 +744,7 @@ class Admin:
                             out[tp] = out.get(tp, 0) + int(p.partition_size)
             return out
 
-        return await self._per_leader(tps, ask, refresh=False) if tps else {}
+        return await self._per_leader(tps, ask, refresh=False, reachable_only=True) if tps else {}
 
     # ------------------------------------------------------------------ consumer groups
 
@@ -674,6 +766,12 @@ class Admin:
         if node not in self._cluster.brokers:
             self._cluster.brokers[node] = (entry.host, int(entry.port))
         return node
+
+    async def find_coordinator(self, key: str, *, transactional: bool = False) -> int:
+        """The node id of the broker coordinating consumer group ``key`` (or, with
+        ``transactional``, transactional id ``key``): FindCoordinator, as
+        ``kafka-consumer-groups.sh --describe --state`` shows it."""
+        return await self._coordinator_id(key, 1 if transactional else 0)
 
     async def list_groups(self) -> list[GroupListing]:
         conn = await self._cluster.any_connection()
@@ -963,9 +1061,12 @@ class Admin:
         ask: Callable[[KafkaConnection, list[TopicPartition]], Awaitable[dict[TopicPartition, T]]],
         *,
         refresh: bool = True,
+        reachable_only: bool = False,
     ) -> dict[TopicPartition, T]:
         """Group partitions by leader, ``ask(conn, partitions)`` each leader concurrently,
-        merge the answers. ``refresh=False``: the caller has just fetched their metadata."""
+        merge the answers. ``refresh=False``: the caller has just fetched their metadata.
+        ``reachable_only``: a leader that cannot be reached (down, not replaced yet) is left
+        out of the answer instead of failing it."""
         if refresh:
             await self._refresh_topics(list(dict.fromkeys(tp.topic for tp in tps)))
         by_leader: dict[int, list[TopicPartition]] = defaultdict(list)
@@ -979,7 +1080,12 @@ class Admin:
             by_leader[p.leader].append(tp)
 
         async def one(leader: int, mine: list[TopicPartition]) -> dict[TopicPartition, T]:
-            return await ask(await self._cluster.connection(leader), mine)
+            if not reachable_only:
+                return await ask(await self._cluster.connection(leader), mine)
+            try:
+                return await ask(await self._cluster.connection(leader), mine)
+            except ConnectionError:
+                return {}
 
         merged: dict[TopicPartition, T] = {}
         for part in await _all(*(one(leader, mine) for leader, mine in by_leader.items())):

@@ -54,11 +54,17 @@ def parse_bootstrap(servers: str | Iterable[str]) -> list[tuple[str, int]]:
 
 @dataclass(frozen=True, slots=True)
 class PartitionInfo:
+    """One partition as Metadata lists it. ``leader`` is -1 while it has none (every in-sync
+    replica is down); ``offline_replicas`` are replicas on a broker that is down or whose log
+    directory failed (Metadata v5+); ``leader_epoch`` is -1 from brokers before Metadata v7."""
+
     topic: str
     partition: int
     leader: int
     replicas: tuple[int, ...] = ()
     isr: tuple[int, ...] = ()
+    offline_replicas: tuple[int, ...] = ()
+    leader_epoch: int = -1
 
 
 @dataclass(slots=True)
@@ -206,7 +212,9 @@ class Cluster:
                 for p in t.partitions:
                     info.partitions[int(p.partition_index)] = PartitionInfo(
                         t.name, int(p.partition_index), int(p.leader_id),
-                        tuple(int(r) for r in p.replica_nodes), tuple(int(r) for r in p.isr_nodes))
+                        tuple(int(r) for r in p.replica_nodes), tuple(int(r) for r in p.isr_nodes),
+                        tuple(int(r) for r in getattr(p, "offline_replicas", ())),
+                        int(getattr(p, "leader_epoch", -1)))
                 self.topics[t.name] = info
             self._last_refresh = time.monotonic()
 

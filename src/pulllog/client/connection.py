@@ -55,7 +55,8 @@ _API_KEYS = {
     "find_coordinator": 10, "join_group": 11, "heartbeat": 12, "leave_group": 13, "sync_group": 14,
     "describe_groups": 15, "list_groups": 16, "api_versions": 18, "create_topics": 19, "delete_topics": 20,
     "delete_records": 21, "init_producer_id": 22, "describe_configs": 32, "alter_configs": 33,
-    "describe_log_dirs": 35, "create_partitions": 37, "delete_groups": 42, "incremental_alter_configs": 44, "offset_delete": 47,
+    "describe_log_dirs": 35, "create_partitions": 37, "delete_groups": 42, "elect_leaders": 43,
+    "incremental_alter_configs": 44, "offset_delete": 47,
 }
 # a transactional producer's requests (pulllog.client.txn_coordinator)
 _API_KEYS.update({"add_partitions_to_txn": 24, "add_offsets_to_txn": 25, "end_txn": 26, "txn_offset_commit": 28})

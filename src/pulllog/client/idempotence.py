@@ -67,8 +67,10 @@ class SequencedBatch(Protocol):
 
     topic: str
     partition: int
-    count: int
     wire: bytes | None
+
+    @property
+    def count(self) -> int: ...  # records in the batch
 
     def restamp(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None: ...
 

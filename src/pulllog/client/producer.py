@@ -40,7 +40,8 @@ How records move (see ``pulllog.client.accumulator`` for the batch states):
   carries one batch per partition (as Kafka requires) for all ready partitions led by the
   same broker, up to ``max_request_size``; at most ``max_in_flight`` requests per broker
   connection. ``send()`` yields to the event loop once per new batch, so the sender ships
-  full batches while a tight loop keeps sending.
+  full batches while a tight loop keeps sending (and every 16 records while a partition
+  new to a transaction waits for AddPartitionsToTxn: ``pulllog.client.transactions``).
 * **Partitioning** (``pulllog.client.partitioner``): explicit partition, else murmur2 of
   the key as the Java client and librdkafka's ``murmur2_random`` do, else sticky. A
   record without a key that would overflow the sticky partition's open batch closes it
@@ -97,6 +98,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ..records.compression import Compression
+from ..records.encoding import now_ms
 from .connection import BrokerUnreachableError
 from .accumulator import (
     NEW_BATCH,
@@ -152,9 +154,16 @@ __all__ = [
 
 log = logging.getLogger("pulllog.client.producer")
 
-_time_ns = time.time_ns  # one global lookup per record instead of two
+# buffer_memory for a record without key or headers, on top of its value: the allowance and
+# the one byte of its empty headers
+_PLAIN_RECORD_SIZE = RECORD_OVERHEAD + 1
 
 _NEW, _RUNNING, _CLOSING, _CLOSED = "new", "running", "closing", "closed"
+
+# While a partition new to the transaction waits for AddPartitionsToTxn and its first answer,
+# send() yields every this many records (a turn of the event loop costs about as much as
+# appending a few records; a batch of them, well under a millisecond)
+_STARTING_YIELD_EVERY = 16
 
 
 class BufferExhaustedError(TimeoutError):
@@ -560,11 +569,15 @@ class Producer:
         else:
             deadline = None
         try:
-            if key is not None and type(key) is not bytes:
-                key = _as_bytes(key)
-            hdrs = encode_headers(headers) if headers else b"\x00"
-            size = ((len(value) if value is not None else 0) + (len(key) if key is not None else 0)
-                    + len(hdrs) + RECORD_OVERHEAD)
+            if key is None and headers is None:  # the common case: one length to add
+                hdrs = b"\x00"
+                size = (len(value) if value is not None else 0) + _PLAIN_RECORD_SIZE
+            else:
+                if key is not None and type(key) is not bytes:
+                    key = _as_bytes(key)
+                hdrs = encode_headers(headers) if headers else b"\x00"
+                size = ((len(value) if value is not None else 0) + (len(key) if key is not None else 0)
+                        + len(hdrs) + RECORD_OVERHEAD)
             if partition is None:
                 sticky = key is None and self._sticky
                 partition = self._partitioner.partition(topic, key, parts[0], parts[1])
@@ -574,10 +587,11 @@ class Producer:
                     raise _no_such_partition(topic, partition, parts[0])
         except TypeError as exc:
             raise _bad_record(key, value, exc) from None
-        if self._txn is not None:
-            self._txn.check_send(topic, partition)  # in a transaction; a new partition gets added
+        txn = self._txn
+        if txn is not None:
+            txn.check_send(topic, partition)  # in a transaction; a new partition gets added
         if timestamp is None:
-            timestamp = _time_ns() // 1_000_000
+            timestamp = now_ms()
         if size > self._max_record_size:
             failed = ProduceResult(topic, partition, self._loop)  # type: ignore[arg-type]
             failed.set_failed(self._too_large(topic, partition, size, "record"))
@@ -593,15 +607,18 @@ class Producer:
             future = acc.append(topic, partition, key, value, hdrs, timestamp, size, sticky)
             if future is None:  # the sticky partition's batch was full: it moved on
                 partition = self._partitioner.partition(topic, key, parts[0], parts[1])
-                if self._txn is not None:
-                    self._txn.check_send(topic, partition)
+                if txn is not None:
+                    txn.check_send(topic, partition)
                 future = acc.append(topic, partition, key, value, hdrs, timestamp, size)
                 assert future is not None
         except TypeError as exc:
             pool.release(size)
             raise _bad_record(key, value, exc) from None
-        if future.relative_offset == 0:  # it opened a batch
-            await asyncio.sleep(0)  # let the sender ship what is ready before we fill more
+        offset = future.relative_offset
+        if offset == 0 or (txn is not None and txn.starting_partitions and not offset % _STARTING_YIELD_EVERY):
+            # it opened a batch, or the sender needs a few quick turns to start the
+            # transaction's pipeline (pulllog.client.transactions): let it ship what is ready
+            await asyncio.sleep(0)
         return future
 
     async def send_and_wait(
@@ -656,7 +673,7 @@ class Producer:
         if self._txn is not None:
             self._txn.check_send(topic, partition)
         if timestamp is None:
-            timestamp = time.time_ns() // 1_000_000
+            timestamp = now_ms()
         future: asyncio.Future[BatchMetadata] = self._loop.create_future()  # type: ignore[union-attr]
         acc = self._acc
         assert acc is not None
@@ -676,7 +693,7 @@ class Producer:
             acc.pool.release(size)
             raise TypeError("send_batch() records must be values (bytes or None) or tuples "
                             "(key, value[, headers[, timestamp_ms]]) of bytes") from None
-        if outcome == NEW_BATCH:
+        if outcome == NEW_BATCH or (self._txn is not None and self._txn.starting_partitions):
             await asyncio.sleep(0)
         return future
 

@@ -232,8 +232,11 @@ class Sender:
             flying = len(flying_batches) if flying_batches else 0
             if flying >= partition_limit:
                 continue  # its answers wake us
-            if txn is not None and not txn.may_produce_to(q.key):  # type: ignore[attr-defined]
-                continue  # AddPartitionsToTxn first (_txn_pass started it); its end wakes us
+            if txn is not None and (not txn.may_produce_to(q.key)  # type: ignore[attr-defined]
+                                    or flying and q.key in txn.starting_partitions):  # type: ignore[attr-defined]
+                # AddPartitionsToTxn first (_txn_pass started it; its end wakes us), then the
+                # partition's first batch of the transaction alone (pulllog.client.transactions)
+                continue
             batch = acc.next_ready(q, now, timeout, expire)
             if batch is not None:
                 if batch.retry_at > now:
@@ -397,16 +400,36 @@ class Sender:
     # ------------------------------------------------------------------ requests
 
     async def init_producer_id(self) -> None:
-        """InitProducerId for a new producer id (at start), so batches can carry it."""
-        conn = await self._cluster.any_connection()
-        lowest, highest, data = self._idempotence.init_producer_id_request()
-        version = conn.version("init_producer_id", lowest, highest)
-        async with asyncio.timeout(self.config.request_timeout_s):
-            resp = await conn.request("init_producer_id", version, data)
-        if resp.error_code != ErrorCode.none:
-            raise KafkaError(resp.error_code, f"{resp.error_code.name.upper()}: InitProducerId failed, "
-                             "so enable_idempotence=True cannot work with this broker")
-        self._idempotence.set_producer_id_and_epoch(int(resp.producer_id), int(resp.producer_epoch))
+        """InitProducerId for a new producer id (at start), so batches can carry it.
+
+        Retried, as Kafka's producer does, on a retriable error code (a broker of a cluster
+        answers COORDINATOR_LOAD_IN_PROGRESS until it has a block of producer ids from its
+        controller) and on a lost connection (asked again of another broker), for up to
+        ``max_block_ms``."""
+        deadline = time.monotonic() + self.config.max_block_s
+        backoff = max(self.config.retry_backoff_s, 0.01)
+        while True:
+            try:
+                conn = await self._cluster.any_connection()
+                lowest, highest, data = self._idempotence.init_producer_id_request()
+                version = conn.version("init_producer_id", lowest, highest)
+                async with asyncio.timeout(self.config.request_timeout_s):
+                    resp = await conn.request("init_producer_id", version, data)
+            except (ConnectionError, TimeoutError) as exc:
+                error: BaseException = exc
+            else:
+                code = resp.error_code
+                if code == ErrorCode.none:
+                    self._idempotence.set_producer_id_and_epoch(int(resp.producer_id), int(resp.producer_epoch))
+                    return
+                error = KafkaError(code, f"{code.name.upper()}: InitProducerId failed, "
+                                         "so enable_idempotence=True cannot work with this broker")
+                if not code.retriable:
+                    raise error
+            if time.monotonic() + backoff >= deadline:
+                raise error
+            log.debug("InitProducerId failed (%s); retrying", error)
+            await asyncio.sleep(backoff)
 
     async def _bump_epoch(self) -> None:
         """KIP-360: the next epoch of our producer id (see ``pulllog.client.idempotence``)."""
@@ -696,6 +719,8 @@ class Sender:
         if batch.done.done():
             return  # failed meanwhile (closed): its outcome is told already
         self._landed(batch)
+        if self._transactional_id is not None:
+            self._idempotence.batch_acknowledged((batch.topic, batch.partition))  # type: ignore[attr-defined]
         self._acc.deallocate(batch)
         batch.result.set_acknowledged(base_offset, log_append_time)  # every record's future at once
         topic, partition = batch.topic, batch.partition

@@ -9,9 +9,11 @@ a Produce or a Fetch.
 
 ``TxnCoordinatorClient.call`` sends one request and reads every error code in its answer
 through ``pulllog.client.transactions.outcome``: retriable codes send it again after
-``retry_backoff_ms`` (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, a lost connection or a
-timeout find the coordinator again first); others move the ``TransactionManager`` to its
-abortable or fatal state, and the call raises that error. Requests go one at a time (a
+``retry_backoff_ms`` (sooner for a transaction's first AddPartitionsToTxn refused with
+CONCURRENT_TRANSACTIONS: ``transactions.retry_backoff_s``; NOT_COORDINATOR,
+COORDINATOR_NOT_AVAILABLE, a lost connection or a timeout find the coordinator again
+first); others move the ``TransactionManager`` to its abortable or fatal state, and the
+call raises that error. Requests go one at a time (a
 lock), as Kafka's client sends them. A call that cannot finish within ``max_block_ms``
 raises TimeoutError and changes no state: calling the operation again resumes it.
 """
@@ -29,7 +31,7 @@ from kio.schema.errors import ErrorCode
 from .cluster import Cluster
 from .connection import KafkaConnection, UnsupportedByBrokerError
 from .errors import KafkaError
-from .transactions import Outcome, TransactionManager, gravest, outcome
+from .transactions import Outcome, TransactionManager, gravest, outcome, retry_backoff_s
 
 __all__ = ["GROUP", "TRANSACTION", "TxnCoordinatorClient"]
 
@@ -125,8 +127,10 @@ class TxnCoordinatorClient:
         lo = lo if lowest is None else lowest
         deadline = time.monotonic() + self.max_block_s
         last: str = "no attempt yet"
+        attempt = 0
         async with self._lock:
             while True:
+                attempt += 1
                 if time.monotonic() >= deadline:
                     raise TimeoutError(f"{api} for {'group' if key_type == GROUP else 'transactional id'} {key!r} "
                                        f"did not complete within max_block_ms={round(self.max_block_s * 1000)} "
@@ -157,7 +161,8 @@ class TxnCoordinatorClient:
                     log.debug("%s for %r: %s, retrying", api, key, last)
                     if result is Outcome.REDISCOVER:
                         await self._forget(key_type, key)
-                    await asyncio.sleep(self.retry_backoff_s)
+                    await asyncio.sleep(retry_backoff_s(api, first, attempt, not self.manager.in_transaction,
+                                                        self.retry_backoff_s))
                     continue
                 raise self.manager.fail(result, KafkaError(first, f"{last}: {api} for {key!r} failed"))
 

@@ -1,5 +1,6 @@
 /* The records section of a RecordBatch v2, decoded in C (the consumer's hot loop) and
- * encoded in C (the producer's; see the encoding section at the end).
+ * encoded in C (the producer's; see the encoding, RecordsBuilder and SlotsMaker sections at
+ * the end, and pulllog.records.encoding for the Python they must agree with).
  *
  * An optional accelerator for pulllog.records.decoding, which holds the pure-Python decoder
  * this file must agree with exactly (tests/log/test_decoding.py checks both on random and
@@ -27,6 +28,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <time.h>
 #include <structmember.h>  /* T_OBJECT_EX, READONLY (Python.h has them from 3.12 as Py_T_...) */
 
 #define N_FIELDS 8
@@ -436,7 +438,14 @@ put_record(char *p, Py_ssize_t body, int64_t td, int64_t od, const char *k, Py_s
 static int
 get_int64(PyObject *obj, int64_t *out)
 {
-    long long v = PyLong_AsLongLong(obj);
+    /* not PyLong_AsLongLong: for an int of two digits or more (any timestamp in ms) it goes
+     * through _PyLong_AsByteArray, several times slower on the per-record path */
+    int overflow;
+    long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (overflow) {
+        PyErr_SetString(PyExc_OverflowError, "Python int too large to convert to C long long");
+        return -1;
+    }
     if (v == -1 && PyErr_Occurred()) {
         return -1;
     }
@@ -564,6 +573,77 @@ PyDoc_STRVAR(append_values_doc,
 "``offset_delta``, all at ``timestamp_delta``; return how many, or -1 (nothing appended) if\n"
 "an item needs the general encoder.");
 
+typedef int (*grow_function)(PyObject *records, Py_ssize_t more, char **at);
+
+/* The message set ``items`` appended to ``records`` (grown by ``grow_records``) from offset
+ * delta ``od``, all at timestamp delta ``td``: how many, -1 (nothing appended) when an item
+ * is not simple, -2 with an exception set. */
+static Py_ssize_t
+put_values(PyObject *records, PyObject *items_obj, int64_t od, int64_t td, grow_function grow_records)
+{
+    PyObject *seq = PySequence_Fast(items_obj, "append_values(): items must be a sequence");
+    if (seq == NULL) {
+        return -2;
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    PyObject *key = NULL, *value = NULL;
+    /* pass 1: check every item and add up the sizes; no Python code runs until pass 2 ends,
+     * so the items cannot change in between */
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (!simple_item(items[i], &key, &value)) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        Py_ssize_t lk = key ? PyBytes_GET_SIZE(key) : -1, lv = value ? PyBytes_GET_SIZE(value) : -1;
+        Py_ssize_t body = record_body_size(td, od + i, lk, lv, 1);
+        total += varint_size(body) + body;
+    }
+    char *p;
+    if (count && grow_records(records, total, &p) < 0) {
+        Py_DECREF(seq);
+        return -2;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        simple_item(items[i], &key, &value);
+        Py_ssize_t lk = key ? PyBytes_GET_SIZE(key) : -1, lv = value ? PyBytes_GET_SIZE(value) : -1;
+        Py_ssize_t body = record_body_size(td, od + i, lk, lv, 1);
+        p = put_record(p, body, td, od + i, key ? PyBytes_AS_STRING(key) : NULL, lk,
+                       value ? PyBytes_AS_STRING(value) : NULL, lv, "\0", 1);
+    }
+    Py_DECREF(seq);
+    return count;
+}
+
+PyDoc_STRVAR(values_size_doc,
+"values_size(items) -> int\n"
+"\n"
+"The bytes of keys and values in a message set of simple items (as append_values takes),\n"
+"plus one for each tuple of three or four (its None headers); -1 if an item is not simple.");
+
+static PyObject *
+values_size(PyObject *self, PyObject *items_obj)
+{
+    PyObject *seq = PySequence_Fast(items_obj, "values_size(): items must be a sequence");
+    if (seq == NULL) {
+        return NULL;
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq), total = 0;
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    PyObject *key, *value;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (!simple_item(items[i], &key, &value)) {
+            total = -1;
+            break;
+        }
+        total += (key ? PyBytes_GET_SIZE(key) : 0) + (value ? PyBytes_GET_SIZE(value) : 0)
+                 + (PyTuple_CheckExact(items[i]) && PyTuple_GET_SIZE(items[i]) > 2);
+    }
+    Py_DECREF(seq);
+    return PyLong_FromSsize_t(total);
+}
+
 static PyObject *
 append_values(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -580,45 +660,563 @@ append_values(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (get_int64(args[2], &od) < 0 || get_int64(args[3], &td) < 0) {
         return NULL;
     }
-    PyObject *seq = PySequence_Fast(args[1], "append_values(): items must be a sequence");
-    if (seq == NULL) {
+    Py_ssize_t n = put_values(records, args[1], od, td, grow);
+    return n == -2 ? NULL : PyLong_FromSsize_t(n);
+}
+
+/* ------------------------------------------------------------------------ RecordsBuilder
+ *
+ * A batch's records section as it is built: a bytearray (so len(), bytes() and memoryview()
+ * are the bytearray's) that also keeps the batch's record count and its base and max
+ * timestamps, so that adding a record is one call that encodes it, checks the batch has room
+ * and updates the counters: the producer's per-record path (pulllog.client.accumulator).
+ * pulllog.records.encoding.PyRecordsBuilder is the pure-Python twin this must agree with.
+ *
+ * - add_record(key, value, headers, timestamp, reserved=0, room=-1) -> offset delta: appends
+ *   the record unless ``room`` >= 0, the builder holds records and len + reserved > room
+ *   (then -1, nothing appended). ``reserved`` and ``room`` are the caller's estimate and
+ *   bound (the accumulator's batch_size rule), not the record's exact size, so the C and
+ *   Python twins cut batches at the same records.
+ * - add_values(items, timestamp) -> n or -1: append_values on the builder.
+ * - add_encoded(data, n, max_timestamp): n records the caller encoded (the general loop).
+ * - add(key, value, headers, timestamp, reserved, room) -> make_future(result, delta,
+ *   timestamp), or None without room: add_record, then ``reserved`` counted in
+ *   self.reserved; the accumulator's whole per-record step in one call (RecordsBuilder's
+ *   optional ``result`` and ``make_future``: the batch's outcome and how a record's future
+ *   is made from it).
+ */
+
+typedef struct {
+    PyByteArrayObject bytes;
+    Py_ssize_t count;
+    long long base_timestamp;
+    long long max_timestamp;
+    Py_ssize_t reserved;      /* the sum of add()'s ``reserved`` */
+    PyObject *result;         /* add()'s first argument to make_future */
+    PyObject *make_future;    /* add() returns make_future(result, offset delta, timestamp), or None */
+} RecordsBuilder;
+
+/* Make room for ``more`` bytes at the end of the builder's bytearray; *at points there.
+ *
+ * A bytearray grows by an eighth at a time (PyByteArray_Resize), so filling a 256 KiB batch
+ * record by record reallocates it ~60 times, and realloc copies: measured, a few percent of
+ * the producer's time. The builder doubles its allocation instead (the bytearray's own
+ * fields: ob_bytes is its PyObject_Malloc'd block of ob_alloc bytes, a NUL after the data),
+ * which copies each byte about once. Only on the plain layout it makes itself (no buffer
+ * exported, no offset start); anything else goes through PyByteArray_Resize. */
+static int
+builder_grow(RecordsBuilder *self, Py_ssize_t more, char **at)
+{
+    PyByteArrayObject *b = &self->bytes;
+    Py_ssize_t old = Py_SIZE(b);
+    if (more > PY_SSIZE_T_MAX / 2 - old) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_ssize_t need = old + more;
+    if (b->ob_exports > 0 || (b->ob_bytes != NULL && b->ob_start != b->ob_bytes)) {
+        return grow((PyObject *)self, more, at);
+    }
+    if (need + 1 > b->ob_alloc) {
+        Py_ssize_t alloc = b->ob_alloc < 512 ? 1024 : b->ob_alloc * 2;
+        if (alloc < need + 1) {
+            alloc = need + 1;
+        }
+        char *bytes = PyObject_Realloc(b->ob_bytes, (size_t)alloc);
+        if (bytes == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        b->ob_bytes = b->ob_start = bytes;
+        b->ob_alloc = alloc;
+    }
+    Py_SET_SIZE(b, need);
+    b->ob_start[need] = '\0';
+    *at = b->ob_start + old;
+    return 0;
+}
+
+static int
+builder_grow_records(PyObject *self, Py_ssize_t more, char **at)
+{
+    return builder_grow((RecordsBuilder *)self, more, at);
+}
+
+static void
+builder_dealloc(RecordsBuilder *self)
+{
+    Py_CLEAR(self->result);
+    Py_CLEAR(self->make_future);
+    PyByteArray_Type.tp_dealloc((PyObject *)self);
+}
+
+static int
+builder_init(RecordsBuilder *self, PyObject *args, PyObject *kwargs)
+{
+    long long base_timestamp;
+    PyObject *result = Py_None, *make_future = Py_None;
+    static char *kwlist[] = {"base_timestamp", "result", "make_future", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "L|OO:RecordsBuilder", kwlist, &base_timestamp, &result,
+                                     &make_future)) {
+        return -1;
+    }
+    Py_INCREF(result);
+    Py_XSETREF(self->result, result);
+    Py_INCREF(make_future);
+    Py_XSETREF(self->make_future, make_future);
+    self->reserved = 0;
+    if (PyByteArray_GET_SIZE(self) != 0 && PyByteArray_Resize((PyObject *)self, 0) < 0) {
+        return -1;
+    }
+    self->count = 0;
+    self->base_timestamp = base_timestamp;
+    self->max_timestamp = base_timestamp;
+    return 0;
+}
+
+/* timestamp - base as an int64 delta, OverflowError if it does not fit */
+static int
+timestamp_delta(RecordsBuilder *self, PyObject *timestamp, int64_t *ts, int64_t *td)
+{
+    if (get_int64(timestamp, ts) < 0) {
+        return -1;
+    }
+    long long d;
+    if (__builtin_sub_overflow((long long)*ts, self->base_timestamp, &d)) {
+        PyErr_SetString(PyExc_OverflowError, "a record's timestamp is too far from its batch's base timestamp");
+        return -1;
+    }
+    *td = (int64_t)d;
+    return 0;
+}
+
+PyDoc_STRVAR(builder_add_record_doc,
+"add_record(key, value, headers, timestamp, reserved=0, room=-1) -> int\n"
+"\n"
+"Append one record and return its offset delta; -1 (nothing appended) when ``room`` >= 0,\n"
+"the builder holds records and len(self) + reserved > room.");
+
+static PyObject *
+builder_add_record(RecordsBuilder *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 4 || nargs > 6) {
+        PyErr_Format(PyExc_TypeError, "add_record() takes 4 to 6 arguments (%zd given)", nargs);
         return NULL;
     }
-    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
-    PyObject **items = PySequence_Fast_ITEMS(seq);
-    PyObject *key = NULL, *value = NULL;
-    /* pass 1: check every item and add up the sizes; no Python code runs until pass 2 ends,
-     * so the items cannot change in between */
-    Py_ssize_t total = 0;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        if (!simple_item(items[i], &key, &value)) {
-            Py_DECREF(seq);
+    PyObject *key = args[0], *value = args[1], *headers = args[2];
+    Py_ssize_t used = PyByteArray_GET_SIZE(self);
+    if (nargs == 6 && self->count > 0) {
+        Py_ssize_t reserved = PyLong_AsSsize_t(args[4]), room = PyLong_AsSsize_t(args[5]);
+        if ((reserved == -1 || room == -1) && PyErr_Occurred()) {
+            return NULL;
+        }
+        if (room >= 0 && used + reserved > room) {
             return PyLong_FromLong(-1);
         }
-        Py_ssize_t lk = key ? PyBytes_GET_SIZE(key) : -1, lv = value ? PyBytes_GET_SIZE(value) : -1;
-        Py_ssize_t body = record_body_size(td, od + i, lk, lv, 1);
-        total += varint_size(body) + body;
     }
-    char *p;
-    if (count && grow(records, total, &p) < 0) {
-        Py_DECREF(seq);
+    int64_t ts, td;
+    if (timestamp_delta(self, args[3], &ts, &td) < 0) {
         return NULL;
     }
-    for (Py_ssize_t i = 0; i < count; i++) {
-        simple_item(items[i], &key, &value);
-        Py_ssize_t lk = key ? PyBytes_GET_SIZE(key) : -1, lv = value ? PyBytes_GET_SIZE(value) : -1;
-        Py_ssize_t body = record_body_size(td, od + i, lk, lv, 1);
-        p = put_record(p, body, td, od + i, key ? PyBytes_AS_STRING(key) : NULL, lk,
-                       value ? PyBytes_AS_STRING(value) : NULL, lv, "\0", 1);
+    if (!PyBytes_Check(headers)) {
+        PyErr_SetString(PyExc_TypeError, "add_record(): headers must be bytes (encoded)");
+        return NULL;
     }
-    Py_DECREF(seq);
-    return PyLong_FromSsize_t(count);
+    Py_buffer kview = {0}, vview = {0};
+    Py_ssize_t lk = -1, lv = -1;
+    const char *k = NULL, *v = NULL;
+    if (key != Py_None) {
+        if (PyBytes_CheckExact(key)) {  /* the common case: no buffer to take and release */
+            k = PyBytes_AS_STRING(key);
+            lk = PyBytes_GET_SIZE(key);
+        } else {
+            if (PyObject_GetBuffer(key, &kview, PyBUF_SIMPLE) < 0) {
+                return NULL;
+            }
+            k = kview.buf;
+            lk = kview.len;
+        }
+    }
+    if (value != Py_None) {
+        if (PyBytes_CheckExact(value)) {
+            v = PyBytes_AS_STRING(value);
+            lv = PyBytes_GET_SIZE(value);
+        } else {
+            if (PyObject_GetBuffer(value, &vview, PyBUF_SIMPLE) < 0) {
+                goto fail;
+            }
+            v = vview.buf;
+            lv = vview.len;
+        }
+    }
+    Py_ssize_t lh = PyBytes_GET_SIZE(headers);
+    Py_ssize_t od = self->count;
+    Py_ssize_t body = record_body_size(td, od, lk, lv, lh);
+    char *p;
+    if (builder_grow(self, varint_size(body) + body, &p) < 0) {
+        goto fail;
+    }
+    put_record(p, body, td, od, k, lk, v, lv, PyBytes_AS_STRING(headers), lh);
+    if (kview.obj != NULL) {
+        PyBuffer_Release(&kview);
+    }
+    if (vview.obj != NULL) {
+        PyBuffer_Release(&vview);
+    }
+    self->count = od + 1;
+    if (ts > self->max_timestamp) {
+        self->max_timestamp = ts;
+    }
+    return PyLong_FromSsize_t(od);
+fail:
+    if (kview.obj != NULL) {
+        PyBuffer_Release(&kview);
+    }
+    if (vview.obj != NULL) {
+        PyBuffer_Release(&vview);
+    }
+    return NULL;
+}
+
+PyDoc_STRVAR(builder_add_doc,
+"add(key, value, headers, timestamp, reserved, room) -> object or None\n"
+"\n"
+"add_record() with room, and then: ``reserved`` added to self.reserved and\n"
+"make_future(result, offset delta, timestamp) returned; None (nothing appended) if no room.");
+
+static PyObject *
+builder_add(RecordsBuilder *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_Format(PyExc_TypeError, "add() takes 6 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    Py_ssize_t reserved = PyLong_AsSsize_t(args[4]);
+    if (reserved == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    PyObject *delta = builder_add_record(self, args, nargs);
+    if (delta == NULL) {
+        return NULL;
+    }
+    if (PyLong_AsSsize_t(delta) < 0) {  /* -1: no room */
+        Py_DECREF(delta);
+        Py_RETURN_NONE;
+    }
+    self->reserved += reserved;
+    PyObject *call[3] = {self->result, delta, args[3]};
+    PyObject *future = PyObject_Vectorcall(self->make_future, call, 3, NULL);
+    Py_DECREF(delta);
+    return future;
+}
+
+PyDoc_STRVAR(builder_add_values_doc,
+"add_values(items, timestamp) -> int\n"
+"\n"
+"append_values() on this builder: a message set of simple items, all at ``timestamp``;\n"
+"how many were appended, or -1 (nothing appended) if an item needs the general encoder.");
+
+static PyObject *
+builder_add_values(RecordsBuilder *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "add_values() takes 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    int64_t ts, td;
+    if (timestamp_delta(self, args[1], &ts, &td) < 0) {
+        return NULL;
+    }
+    Py_ssize_t added = put_values((PyObject *)self, args[0], self->count, td, builder_grow_records);
+    if (added == -2) {
+        return NULL;
+    }
+    if (added > 0) {
+        self->count += added;
+        if (ts > self->max_timestamp) {
+            self->max_timestamp = ts;
+        }
+    }
+    return PyLong_FromSsize_t(added);
+}
+
+PyDoc_STRVAR(builder_add_encoded_doc,
+"add_encoded(data, n, max_timestamp)\n"
+"\n"
+"Append ``n`` records the caller encoded (``data``), the latest timestamp among them being\n"
+"``max_timestamp``.");
+
+static PyObject *
+builder_add_encoded(RecordsBuilder *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "add_encoded() takes 3 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    Py_ssize_t n = PyLong_AsSsize_t(args[1]);
+    int64_t ts;
+    if ((n == -1 && PyErr_Occurred()) || get_int64(args[2], &ts) < 0) {
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    char *p;
+    int rc = builder_grow(self, view.len, &p);
+    if (rc == 0) {
+        memcpy(p, view.buf, view.len);
+    }
+    PyBuffer_Release(&view);
+    if (rc < 0) {
+        return NULL;
+    }
+    self->count += n;
+    if (n > 0 && ts > self->max_timestamp) {
+        self->max_timestamp = ts;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef builder_methods[] = {
+    {"add", (PyCFunction)(void (*)(void))builder_add, METH_FASTCALL, builder_add_doc},
+    {"add_record", (PyCFunction)(void (*)(void))builder_add_record, METH_FASTCALL, builder_add_record_doc},
+    {"add_values", (PyCFunction)(void (*)(void))builder_add_values, METH_FASTCALL, builder_add_values_doc},
+    {"add_encoded", (PyCFunction)(void (*)(void))builder_add_encoded, METH_FASTCALL, builder_add_encoded_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef builder_members[] = {
+    {"records_count", T_PYSSIZET, offsetof(RecordsBuilder, count), READONLY, "records appended"},
+    {"base_timestamp", T_LONGLONG, offsetof(RecordsBuilder, base_timestamp), READONLY,
+     "the batch's base timestamp (ms): records store their delta from it"},
+    {"max_timestamp", T_LONGLONG, offsetof(RecordsBuilder, max_timestamp), READONLY,
+     "the latest timestamp among the records (the base timestamp while there are none)"},
+    {"reserved", T_PYSSIZET, offsetof(RecordsBuilder, reserved), READONLY, "the sum of add()'s reserved"},
+    {"result", T_OBJECT, offsetof(RecordsBuilder, result), READONLY, "add()'s first argument to make_future"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject RecordsBuilderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "pulllog.records._crecords.RecordsBuilder",
+    .tp_basicsize = sizeof(RecordsBuilder),
+    .tp_dealloc = (destructor)builder_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "RecordsBuilder(base_timestamp): a batch's records section (a bytearray) and its counters.",
+    .tp_methods = builder_methods,
+    .tp_members = builder_members,
+    .tp_init = (initproc)builder_init,
+};
+
+/* ----------------------------------------------------------------------------- SlotsMaker
+ *
+ * SlotsMaker(template, names)(*values): a new instance of type(template), a class whose
+ * fields are all __slots__, with every slot copied from ``template`` and then the slots
+ * ``names`` set to ``values``: what ``type(template)(*values)`` makes when its __init__ sets
+ * ``names`` from its arguments and every other slot to a constant, without running that
+ * __init__ (a Python frame and a store per slot). The producer makes one RecordFuture per
+ * send() this way (pulllog.client.accumulator); a test checks it makes what __init__ makes.
+ * Slots are found through the type's member descriptors (object fields), as decode_records
+ * finds a record's; a class with a __dict__, or a name that is not such a slot, is a
+ * TypeError when the maker is made.
+ */
+
+#define MAX_SET 8
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *template;
+    PyTypeObject *type;
+    Py_ssize_t nslots;       /* every object slot of the type, in its layout */
+    Py_ssize_t *offsets;
+    Py_ssize_t nset;
+    Py_ssize_t set_offsets[MAX_SET];
+} SlotsMaker;
+
+static void
+maker_dealloc(SlotsMaker *self)
+{
+    Py_XDECREF(self->template);
+    Py_XDECREF(self->type);
+    PyMem_Free(self->offsets);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* The offset of an object slot named ``name`` in ``type`` (a writable member descriptor). */
+static Py_ssize_t
+slot_offset(PyTypeObject *type, PyObject *name)
+{
+    PyObject *descr = PyObject_GetAttr((PyObject *)type, name);
+    if (descr == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            return -1;
+        }
+        PyErr_Clear();
+    }
+    Py_ssize_t offset = -1;
+    if (descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
+        PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+        if (member->type == T_OBJECT_EX && !(member->flags & READONLY) && member->offset > 0 &&
+            (size_t)member->offset + sizeof(PyObject *) <= (size_t)type->tp_basicsize) {
+            offset = member->offset;
+        }
+    }
+    Py_XDECREF(descr);
+    if (offset < 0) {
+        PyErr_Format(PyExc_TypeError, "%.200s.%U is not a slot", type->tp_name, name);
+    }
+    return offset;
+}
+
+static PyObject *maker_call(SlotsMaker *self, PyObject *const *args, size_t nargsf, PyObject *kwnames);
+
+static PyObject *
+maker_new(PyTypeObject *subtype, PyObject *args, PyObject *kwargs)
+{
+    PyObject *template, *names;
+    static char *kwlist[] = {"template", "names", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO!:SlotsMaker", kwlist, &template, &PyTuple_Type, &names)) {
+        return NULL;
+    }
+    PyTypeObject *type = Py_TYPE(template);
+    if (type->tp_dictoffset != 0 || !(type->tp_flags & Py_TPFLAGS_HEAPTYPE) || type->tp_itemsize != 0) {
+        PyErr_Format(PyExc_TypeError, "SlotsMaker needs an instance of a class with __slots__ only, not %.200s",
+                     type->tp_name);
+        return NULL;
+    }
+    if (PyTuple_GET_SIZE(names) > MAX_SET) {
+        PyErr_Format(PyExc_TypeError, "SlotsMaker sets at most %d slots", MAX_SET);
+        return NULL;
+    }
+    SlotsMaker *self = (SlotsMaker *)subtype->tp_alloc(subtype, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->nset = PyTuple_GET_SIZE(names);
+    for (Py_ssize_t i = 0; i < self->nset; i++) {
+        if ((self->set_offsets[i] = slot_offset(type, PyTuple_GET_ITEM(names, i))) < 0) {
+            Py_DECREF(self);
+            return NULL;
+        }
+    }
+    /* every object slot: the type and its bases' member descriptors of object fields */
+    Py_ssize_t capacity = 16;
+    self->offsets = PyMem_Malloc(capacity * sizeof(Py_ssize_t));
+    if (self->offsets == NULL) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    for (PyTypeObject *t = type; t != NULL && t != &PyBaseObject_Type; t = t->tp_base) {
+        if (!(t->tp_flags & Py_TPFLAGS_HEAPTYPE)) {
+            Py_DECREF(self);
+            PyErr_Format(PyExc_TypeError, "SlotsMaker cannot copy the fields of %.200s", t->tp_name);
+            return NULL;
+        }
+        PyMemberDef *members = t->tp_members;  /* a class's __slots__ (PyType_Ready points it there) */
+        for (Py_ssize_t i = 0; members != NULL && members[i].name != NULL; i++) {
+            if (members[i].type != T_OBJECT_EX) {
+                continue;
+            }
+            int seen = 0;
+            for (Py_ssize_t j = 0; j < self->nslots; j++) {
+                seen |= self->offsets[j] == members[i].offset;
+            }
+            if (seen) {
+                continue;
+            }
+            if (self->nslots == capacity) {
+                capacity *= 2;
+                Py_ssize_t *more = PyMem_Realloc(self->offsets, capacity * sizeof(Py_ssize_t));
+                if (more == NULL) {
+                    Py_DECREF(self);
+                    return PyErr_NoMemory();
+                }
+                self->offsets = more;
+            }
+            self->offsets[self->nslots++] = members[i].offset;
+        }
+    }
+    Py_INCREF(template);
+    self->template = template;
+    Py_INCREF(type);
+    self->type = type;
+    self->vectorcall = (vectorcallfunc)maker_call;
+    return (PyObject *)self;
+}
+
+static PyObject *
+maker_call(SlotsMaker *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs != self->nset || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
+        PyErr_Format(PyExc_TypeError, "this SlotsMaker takes %zd positional arguments (%zd given)", self->nset, nargs);
+        return NULL;
+    }
+    PyObject *obj = self->type->tp_alloc(self->type, 0);
+    if (obj == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < self->nslots; i++) {
+        PyObject *value = *(PyObject **)((char *)self->template + self->offsets[i]);
+        Py_XINCREF(value);
+        *(PyObject **)((char *)obj + self->offsets[i]) = value;
+    }
+    for (Py_ssize_t i = 0; i < self->nset; i++) {
+        PyObject **slot = (PyObject **)((char *)obj + self->set_offsets[i]);
+        PyObject *old = *slot;
+        Py_INCREF(args[i]);
+        *slot = args[i];
+        Py_XDECREF(old);
+    }
+    return obj;
+}
+
+static PyObject *
+maker_tp_call(SlotsMaker *self, PyObject *args, PyObject *kwargs)
+{
+    if (kwargs != NULL && PyDict_GET_SIZE(kwargs)) {
+        PyErr_SetString(PyExc_TypeError, "a SlotsMaker takes positional arguments only");
+        return NULL;
+    }
+    return maker_call(self, &PyTuple_GET_ITEM(args, 0), PyTuple_GET_SIZE(args), NULL);
+}
+
+static PyTypeObject SlotsMakerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "pulllog.records._crecords.SlotsMaker",
+    .tp_basicsize = sizeof(SlotsMaker),
+    .tp_dealloc = (destructor)maker_dealloc,
+    .tp_call = (ternaryfunc)maker_tp_call,
+    .tp_vectorcall_offset = offsetof(SlotsMaker, vectorcall),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "SlotsMaker(template, names)(*values): a copy of template with the slots names set to values.",
+    .tp_new = maker_new,
+};
+
+PyDoc_STRVAR(now_ms_doc,
+"now_ms() -> int\n"
+"\n"
+"The wall-clock time in ms since the epoch: time.time_ns() // 1_000_000 (the same clock,\n"
+"CLOCK_REALTIME) without the big-int division, once per send().");
+
+static PyObject *
+now_ms(PyObject *self, PyObject *unused)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_REALTIME, &ts) != 0) {
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    return PyLong_FromLongLong((long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
 }
 
 static PyMethodDef methods[] = {
     {"decode_records", decode_records, METH_VARARGS, decode_records_doc},
     {"append_record", (PyCFunction)(void (*)(void))append_record, METH_FASTCALL, append_record_doc},
     {"append_values", (PyCFunction)(void (*)(void))append_values, METH_FASTCALL, append_values_doc},
+    {"values_size", values_size, METH_O, values_size_doc},
+    {"now_ms", now_ms, METH_NOARGS, now_ms_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -643,5 +1241,29 @@ PyInit__crecords(void)
     if (empty_tuple == NULL) {
         return NULL;
     }
-    return PyModule_Create(&module);
+    RecordsBuilderType.tp_base = &PyByteArray_Type;
+    if (PyType_Ready(&RecordsBuilderType) < 0) {
+        return NULL;
+    }
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) {
+        return NULL;
+    }
+    Py_INCREF(&RecordsBuilderType);
+    if (PyModule_AddObject(m, "RecordsBuilder", (PyObject *)&RecordsBuilderType) < 0) {
+        Py_DECREF(&RecordsBuilderType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (PyType_Ready(&SlotsMakerType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&SlotsMakerType);
+    if (PyModule_AddObject(m, "SlotsMaker", (PyObject *)&SlotsMakerType) < 0) {
+        Py_DECREF(&SlotsMakerType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -8,10 +8,30 @@ This module is the one place that chooses the implementation:
 
 - the C extension :mod:`pulllog.records._crecords` (``_crecords.c``, its encoding section),
   built by ``pip install`` where a C compiler is found;
-- else the pure-Python encoder (:func:`py_append_record`, and the accumulator's general
-  message-set loop). ``PULLLOG_NO_EXTENSIONS=1`` in the environment forces it.
+- else the pure-Python encoder (:func:`py_append_record`, :class:`PyRecordsBuilder`, and the
+  accumulator's general message-set loop). ``PULLLOG_NO_EXTENSIONS=1`` in the environment
+  forces it.
 
 ``IMPLEMENTATION`` says which one is in use ("c" or "python"). The contract both keep:
+
+- ``RecordsBuilder(base_timestamp)`` is a batch's records section while it is built: a
+  ``bytearray`` (``len``, ``bytes``, ``memoryview`` are the bytearray's) that also keeps
+  ``records_count`` (records so far; ``count`` is the bytearray's method), ``base_timestamp`` and ``max_timestamp`` (the latest record's,
+  the base while empty), so adding a record is one call on the producer's per-record path:
+
+  - ``add_record(key, value, headers, timestamp, reserved=0, room=-1)`` appends one record
+    at offset delta ``records_count`` and returns that delta; with ``room`` >= 0 and records already
+    in, it appends nothing and returns -1 when ``len + reserved > room`` (the caller's
+    estimate against its bound: the accumulator's batch_size rule, the same in both);
+  - ``add_values(items, timestamp)``: ``append_values`` at the builder's next offset delta
+    (-1, nothing appended, when an item is not simple; always -1 in Python, whose caller then
+    runs its general loop);
+  - ``add_encoded(data, n, max_timestamp)``: ``n`` records encoded by that general loop;
+  - ``add(key, value, headers, timestamp, reserved, room)``: ``add_record`` with room, then
+    ``reserved`` added to ``self.reserved`` and ``make_future(result, offset delta, timestamp)``
+    returned, or None (nothing appended) without room: the producer's whole per-record step,
+    ``result`` and ``make_future`` being the optional constructor arguments after
+    ``base_timestamp``.
 
 - ``append_record(records, offset_delta, timestamp_delta, key, value, headers)`` appends one
   record; key and value are None (null) or bytes-like, ``headers`` the encoded headers part
@@ -23,6 +43,18 @@ This module is the one place that chooses the implementation:
   timestamp. It returns how many it appended, or -1, appending nothing, when an item is not
   simple; the caller then encodes the set with the general loop.
 
+``values_size(items)`` (None without the extension) adds up the keys and values of a message
+set of simple items (plus one per tuple of three or four, for its None headers), -1 if an item
+is not simple: ``send_batch()``'s buffer estimate of a set in one call.
+
+``now_ms()`` is ``time.time_ns() // 1_000_000`` (the same clock), in C where the extension is
+built: a record's default timestamp without a big-int division per ``send()``.
+
+``SlotsMaker`` (None without the extension) is the C module's fast constructor for a class of
+__slots__: ``SlotsMaker(template, names)(*values)`` is a copy of ``template`` with the slots
+``names`` set to ``values``, which is what the producer needs once per ``send()`` (a
+``RecordFuture``, without running its ``__init__``).
+
 Both produce exactly the bytes of the pure-Python encoder; ``tests/records/test_encoding.py``
 checks it on random records and message sets, for every codec once sealed.
 """
@@ -30,12 +62,14 @@ checks it on random records and message sets, for every codec once sealed.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from .varint import ZIGZAG, ZIGZAG_TABLE_SIZE, encode_varint
 
-__all__ = ["IMPLEMENTATION", "append_record", "append_values", "py_append_record"]
+__all__ = ["IMPLEMENTATION", "PyRecordsBuilder", "RecordsBuilder", "SlotsMaker", "append_record",
+           "append_values", "now_ms", "py_append_record", "values_size"]
 
 _NULL = b"\x01"  # varint(-1): a null key or value
 
@@ -68,15 +102,67 @@ def py_append_record(records: bytearray, offset_delta: int, timestamp_delta: int
                              headers))
 
 
-def _choose() -> tuple[str, Callable[..., None], Callable[[bytearray, Sequence[Any], int, int], int] | None]:
+class PyRecordsBuilder(bytearray):
+    """The pure-Python ``RecordsBuilder`` (see the module docstring)."""
+
+    __slots__ = ("base_timestamp", "make_future", "max_timestamp", "records_count", "reserved", "result")
+
+    def __init__(self, base_timestamp: int, result: Any = None, make_future: Any = None) -> None:
+        super().__init__()
+        self.records_count = 0
+        self.base_timestamp = base_timestamp
+        self.max_timestamp = base_timestamp
+        self.reserved = 0
+        self.result = result
+        self.make_future = make_future
+
+    def add(self, key: Any, value: Any, headers: bytes, timestamp: int, reserved: int, room: int) -> Any:
+        delta = self.add_record(key, value, headers, timestamp, reserved, room)
+        if delta < 0:
+            return None
+        self.reserved += reserved
+        return self.make_future(self.result, delta, timestamp)
+
+    def add_record(self, key: Any, value: Any, headers: bytes, timestamp: int, reserved: int = 0,
+                   room: int = -1) -> int:
+        od = self.records_count
+        if room >= 0 and od and len(self) + reserved > room:
+            return -1
+        py_append_record(self, od, timestamp - self.base_timestamp, key, value, headers)
+        self.records_count = od + 1
+        if timestamp > self.max_timestamp:
+            self.max_timestamp = timestamp
+        return od
+
+    def add_values(self, items: Sequence[Any], timestamp: int) -> int:
+        return -1  # no one-call path in Python: the caller's general loop encodes the set
+
+    def add_encoded(self, data: bytes, n: int, max_timestamp: int) -> None:
+        self.extend(data)
+        self.records_count += n
+        if n and max_timestamp > self.max_timestamp:
+            self.max_timestamp = max_timestamp
+
+
+def py_now_ms() -> int:
+    """The pure-Python ``now_ms``."""
+    return time.time_ns() // 1_000_000
+
+
+def _choose() -> tuple[str, type[Any], Callable[..., None], Callable[[bytearray, Sequence[Any], int, int], int] | None,
+                       Any, Callable[[Sequence[Any]], int] | None, Callable[[], int]]:
     if os.environ.get("PULLLOG_NO_EXTENSIONS", "") not in ("", "0"):
-        return "python", py_append_record, None
+        return "python", PyRecordsBuilder, py_append_record, None, None, None, py_now_ms
     try:
+        from ._crecords import RecordsBuilder as CRecordsBuilder
+        from ._crecords import SlotsMaker as CSlotsMaker
         from ._crecords import append_record as c_append_record
         from ._crecords import append_values as c_append_values
+        from ._crecords import now_ms as c_now_ms
+        from ._crecords import values_size as c_values_size
     except ImportError:  # not built (no C compiler when installed), or an older build without the encoder
-        return "python", py_append_record, None
-    return "c", c_append_record, c_append_values
+        return "python", PyRecordsBuilder, py_append_record, None, None, None, py_now_ms
+    return "c", CRecordsBuilder, c_append_record, c_append_values, CSlotsMaker, c_values_size, c_now_ms
 
 
-IMPLEMENTATION, append_record, append_values = _choose()
+IMPLEMENTATION, RecordsBuilder, append_record, append_values, SlotsMaker, values_size, now_ms = _choose()

@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""The producer client's CPU instructions per record, counted by valgrind (callgrind).
+
+Wall-clock rates and even CPU seconds swing with whatever else runs on a shared machine;
+instruction counts do not, so this is how two versions of the producer's per-record path
+compare on a busy machine. For each case a client process runs under callgrind and
+produces ``--records`` 200-byte records to a pulllog broker (its own process, not under
+valgrind), with instructions counted only inside one marked call (callgrind's
+``--toggle-collect`` on ``list_sort_impl``: the measured run is made from a ``sorted()`` key
+function); a second client produces 0 records the same way, and the difference divided by
+the records is the client's cost per record, the sender's share included.
+
+* **natural**: per-message ``send()`` with the defaults (acks=1), as bench_paper's case;
+* **batch50**: ``send_batch()`` of 50 values with ``batch_size=1`` (one set per request).
+
+A loop awaiting an empty ``async def`` with ``send()``'s signature costs about 2,000
+instructions per call by itself on CPython 3.11: the floor of the natural case.
+
+    python scripts/bench_producer_instructions.py [--records 20000] [--cases natural,batch50]
+
+Run it against another checkout with ``PYTHONPATH=/that/checkout/src``. Needs valgrind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+BROKER = textwrap.dedent(
+    """
+    import asyncio, sys
+    from pulllog.broker import Broker
+    async def main():
+        async with Broker(data_dir=sys.argv[1], port=int(sys.argv[2])):
+            print("ready", flush=True)
+            await asyncio.Event().wait()
+    asyncio.run(main())
+    """
+)
+
+CLIENT = textwrap.dedent(
+    """
+    import asyncio, os, sys
+    from pulllog.client.producer import Producer
+    case, n, bootstrap = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    value = os.urandom(200)
+
+    async def run(producer, topic, count):
+        if case == "natural":
+            for _ in range(count):
+                await producer.send(topic, value, partition=0)
+        else:
+            values = [value] * 50
+            for _ in range(count // 50):
+                await producer.send_batch(topic, values, partition=0)
+        await producer.flush()
+
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    producer = Producer(bootstrap, acks=1, **({"batch_size": 1} if case == "batch50" else {}))
+    loop.run_until_complete(producer.start())
+    for topic in (f"warm-{case}", f"measured-{case}"):
+        loop.run_until_complete(producer.partitions_for(topic))
+    loop.run_until_complete(run(producer, f"warm-{case}", 3000))
+    # only what runs inside sorted() is counted (--toggle-collect=list_sort_impl)
+    sorted([0], key=lambda _: loop.run_until_complete(run(producer, f"measured-{case}", n)))
+    loop.run_until_complete(producer.close())
+    loop.close()
+    """
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def instructions(case: str, records: int, bootstrap: str, out_dir: str) -> int:
+    command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_dir}/callgrind.%p.out",
+               "--toggle-collect=list_sort_impl", sys.executable, "-c", CLIENT, case, str(records), bootstrap]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    match = re.search(r"Collected : (\d+)", done.stderr)
+    if match is None:
+        raise SystemExit(f"no instruction count from callgrind:\n{done.stderr[-2000:]}")
+    return int(match.group(1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=20_000)
+    parser.add_argument("--cases", default="natural,batch50")
+    args = parser.parse_args()
+    if shutil.which("valgrind") is None:
+        raise SystemExit("valgrind is not installed (apt-get install valgrind)")
+    cases = [c.strip() for c in args.cases.split(",") if c.strip()]
+    with tempfile.TemporaryDirectory(prefix="pulllog-instructions-") as tmp:
+        port = free_port()
+        broker = subprocess.Popen([sys.executable, "-c", BROKER, tmp, str(port)], stdout=subprocess.PIPE, text=True)
+        try:
+            assert broker.stdout is not None
+            if broker.stdout.readline().strip() != "ready":
+                raise SystemExit("the broker did not start")
+            print(f"{'case':10} {'records':>8} {'instructions per record':>24}  (Python {sys.version.split()[0]}, "
+                  f"load average {os.getloadavg()[0]:.1f})")
+            for case in cases:
+                measured = instructions(case, args.records, f"127.0.0.1:{port}", tmp)
+                baseline = instructions(case, 0, f"127.0.0.1:{port}", tmp)
+                print(f"{case:10} {args.records:>8} {(measured - baseline) / args.records:>24,.0f}", flush=True)
+        finally:
+            broker.terminate()
+            broker.wait()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,155 @@
+"""pulllog's transactional Producer restarts its pipeline at once in every transaction, and
+that changes nothing of what a transaction means: its records are all committed or all
+aborted, and a fenced producer stays fenced.
+
+A partition's first batch of a transaction waits for AddPartitionsToTxn; while it does,
+``send()`` yields to the event loop every few records (``pulllog.client.transactions``), so
+that batch goes as soon as the coordinator answered, not when the application has filled it.
+These tests send in a tight loop, the way a producer at full speed does, and never wait on
+anything but ``send()`` itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode
+from waits import wait_until
+
+from pulllog import Admin, Consumer, Producer, TopicPartition
+from pulllog.client.admin import NewTopic, OffsetSpec
+from pulllog.client.transactions import (
+    ProducerFencedError,
+    TransactionAbortedError,
+    TransactionState,
+)
+
+# A batch far bigger than the loops below fill: a batch that waited until it was full (or
+# until the application yielded for another reason) is never acknowledged inside them.
+BATCH_SIZE = 1_000_000
+TIGHT_LOOP = 20_000  # records of ~30 bytes: about 600 KB, well inside one batch
+PRODUCE, ADD_PARTITIONS_TO_TXN = 0, 24  # API keys
+
+
+async def _create(bootstrap: str, topic: str, partitions: int = 1) -> None:
+    async with Admin(bootstrap) as admin:
+        await admin.create_topics([NewTopic(topic, partitions=partitions)])
+
+
+async def read_committed(bootstrap: str, topic: str, partitions: int = 1) -> list[bytes]:
+    """Every value a read_committed consumer reads, once no transaction is open on the topic
+    (its last stable offsets caught up with its high watermarks: every marker is written)."""
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    async with Admin(bootstrap) as admin:
+        async def settled() -> dict[TopicPartition, int] | None:
+            hw = await admin.list_offsets({tp: OffsetSpec.LATEST for tp in tps})
+            lso = await admin.list_offsets({tp: OffsetSpec.LATEST for tp in tps}, read_committed=True)
+            ends = {tp: hw[tp].offset for tp in tps}  # type: ignore[union-attr]
+            return ends if all(lso[tp].offset == ends[tp] for tp in tps) else None  # type: ignore[union-attr]
+        ends = await wait_until(settled, f"every transaction on {topic} is complete")
+    got: list[bytes] = []
+    async with Consumer(bootstrap, isolation_level="read_committed", auto_offset_reset="earliest") as consumer:
+        consumer.assign(tps)
+
+        async def at_end() -> bool:
+            batch = await consumer.getmany(timeout_ms=200)
+            got.extend(r.value for records in batch.values() for r in records)  # type: ignore[misc]
+            return all([await consumer.position(tp) == ends[tp] for tp in tps])
+        await wait_until(at_end, f"the consumer reached the ends {ends}")
+    return got
+
+
+async def _send_until_acknowledged(producer: Producer, topic: str, partition: int, tag: bytes) -> int:
+    """Send records to ``partition`` in a tight loop until the first one is acknowledged;
+    return how many were sent (at most TIGHT_LOOP)."""
+    first = await producer.send(topic, tag + b"-0", partition=partition)
+    sent = 1
+    while not first.done() and sent < TIGHT_LOOP:
+        await producer.send(topic, tag + b"-%d" % sent, partition=partition)
+        sent += 1
+    assert first.done(), (
+        f"the transaction's first record was not acknowledged while {sent} more were sent into its "
+        "open batch: the batch waited to fill before AddPartitionsToTxn and its Produce went")
+    assert first.exception() is None
+    return sent
+
+
+async def test_a_transactions_first_batch_goes_before_the_application_fills_it(pulllog_broker: Any) -> None:
+    bootstrap = pulllog_broker.bootstrap_servers
+    await _create(bootstrap, "pipeline", 2)
+    async with Producer(bootstrap, transactional_id="pipeline-tx", batch_size=BATCH_SIZE) as producer:
+        await producer.init_transactions()
+        counts = []
+        for txn in range(3):  # the first transaction, and those after a commit
+            producer.begin_transaction()
+            counts.append(await _send_until_acknowledged(producer, "pipeline", 0, b"t%d" % txn))
+            # a second partition joining the transaction later restarts it the same way
+            counts.append(await _send_until_acknowledged(producer, "pipeline", 1, b"t%d-p1" % txn))
+            await producer.commit_transaction()
+    assert len(await read_committed(bootstrap, "pipeline", 2)) == sum(counts)
+
+
+async def test_committed_and_aborted_transactions_stay_all_or_nothing(pulllog_broker: Any) -> None:
+    bootstrap = pulllog_broker.bootstrap_servers
+    await _create(bootstrap, "all-or-nothing", 2)
+    committed: list[bytes] = []
+    async with Producer(bootstrap, transactional_id="aon-tx", batch_size=BATCH_SIZE) as producer:
+        await producer.init_transactions()
+        for txn in range(4):
+            producer.begin_transaction()
+            values = [b"t%d-%d" % (txn, i) for i in range(500)]
+            futures = [await producer.send("all-or-nothing", v, partition=i % 2) for i, v in enumerate(values)]
+            if txn % 2:
+                # aborted while its partitions may still be joining it: the records not sent
+                # yet fail, those sent are aborted; none is ever read committed
+                await producer.abort_transaction()
+                assert all(f.done() for f in futures)
+                assert all(f.exception() is None or isinstance(f.exception(), TransactionAbortedError)
+                           for f in futures)
+            else:
+                await producer.commit_transaction()
+                assert all(f.done() and f.exception() is None for f in futures)
+                committed.extend(values)
+            assert producer.transaction_state is TransactionState.READY
+    got = await read_committed(bootstrap, "all-or-nothing", 2)
+    assert sorted(got) == sorted(committed)
+
+
+async def test_a_fenced_producer_cannot_commit_what_it_sent(pulllog_broker: Any) -> None:
+    bootstrap = pulllog_broker.bootstrap_servers
+    await _create(bootstrap, "fenced-pipeline")
+    async with Producer(bootstrap, transactional_id="fenced-tx", batch_size=BATCH_SIZE) as first:
+        await first.init_transactions()
+        first.begin_transaction()
+        await _send_until_acknowledged(first, "fenced-pipeline", 0, b"zombie")
+        async with Producer(bootstrap, transactional_id="fenced-tx") as second:
+            await second.init_transactions()  # aborts the first one's transaction, fences it
+            with pytest.raises(ProducerFencedError):
+                await first.commit_transaction()
+            assert first.transaction_state is TransactionState.FATAL_ERROR
+            async with second.transaction():
+                await second.send("fenced-pipeline", b"successor", partition=0)
+    assert await read_committed(bootstrap, "fenced-pipeline") == [b"successor"]
+
+
+async def test_a_transactions_first_batch_that_fails_retriably_is_not_overtaken(pulllog_broker: Any) -> None:
+    """A broker with no state for a producer takes any sequence (KIP-360), so a later batch
+    that overtook a partition's first batch of the transaction would make that one's retry
+    OUT_OF_ORDER_SEQUENCE_NUMBER for good (Kafka's verification of a transaction's first
+    Produce answers a retriable error now and then, KIP-890). The first batch goes alone:
+    the rest follow once it is acknowledged."""
+    bootstrap = pulllog_broker.bootstrap_servers
+    await _create(bootstrap, "first-alone")
+    # many batches are ready by the time the partition is in the transaction
+    pulllog_broker.faults.delay(ADD_PARTITIONS_TO_TXN, 300)
+    refused = pulllog_broker.faults.fail(PRODUCE, ErrorCode.not_enough_replicas, topic="first-alone")
+    async with Producer(bootstrap, transactional_id="first-alone-tx", batch_size=4096,
+                        retry_backoff_ms=10) as producer:
+        await producer.init_transactions()
+        producer.begin_transaction()
+        futures = [await producer.send("first-alone", b"%d" % i, partition=0) for i in range(2000)]
+        await producer.commit_transaction()
+    assert refused.fired == 1
+    assert all(f.exception() is None for f in futures)
+    assert sorted(await read_committed(bootstrap, "first-alone")) == sorted(b"%d" % i for i in range(2000))
