@@ -285,7 +285,7 @@ class _KafkaPythonMember:
         self.consumer.subscribe([topic])
         self.read: Read = {}
         self.assigned: frozenset[int] = frozenset()
-        self.error: BaseException | None = None
+        self.error: Exception | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kafka-python-member", daemon=True)
 
@@ -294,7 +294,7 @@ class _KafkaPythonMember:
             while not self._stop.is_set():
                 _into(self.read, self.consumer.poll(timeout_ms=POLL_MS))
                 self.assigned = frozenset(tp.partition for tp in self.consumer.assignment())
-        except BaseException as e:  # reported by the test, not lost on the thread
+        except Exception as e:  # noqa: BLE001 - reported by the test, not lost on the thread
             self.error = e
         finally:
             self.consumer.close()
