@@ -63,6 +63,7 @@ from .topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, Topic, TopicManager
 
 if TYPE_CHECKING:
     from ..cluster.membership import ClusterMembership
+    from .producer_ids import ClusterProducerIds
     from ..cluster.state import LeaderAndIsr, PartitionView
     from .replica_manager import ReplicaManager
     from ..cluster.znodes import ClusterView
@@ -136,6 +137,9 @@ class Broker:
         self._listeners: list[Listener] = []
         self._stop = asyncio.Event()
         self._next_producer_id = (time.time_ns() // 1_000_000) << 8
+        # A cluster member's ids come from blocks claimed in ZooKeeper (unique across brokers);
+        # a single broker's count up from the clock as above.
+        self._cluster_producer_ids: "ClusterProducerIds | None" = None
         self._task_group: asyncio.TaskGroup | None = None
         self._tasks: list[asyncio.Task[None]] = []  # the broker's own (not the connections')
         self._cleaned_up = False
@@ -404,6 +408,13 @@ class Broker:
         self.cluster_view = await asyncio.to_thread(membership.start)
         self.topics.cluster_id = membership.cluster_id  # every member answers with the cluster's id
         self.membership = membership
+        from .producer_ids import ClusterProducerIds
+
+        producer_ids = ClusterProducerIds(
+            membership.claim_producer_id_block,
+            lambda claim: self.task_group.create_task(claim, name="pulllog-producer-ids"))
+        await producer_ids.start()
+        self._cluster_producer_ids = producer_ids
 
     def _set_cluster_view(self, view: "ClusterView") -> None:
         # Views arrive in the order the watches made them (call_soon_threadsafe is FIFO, and
@@ -841,6 +852,10 @@ class Broker:
             self.replicas.after_leader_append(topic, partition)
 
     def next_producer_id(self) -> int:
+        """A new producer id; raises ProducerIdsNotReady while a cluster member's next block is
+        on its way (the handlers answer COORDINATOR_LOAD_IN_PROGRESS)."""
+        if self._cluster_producer_ids is not None:
+            return self._cluster_producer_ids.next_id()
         self._next_producer_id += 1
         return self._next_producer_id
 

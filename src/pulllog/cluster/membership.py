@@ -83,21 +83,26 @@ from .znodes import (
     DELETE_TOPICS,
     PERSISTENT_PATHS,
     PREFERRED_REPLICA_ELECTION,
+    PRODUCER_ID_BLOCK,
     BrokerRegistration,
     ClusterView,
     ControllerRegistration,
+    ProducerIdBlock,
     TopicAssignment,
     ZnodeFormatError,
     broker_path,
     decode_cluster_id,
     decode_epoch,
     decode_partition_state,
+    decode_producer_id_block,
     decode_topic_config,
     delete_topic_path,
     encode_cluster_id,
     encode_epoch,
     encode_partition_state,
+    encode_producer_id_block,
     encode_topic_config,
+    next_producer_id_block,
     parse_zookeeper_connect,
     partition_state_path,
     topic_config_path,
@@ -598,6 +603,29 @@ class ClusterMembership:
     def live_broker_ids(self) -> list[int]:
         with self._lock:
             return sorted(self._brokers)
+
+    def claim_producer_id_block(self) -> ProducerIdBlock:
+        """The next block of producer ids, claimed for this broker (blocking): the block after
+        the one ``/latest_producer_id_block`` names, written on condition that the znode did not
+        change since it was read, so no two brokers claim the same block; a lost race re-reads."""
+        path = self._path(PRODUCER_ID_BLOCK)
+        while True:
+            try:
+                raw, stat = self._client.get(path)
+            except NoNodeError:  # deleted by hand since this broker's start: the first block
+                block = next_producer_id_block(None, self.broker_id)
+                try:
+                    self._client.create(path, encode_producer_id_block(block), makepath=True)
+                except NodeExistsError:
+                    continue
+                return block
+            block = next_producer_id_block(decode_producer_id_block(raw), self.broker_id)
+            try:
+                self._client.set(path, encode_producer_id_block(block), version=stat.version)
+            except (BadVersionError, NoNodeError):
+                continue  # another broker claimed one in between
+            log.info("broker %d claimed producer ids %d..%d", self.broker_id, block.first, block.last)
+            return block
 
     def update_isr(self, topic: str, partition: int, state: LeaderAndIsr) -> LeaderAndIsr | None:
         """A leader's ISR change: written only if the state znode is still at
