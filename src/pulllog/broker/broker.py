@@ -436,9 +436,13 @@ class Broker:
             if replicas is not None:
                 replicas.remove_topic(name)
         self._apply_topic_configs(views)
+        views = [_with_newest_state(self.partition_views.get((v.topic, v.partition)), v) for v in views]
+        # Every view is kept before any is applied: a failing apply must not leave the views
+        # after it out of Metadata (nor out of the replica manager).
+        for view in views:
+            self.partition_views[(view.topic, view.partition)] = view
         for view in views:
             key = (view.topic, view.partition)
-            self.partition_views[key] = view
             mine = node in view.replicas
             if view.state is None or not (mine or key in self._replica_of):
                 continue
@@ -447,7 +451,10 @@ class Broker:
             else:
                 self._replica_of.discard(key)
             if replicas is not None:
-                replicas.apply(view)
+                try:
+                    replicas.apply(view)
+                except Exception:  # a bug: logged, and the other partitions still follow their views
+                    log.exception("applying %s-%d's view %s failed", view.topic, view.partition, view.state)
         if replicas is not None and (removed or any(v.topic in (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC)
                                                     for v in views)):
             self._sync_coordinators()
@@ -864,6 +871,17 @@ def _write_txn_markers(broker: "Broker", *args: Any) -> Any:
     from . import txn_markers
 
     return txn_markers.write_txn_markers(broker, *args)
+
+
+def _with_newest_state(kept: "PartitionView | None", view: "PartitionView") -> "PartitionView":
+    """``view``, with ``kept``'s state instead when that one is newer (a higher version of the
+    same topic's state znode): a view made before a state change that arrived after it must
+    not take this broker back to the old leader."""
+    if kept is None or kept.state is None or kept.topic_id != view.topic_id:
+        return view
+    if view.state is None or 0 <= view.state.zk_version < kept.state.zk_version:
+        return replace(view, state=kept.state)
+    return view
 
 
 class _FaultsOnFirstUse:
