@@ -92,3 +92,31 @@ async def test_a_view_older_than_the_one_kept_does_not_take_the_broker_back(tmp_
         again = PartitionView("t", 0, uuid.uuid4(), (3,), LeaderAndIsr(3, 0, (3,), 2, zk_version=0))
         broker._apply_partition_views([again], [])
         assert broker.partition_views[("t", 0)] == again
+
+
+async def test_a_client_asks_each_broker_in_turn_and_ignores_an_older_leader_epoch(own_cluster: Cluster) -> None:
+    """One broker whose view lags cannot trap a client: its metadata requests go to the
+    least-loaded connection, each broker in turn when all are idle (as Kafka's clients'
+    least-loaded node), and an answer with an older leader epoch does not replace a newer one."""
+    from pulllog.client.cluster import Cluster as ClientCluster
+    from pulllog.client.cluster import PartitionInfo, TopicInfo, _keep_newer_leaders
+
+    own_cluster.start(3)
+    client = ClientCluster(",".join(b.bootstrap_servers for b in own_cluster.brokers.values()))
+    try:
+        await client.refresh()
+        conns = [await client.connection(n) for n in (1, 2, 3)]
+        asked = {id(await client.least_loaded_connection()) for _ in range(4)}  # and the bootstrap one
+        assert asked >= {id(c) for c in conns}
+        await client.refresh()  # and the request itself goes through it
+    finally:
+        await client.close()
+
+    topic_id = uuid.uuid4()
+    known = TopicInfo("t", topic_id, {0: PartitionInfo("t", 0, 2, (1, 2, 3), (2, 3), (), 5)})
+    stale = TopicInfo("t", topic_id, {0: PartitionInfo("t", 0, 1, (1, 2, 3), (1, 2, 3), (), 4)})
+    _keep_newer_leaders(stale, known)
+    assert stale.partitions[0] == known.partitions[0]
+    recreated = TopicInfo("t", uuid.uuid4(), {0: PartitionInfo("t", 0, 1, (1,), (1,), (), 0)})
+    _keep_newer_leaders(recreated, known)
+    assert recreated.partitions[0].leader == 1
