@@ -63,6 +63,7 @@ from .topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, Topic, TopicManager
 
 if TYPE_CHECKING:
     from ..cluster.membership import ClusterMembership
+    from .producer_ids import ClusterProducerIds
     from ..cluster.state import LeaderAndIsr, PartitionView
     from .replica_manager import ReplicaManager
     from ..cluster.znodes import ClusterView
@@ -136,6 +137,9 @@ class Broker:
         self._listeners: list[Listener] = []
         self._stop = asyncio.Event()
         self._next_producer_id = (time.time_ns() // 1_000_000) << 8
+        # A cluster member's ids come from blocks claimed in ZooKeeper (unique across brokers);
+        # a single broker's count up from the clock as above.
+        self._cluster_producer_ids: "ClusterProducerIds | None" = None
         self._task_group: asyncio.TaskGroup | None = None
         self._tasks: list[asyncio.Task[None]] = []  # the broker's own (not the connections')
         self._cleaned_up = False
@@ -404,6 +408,13 @@ class Broker:
         self.cluster_view = await asyncio.to_thread(membership.start)
         self.topics.cluster_id = membership.cluster_id  # every member answers with the cluster's id
         self.membership = membership
+        from .producer_ids import ClusterProducerIds
+
+        producer_ids = ClusterProducerIds(
+            membership.claim_producer_id_block,
+            lambda claim: self.task_group.create_task(claim, name="pulllog-producer-ids"))
+        await producer_ids.start()
+        self._cluster_producer_ids = producer_ids
 
     def _set_cluster_view(self, view: "ClusterView") -> None:
         # Views arrive in the order the watches made them (call_soon_threadsafe is FIFO, and
@@ -425,9 +436,13 @@ class Broker:
             if replicas is not None:
                 replicas.remove_topic(name)
         self._apply_topic_configs(views)
+        views = [_with_newest_state(self.partition_views.get((v.topic, v.partition)), v) for v in views]
+        # Every view is kept before any is applied: a failing apply must not leave the views
+        # after it out of Metadata (nor out of the replica manager).
+        for view in views:
+            self.partition_views[(view.topic, view.partition)] = view
         for view in views:
             key = (view.topic, view.partition)
-            self.partition_views[key] = view
             mine = node in view.replicas
             if view.state is None or not (mine or key in self._replica_of):
                 continue
@@ -436,7 +451,10 @@ class Broker:
             else:
                 self._replica_of.discard(key)
             if replicas is not None:
-                replicas.apply(view)
+                try:
+                    replicas.apply(view)
+                except Exception:  # a bug: logged, and the other partitions still follow their views
+                    log.exception("applying %s-%d's view %s failed", view.topic, view.partition, view.state)
         if replicas is not None and (removed or any(v.topic in (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC)
                                                     for v in views)):
             self._sync_coordinators()
@@ -841,6 +859,10 @@ class Broker:
             self.replicas.after_leader_append(topic, partition)
 
     def next_producer_id(self) -> int:
+        """A new producer id; raises ProducerIdsNotReady while a cluster member's next block is
+        on its way (the handlers answer COORDINATOR_LOAD_IN_PROGRESS)."""
+        if self._cluster_producer_ids is not None:
+            return self._cluster_producer_ids.next_id()
         self._next_producer_id += 1
         return self._next_producer_id
 
@@ -849,6 +871,17 @@ def _write_txn_markers(broker: "Broker", *args: Any) -> Any:
     from . import txn_markers
 
     return txn_markers.write_txn_markers(broker, *args)
+
+
+def _with_newest_state(kept: "PartitionView | None", view: "PartitionView") -> "PartitionView":
+    """``view``, with ``kept``'s state instead when that one is newer (a higher version of the
+    same topic's state znode): a view made before a state change that arrived after it must
+    not take this broker back to the old leader."""
+    if kept is None or kept.state is None or kept.topic_id != view.topic_id:
+        return view
+    if view.state is None or 0 <= view.state.zk_version < kept.state.zk_version:
+        return replace(view, state=kept.state)
+    return view
 
 
 class _FaultsOnFirstUse:

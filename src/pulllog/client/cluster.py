@@ -6,6 +6,11 @@ reused (each reads through a protocol of the event loop: no task per connection)
 ``close()`` closes them all. Metadata is refreshed on a timer (``metadata_max_age_ms``) and whenever a caller
 saw a sign that it is stale (NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, a lost
 connection).
+
+Which broker answers Metadata: as Kafka's clients (their least-loaded node), the open connection
+with the fewest requests in flight, ties taken in turn from a rotating start, so one broker whose
+view of the cluster lags cannot trap a client; and, as Kafka's clients do since KIP-320, a
+partition's answer with an older leader epoch than the one known (same topic id) is ignored.
 """
 
 from __future__ import annotations
@@ -99,6 +104,7 @@ class Cluster:
         self._bootstrap_conn: KafkaConnection | None = None
         self._connect_locks: dict[int, asyncio.Lock] = {}
         self._refresh_lock = asyncio.Lock()
+        self._metadata_turn = 0  # rotates the start of the search for the least-loaded node
         self._last_refresh = 0.0
         self._closed = False
 
@@ -152,6 +158,19 @@ class Cluster:
             "no broker reachable: " + "; ".join(f"{h}:{p}" for h, p in candidates)
             + " (start one with `pulllog serve`)")
 
+    async def least_loaded_connection(self) -> KafkaConnection:
+        """The connection to ask for metadata: of the open ones, the one with the fewest
+        requests in flight, the search starting one further each time (ties go to each broker
+        in turn); none open: :meth:`any_connection`."""
+        candidates = [c for c in self._connections.values() if not c.closed]
+        if self._bootstrap_conn is not None and not self._bootstrap_conn.closed:
+            candidates.append(self._bootstrap_conn)
+        if not candidates:
+            return await self.any_connection()
+        self._metadata_turn += 1
+        start = self._metadata_turn % len(candidates)
+        return min(candidates[start:] + candidates[:start], key=lambda c: c.in_flight)
+
     def connected(self, node_id: int) -> KafkaConnection | None:
         """The open connection to ``node_id``, or None (no waiting, no connecting)."""
         conn = self._connections.get(node_id)
@@ -188,7 +207,7 @@ class Cluster:
     async def refresh(self, topics: Iterable[str] | None = None, *, allow_auto_create: bool = False) -> None:
         """Fetch metadata for ``topics`` (None: all topics) and merge it in."""
         async with self._refresh_lock:
-            conn = await self.any_connection()
+            conn = await self.least_loaded_connection()
             version = conn.version("metadata", 1, 12)
             wanted = None if topics is None else [{"name": t, "topic_id": None} for t in topics]
             data = {"topics": wanted, "allow_auto_topic_creation": allow_auto_create,
@@ -202,6 +221,7 @@ class Cluster:
             self.brokers = {int(b.node_id): (b.host, int(b.port)) for b in resp.brokers}
             self.cluster_id = getattr(resp, "cluster_id", None)
             self.controller_id = int(getattr(resp, "controller_id", -1))
+            known = self.topics
             if topics is None:
                 self.topics = {}
             for t in resp.topics:
@@ -215,6 +235,7 @@ class Cluster:
                         tuple(int(r) for r in p.replica_nodes), tuple(int(r) for r in p.isr_nodes),
                         tuple(int(r) for r in getattr(p, "offline_replicas", ())),
                         int(getattr(p, "leader_epoch", -1)))
+                _keep_newer_leaders(info, known.get(t.name))
                 self.topics[t.name] = info
             self._last_refresh = time.monotonic()
 
@@ -256,6 +277,17 @@ class Cluster:
         self._bootstrap_conn = None
         for conn in conns:
             await conn.close()
+
+
+def _keep_newer_leaders(info: TopicInfo, known: TopicInfo | None) -> None:
+    """KIP-320: a partition whose answer has an older leader epoch than the one this client
+    knows for the same topic keeps what it knows (the answering broker's view lags)."""
+    if known is None or info.topic_id is None or known.topic_id != info.topic_id:
+        return
+    for index, partition in info.partitions.items():
+        before = known.partitions.get(index)
+        if before is not None and 0 <= partition.leader_epoch < before.leader_epoch:
+            info.partitions[index] = before
 
 
 async def _resolves(host: str, port: int) -> bool:

@@ -83,21 +83,26 @@ from .znodes import (
     DELETE_TOPICS,
     PERSISTENT_PATHS,
     PREFERRED_REPLICA_ELECTION,
+    PRODUCER_ID_BLOCK,
     BrokerRegistration,
     ClusterView,
     ControllerRegistration,
+    ProducerIdBlock,
     TopicAssignment,
     ZnodeFormatError,
     broker_path,
     decode_cluster_id,
     decode_epoch,
     decode_partition_state,
+    decode_producer_id_block,
     decode_topic_config,
     delete_topic_path,
     encode_cluster_id,
     encode_epoch,
     encode_partition_state,
+    encode_producer_id_block,
     encode_topic_config,
+    next_producer_id_block,
     parse_zookeeper_connect,
     partition_state_path,
     topic_config_path,
@@ -384,14 +389,18 @@ class ClusterMembership:
     # ------------------------------------------------------------------ the view
 
     def _publish(self) -> None:
+        # Made and handed over under the lock: two threads publishing at once (the callback
+        # thread and a reconnect's) hand their views over in the order they made them, so
+        # the broker's last view is the newest (else it could keep a view without a broker
+        # that came back, and answer that broker's partitions without a leader).
         with self._lock:
             view = ClusterView(tuple(self._brokers[b] for b in sorted(self._brokers)), self._controller_id,
                                self._epoch)
             self.view = view
-        try:
-            self._on_change(view)
-        except Exception:  # a broker shutting down may have closed its loop
-            log.debug("cluster view not delivered", exc_info=True)
+            try:
+                self._on_change(view)
+            except Exception:  # a broker shutting down may have closed its loop
+                log.debug("cluster view not delivered", exc_info=True)
 
     # ------------------------------------------------------------------ the controller's work
 
@@ -449,8 +458,8 @@ class ClusterMembership:
                 self._next_generation += 1
                 self._generations[topic] = self._next_generation
             generations = {t: self._generations[t] for t in added}
-        if removed:
-            self._deliver([], removed)
+            if removed:
+                self._deliver([], removed)
         for topic in added:
             generation = generations[topic]
             DataWatch(self._client, self._path(topic_config_path(topic)),
@@ -480,7 +489,7 @@ class ClusterMembership:
         for partition in new:
             DataWatch(self._client, self._path(partition_state_path(topic, partition)),
                       lambda data, stat, event, p=partition: self._on_state(topic, generation, p, data, stat))
-        self._deliver(self._topic_views(topic), [])
+        self._deliver_topic(topic)
         self._poke_controller()
         return None
 
@@ -494,9 +503,7 @@ class ClusterMembership:
             configs = {}
         with self._lock:
             self._configs[topic] = configs
-            known = topic in self._assignments
-        if known:
-            self._deliver(self._topic_views(topic), [])
+        self._deliver_topic(topic)
         return None
 
     def _on_state(self, topic: str, generation: int, partition: int, data: bytes | None,
@@ -512,8 +519,8 @@ class ClusterMembership:
         with self._lock:
             self._states[(topic, partition)] = state
             view = self._view(topic, partition)
-        if view is not None:
-            self._deliver([view], [])
+            if view is not None:
+                self._deliver([view], [])
         return None
 
     def _view(self, topic: str, partition: int) -> PartitionView | None:
@@ -524,12 +531,14 @@ class ClusterMembership:
         return PartitionView(topic, partition, assignment.topic_id, assignment.partitions[partition],
                              self._states.get((topic, partition)), dict(self._configs.get(topic, {})))
 
-    def _topic_views(self, topic: str) -> list[PartitionView]:
+    def _deliver_topic(self, topic: str) -> None:
+        """Every partition of ``topic`` as the watches last saw it, delivered (if known)."""
         with self._lock:
             assignment = self._assignments.get(topic)
             if assignment is None:
-                return []
-            return [v for p in sorted(assignment.partitions) if (v := self._view(topic, p)) is not None]
+                return
+            views = [v for p in sorted(assignment.partitions) if (v := self._view(topic, p)) is not None]
+            self._deliver(views, [])
 
     def partition_views(self) -> list[PartitionView]:
         """Every partition as the watches last saw it."""
@@ -538,6 +547,11 @@ class ClusterMembership:
                     if (v := self._view(t, p)) is not None]
 
     def _deliver(self, views: list[PartitionView], removed: list[str]) -> None:
+        """Under the lock: the watches run on kazoo's callback thread, but after a reconnect
+        each re-reads its znode on a thread of its own, at once. Views made from the shared
+        state and handed over under one lock reach the broker in the order they were made:
+        a topic's views (its assignment's or config's watch) made before a state change can
+        no longer arrive after the state watch's newer view and hide it until the next change."""
         try:
             self._on_partitions(views, removed)
         except Exception:  # a broker shutting down may have closed its loop
@@ -598,6 +612,29 @@ class ClusterMembership:
     def live_broker_ids(self) -> list[int]:
         with self._lock:
             return sorted(self._brokers)
+
+    def claim_producer_id_block(self) -> ProducerIdBlock:
+        """The next block of producer ids, claimed for this broker (blocking): the block after
+        the one ``/latest_producer_id_block`` names, written on condition that the znode did not
+        change since it was read, so no two brokers claim the same block; a lost race re-reads."""
+        path = self._path(PRODUCER_ID_BLOCK)
+        while True:
+            try:
+                raw, stat = self._client.get(path)
+            except NoNodeError:  # deleted by hand since this broker's start: the first block
+                block = next_producer_id_block(None, self.broker_id)
+                try:
+                    self._client.create(path, encode_producer_id_block(block), makepath=True)
+                except NodeExistsError:
+                    continue
+                return block
+            block = next_producer_id_block(decode_producer_id_block(raw), self.broker_id)
+            try:
+                self._client.set(path, encode_producer_id_block(block), version=stat.version)
+            except (BadVersionError, NoNodeError):
+                continue  # another broker claimed one in between
+            log.info("broker %d claimed producer ids %d..%d", self.broker_id, block.first, block.last)
+            return block
 
     def update_isr(self, topic: str, partition: int, state: LeaderAndIsr) -> LeaderAndIsr | None:
         """A leader's ISR change: written only if the state znode is still at

@@ -60,6 +60,13 @@ the brokers drop the topic's logs when its assignment goes.
 the controller runs them and deletes the znode::
 
     {"version": 1, "partitions": [{"topic": "t", "partition": 0}]}
+
+``/latest_producer_id_block`` -- the last block of producer ids a broker claimed (Kafka's
+ProducerIdBlockZNode; the ids are strings). A broker claims the next block of
+``PRODUCER_ID_BLOCK_SIZE`` by rewriting it on condition of its version, so blocks never overlap;
+the first broker's start creates it empty (the first block starts at 0)::
+
+    {"version": 1, "broker": 1, "block_start": "1000", "block_end": "1999"}
 """
 
 from __future__ import annotations
@@ -76,7 +83,8 @@ from .state import LeaderAndIsr
 __all__ = [
     "BROKER_IDS", "BROKER_TOPICS", "BrokerRegistration", "CLUSTER_ID", "CONFIG_TOPICS", "CONTROLLER",
     "CONTROLLER_EPOCH", "ClusterView", "ControllerRegistration", "DELETE_TOPICS", "PERSISTENT_PATHS",
-    "PREFERRED_REPLICA_ELECTION", "TopicAssignment", "ZnodeFormatError", "broker_path", "decode_cluster_id",
+    "PREFERRED_REPLICA_ELECTION", "PRODUCER_ID_BLOCK", "PRODUCER_ID_BLOCK_SIZE", "ProducerIdBlock",
+    "TopicAssignment", "decode_producer_id_block", "encode_producer_id_block", "next_producer_id_block", "ZnodeFormatError", "broker_path", "decode_cluster_id",
     "decode_epoch", "decode_partition_state", "decode_preferred_election", "decode_topic_config",
     "decode_topic_id", "delete_topic_path", "encode_cluster_id", "encode_epoch", "encode_partition_state",
     "encode_preferred_election", "encode_topic_config", "encode_topic_id", "parse_zookeeper_connect",
@@ -93,7 +101,11 @@ DELETE_TOPICS = "/admin/delete_topics"
 PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
 # Created (empty) at a broker's start when missing, as Kafka's brokers do: the parents of
 # everything above, and the topic registry the next layer (topic assignments) fills.
-PERSISTENT_PATHS = ("/brokers/ids", "/brokers/topics", "/brokers/seqid", "/config/topics", "/admin/delete_topics")
+PRODUCER_ID_BLOCK = "/latest_producer_id_block"
+PERSISTENT_PATHS = ("/brokers/ids", "/brokers/topics", "/brokers/seqid", "/config/topics", "/admin/delete_topics",
+                    PRODUCER_ID_BLOCK)
+# Producer ids are handed to brokers in blocks of this many (Kafka's PRODUCER_ID_BLOCK_SIZE).
+PRODUCER_ID_BLOCK_SIZE = 1000
 
 BROKER_ZNODE_VERSION = 5
 
@@ -352,3 +364,41 @@ def decode_cluster_id(raw: bytes) -> str:
     if not isinstance(cluster_id, str) or not cluster_id:
         raise ZnodeFormatError(f"{CLUSTER_ID}: no 'id' in {raw!r}")
     return cluster_id
+
+
+# ---------------------------------------------------------------------- producer ids
+
+
+@dataclass(frozen=True)
+class ProducerIdBlock:
+    """Producer ids ``first``..``last`` (both included), claimed by broker ``broker``."""
+
+    broker: int
+    first: int
+    last: int
+
+
+def encode_producer_id_block(block: ProducerIdBlock) -> bytes:
+    # The ids are JSON strings in Kafka's format (a long does not survive every JSON parser).
+    return json.dumps({"version": 1, "broker": block.broker, "block_start": str(block.first),
+                       "block_end": str(block.last)}, separators=(",", ":")).encode()
+
+
+def decode_producer_id_block(raw: bytes | None) -> ProducerIdBlock | None:
+    """The last block claimed; None for the empty znode a first broker's start created."""
+    if not raw:
+        return None
+    data = _json_object(raw, PRODUCER_ID_BLOCK)
+    try:
+        return ProducerIdBlock(int(data["broker"]), int(data["block_start"]),  # type: ignore[call-overload]
+                               int(data["block_end"]))  # type: ignore[call-overload]
+    except (KeyError, TypeError, ValueError):
+        raise ZnodeFormatError(f"{PRODUCER_ID_BLOCK}: no broker, block_start and block_end in {raw!r}") from None
+
+
+def next_producer_id_block(last: ProducerIdBlock | None, broker_id: int) -> ProducerIdBlock:
+    """The block after ``last`` (the first one, from 0, when none was claimed), for ``broker_id``."""
+    first = 0 if last is None else last.last + 1
+    if first > 2**63 - 1 - PRODUCER_ID_BLOCK_SIZE:
+        raise ZnodeFormatError(f"{PRODUCER_ID_BLOCK}: every producer id has been handed out")
+    return ProducerIdBlock(broker_id, first, first + PRODUCER_ID_BLOCK_SIZE - 1)
