@@ -11,11 +11,17 @@ anything but ``send()`` itself.
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
-from waits import wait_until
+from waits import wait_for_listener, wait_until
 
 from pulllog import Admin, Consumer, Producer, TopicPartition
 from pulllog.client.admin import NewTopic, OffsetSpec
@@ -35,6 +41,33 @@ PRODUCE, ADD_PARTITIONS_TO_TXN = 0, 24  # API keys
 async def _create(bootstrap: str, topic: str, partitions: int = 1) -> None:
     async with Admin(bootstrap) as admin:
         await admin.create_topics([NewTopic(topic, partitions=partitions)])
+
+
+@dataclass(frozen=True)
+class ServedBroker:
+    bootstrap_servers: str
+
+
+@pytest.fixture
+def broker_process(tmp_path: Path) -> Iterator[ServedBroker]:
+    """`pulllog serve` in a process of its own. The tests that send in a tight loop need it: a
+    broker thread in the test's process waits for the GIL while the client's loop runs (CPython
+    hands the GIL over only after 5 ms without a change of holder, and every asyncio.sleep(0)'s
+    epoll_wait(0) is one), so it would answer only once the loop ends, whatever the client does."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path / "serve.log"
+    with open(log, "ab") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "pulllog.cli.main", "serve", "--data-dir",
+                                 str(tmp_path / "data"), "--listen", f"127.0.0.1:{port}"],
+                                stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_for_listener(port, proc, log)
+        yield ServedBroker(f"127.0.0.1:{port}")
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 async def read_committed(bootstrap: str, topic: str, partitions: int = 1) -> list[bytes]:
@@ -75,8 +108,8 @@ async def _send_until_acknowledged(producer: Producer, topic: str, partition: in
     return sent
 
 
-async def test_a_transactions_first_batch_goes_before_the_application_fills_it(pulllog_broker: Any) -> None:
-    bootstrap = pulllog_broker.bootstrap_servers
+async def test_a_transactions_first_batch_goes_before_the_application_fills_it(broker_process: ServedBroker) -> None:
+    bootstrap = broker_process.bootstrap_servers
     await _create(bootstrap, "pipeline", 2)
     async with Producer(bootstrap, transactional_id="pipeline-tx", batch_size=BATCH_SIZE) as producer:
         await producer.init_transactions()
@@ -116,8 +149,8 @@ async def test_committed_and_aborted_transactions_stay_all_or_nothing(pulllog_br
     assert sorted(got) == sorted(committed)
 
 
-async def test_a_fenced_producer_cannot_commit_what_it_sent(pulllog_broker: Any) -> None:
-    bootstrap = pulllog_broker.bootstrap_servers
+async def test_a_fenced_producer_cannot_commit_what_it_sent(broker_process: ServedBroker) -> None:
+    bootstrap = broker_process.bootstrap_servers
     await _create(bootstrap, "fenced-pipeline")
     async with Producer(bootstrap, transactional_id="fenced-tx", batch_size=BATCH_SIZE) as first:
         await first.init_transactions()
