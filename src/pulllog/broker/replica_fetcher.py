@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import struct
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -37,9 +36,8 @@ from kio.schema.errors import ErrorCode
 
 from ..log.log import FollowerAppendError, OffsetOutOfRangeError
 from ..net.apis import ApiKey
-from ..net.build import build, request_class, response_class
-from ..net.protocol import decode_response, encode_request
 from ..records import InvalidRecordError
+from .inter_broker import exchange
 
 # The replica manager and its partitions, as this module sees them (it does not import
 # replica_manager.py, which starts fetchers: one direction of import only).
@@ -53,7 +51,6 @@ log = logging.getLogger(__name__)
 
 _FETCH_VERSION = 12
 _EPOCH_VERSION = 4
-_SIZE = struct.Struct(">i")
 _RESTING = (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch, ErrorCode.unknown_leader_epoch,
             ErrorCode.unknown_topic_or_partition, ErrorCode.kafka_storage_error)
 
@@ -125,16 +122,8 @@ class ReplicaFetcher:
             self._streams = await asyncio.open_connection(*address)
         reader, writer = self._streams
         self._correlation_id += 1
-        body = build(request_class(api, version), data)
-        writer.write(encode_request(body, correlation_id=self._correlation_id,
-                                    client_id=f"pulllog-replica-fetcher-{self.manager.broker_id}"))
-        await writer.drain()
-        (size,) = _SIZE.unpack(await reader.readexactly(4))
-        frame = await reader.readexactly(size)
-        correlation_id, response = decode_response(frame, response_class(api, version))
-        if correlation_id != self._correlation_id:
-            raise ValueError(f"response {correlation_id} to request {self._correlation_id}")
-        return response
+        return await exchange(reader, writer, api, version, data, correlation_id=self._correlation_id,
+                              client_id=f"pulllog-replica-fetcher-{self.manager.broker_id}")
 
     def _close(self) -> None:
         if self._streams is not None:

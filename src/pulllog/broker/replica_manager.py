@@ -63,6 +63,7 @@ from kio.schema.errors import ErrorCode
 from ..log import Log
 from ..log.checkpoint import CheckpointError, read_offsets, write_offsets
 from ..purgatory.delayed import DelayedOperation, DelayedOperationPurgatory
+from .inter_broker import registered_address
 from .topics import PartitionError
 
 if TYPE_CHECKING:
@@ -353,11 +354,7 @@ class ReplicaManager:
         return fetcher
 
     def _registered_address(self, broker_id: int) -> tuple[str, int] | None:
-        view = self.broker.cluster_view
-        for registration in getattr(view, "brokers", ()):
-            if registration.broker_id == broker_id:
-                return registration.host, registration.port
-        return None
+        return registered_address(self.broker.cluster_view, broker_id)
 
     def _wake(self, key: Key) -> None:
         self.produce_purgatory.check_and_complete(key)

@@ -25,15 +25,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from ..net.apis import ApiKey
-from ..net.build import build, request_class, response_class
-from ..net.protocol import decode_response, encode_request
+from .inter_broker import exchange, registered_address
 from .txn_markers import write_txn_markers
 
 __all__ = ["MARKER_IN_FLIGHT", "TxnMarkerSender"]
@@ -44,7 +42,6 @@ TopicPartition = tuple[str, int]
 MarkerKey = tuple[int, int, bool, int, TopicPartition]
 MARKER_IN_FLIGHT = ErrorCode.request_timed_out
 _VERSION = 1
-_SIZE = struct.Struct(">i")
 _RETRY_BACKOFF_S = 0.2
 _REQUEST_TIMEOUT_S = 30.0
 # Answers that a later attempt may change: leadership moved, or the ISR was short.
@@ -119,24 +116,15 @@ class TxnMarkerSender:
             log.error("completing transactions failed: %s", exc)
 
     async def _request(self, leader: int, data: dict[str, Any]) -> dict[TopicPartition, ErrorCode]:
-        address = None
-        view = self.broker.cluster_view
-        for registration in getattr(view, "brokers", ()):
-            if registration.broker_id == leader:
-                address = (registration.host, registration.port)
+        address = registered_address(self.broker.cluster_view, leader)
         if address is None:
             raise OSError(f"broker {leader} is not registered")
         reader, writer = await asyncio.open_connection(*address)
         try:
             self._correlation_id += 1
-            body = build(request_class(ApiKey.WRITE_TXN_MARKERS, _VERSION), data)
-            writer.write(encode_request(body, correlation_id=self._correlation_id,
-                                        client_id=f"pulllog-txn-markers-{self.broker.config.node_id}"))
-            await writer.drain()
-            (size,) = _SIZE.unpack(await reader.readexactly(4))
-            response: Any
-            _correlation, response = decode_response(await reader.readexactly(size),
-                                                     response_class(ApiKey.WRITE_TXN_MARKERS, _VERSION))
+            response = await exchange(reader, writer, ApiKey.WRITE_TXN_MARKERS, _VERSION, data,
+                                      correlation_id=self._correlation_id,
+                                      client_id=f"pulllog-txn-markers-{self.broker.config.node_id}")
         finally:
             writer.close()
         return {(t.name, int(p.partition_index)): ErrorCode(p.error_code)
