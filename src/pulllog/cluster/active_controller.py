@@ -7,24 +7,30 @@ session. Every trigger (a broker joins or leaves, a topic or partition appears, 
 preferred-election request, the election itself) only marks the controller *dirty*; its thread
 then makes one pass over the whole cluster:
 
-1. read the live brokers (``/brokers/ids``), the delete requests, the preferred-election
-   request, and every topic's assignment, config and partition states;
+1. read the live brokers (``/brokers/ids``), the delete requests and the preferred-election
+   request; take every topic's assignment, config and partition states from the broker's
+   watches (``topics``: the cache :class:`~pulllog.cluster.membership.ClusterMembership`
+   keeps, as Kafka's controller keeps its context from its watches), or read them from
+   ZooKeeper when there is no cache;
 2. delete the topics asked for (their znodes, then the request);
-3. for every partition, write what :func:`pulllog.cluster.controller.reconcile` decides (a new
+3. for every partition, decide what :func:`pulllog.cluster.controller.reconcile` says (a new
    partition's first leader, an election after a death or a return), plus the preferred
    elections asked for and, with ``auto.leader.rebalance.enable``, those the periodic
-   imbalance check wants.
+   imbalance check wants; write every decision in one ZooKeeper transaction.
 
-One pass decides from what it read, so a new controller finishes whatever its predecessor
+One pass decides from what it knows, so a new controller finishes whatever its predecessor
 left (a partition still led by a dead broker, a half-deleted topic), and triggers that come
-while a pass runs cost one more pass, not one each. Passes read every partition: fine for the
-hundreds of partitions of a test cluster, a place to add per-topic caching when clusters grow.
+while a pass runs cost one more pass, not one each. A broker's death thus costs three reads
+and one write however many partitions it held: what a failover waits for between ZooKeeper
+expiring the dead broker's session and the brokers applying their new roles.
 
-Fencing: every state write is a ZooKeeper transaction of two operations, "``/controller_epoch``
-is still at the version my election left" and the conditional create or set of the state znode
-(at the version read). A newer controller's election bumps that version, so a deposed one's
-writes fail whole; it then stops. A state write that loses to the leader's own ISR change (the
-state's version moved) makes the controller dirty: the next pass decides again from the new state.
+Fencing: the transaction's first operation is "``/controller_epoch`` is still at the version my
+election left", then the conditional create or set of each state znode (at the version the
+decision was based on). A newer controller's election bumps that version, so a deposed one's
+writes fail whole; it then stops. The watches' cache may lag ZooKeeper (a leader's ISR change
+not yet seen): then the transaction fails whole on that state's version, and each decision is
+made again from a fresh read of its partition and written on its own (same fencing); one that
+still loses makes the controller dirty: the next pass decides again.
 """
 
 from __future__ import annotations
@@ -32,7 +38,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
@@ -40,6 +47,7 @@ from kazoo.exceptions import (
     KazooException,
     NodeExistsError,
     NoNodeError,
+    RolledBackError,
 )
 
 from .controller import ElectionError, ElectionType, elect_by_request, reconcile
@@ -63,13 +71,42 @@ from .znodes import (
     topic_path,
 )
 
-__all__ = ["ActiveController", "ElectionResult"]
+__all__ = ["ActiveController", "ElectionResult", "KnownTopic"]
 
 log = logging.getLogger("pulllog.cluster.controller")
 
 _RETRY_S = 0.5  # after ZooKeeper refused a pass (connection loss): try again this soon
+# State writes per ZooKeeper transaction: a request must stay under ZooKeeper's 1 MB
+# jute.maxbuffer, and a state znode's write is ~150 bytes.
+_WRITES_PER_TXN = 1000
 
 ElectionResult = LeaderAndIsr | ElectionError
+
+
+@dataclass(frozen=True)
+class KnownTopic:
+    """A topic as the watches last saw it: its assignment, its config overrides (None: not
+    seen yet) and the state of each partition (None: it has none yet; absent: not seen yet)."""
+
+    assignment: TopicAssignment
+    configs: Mapping[str, str] | None
+    states: Mapping[int, LeaderAndIsr | None]
+
+
+@dataclass(frozen=True)
+class _Decision:
+    topic: str
+    partition: int
+    replicas: tuple[int, ...]
+    state: LeaderAndIsr  # what to write
+    before: LeaderAndIsr | None  # what it was decided from (None: no state znode known: create it)
+
+    @property
+    def create(self) -> bool:
+        return self.before is None
+
+    def leader_changed(self) -> bool:
+        return self.before is None or self.before.leader != self.state.leader
 
 
 class FencedError(Exception):
@@ -81,8 +118,10 @@ class ActiveController:
 
     def __init__(self, client: KazooClient, chroot: str, broker_id: int, epoch: int, epoch_zk_version: int, *,
                  unclean_default: Callable[[], bool] = lambda: False, auto_rebalance: bool = False,
-                 rebalance_interval_s: float = 300.0, imbalance_percentage: int = 10) -> None:
+                 rebalance_interval_s: float = 300.0, imbalance_percentage: int = 10,
+                 topics: Callable[[], Mapping[str, KnownTopic]] | None = None) -> None:
         self._client = client
+        self._known_topics = topics
         self._chroot = chroot
         self.broker_id = broker_id
         self.epoch = epoch
@@ -158,26 +197,98 @@ class ActiveController:
         for topic in sorted(deletions):
             self._delete_topic(topic, live)
         preferred = self._preferred_requests()
-        for topic in sorted(self._children(BROKER_TOPICS)):
+        decisions: list[_Decision] = []
+        known = self._known_topics() if self._known_topics is not None else self._read_topics()
+        for topic, found in sorted(known.items()):
             if topic in deletions:
                 continue
-            assignment = self._assignment(topic)
-            if assignment is None:
-                continue
-            unclean = self._unclean(topic)
-            states = {p: self._state(topic, p) for p in assignment.partitions}
+            assignment = found.assignment
+            unclean = self._unclean(topic, found.configs)
+            # A partition whose state the watches have not reported yet waits for the report.
+            states = {p: found.states[p] for p in assignment.partitions if p in found.states}
             wanted = set(self._imbalanced(assignment, states, live)) if rebalance else set()
             for partition, replicas in sorted(assignment.partitions.items()):
+                if partition not in states:
+                    continue
                 state = states[partition]
-                decision = reconcile(replicas, state, live, self.epoch, unclean=unclean)
-                if decision is None and state is not None and (
-                        (topic, partition) in preferred or partition in wanted):
-                    chosen = elect_by_request(state, replicas, live, self.epoch, ElectionType.PREFERRED)
-                    decision = chosen if isinstance(chosen, LeaderAndIsr) else None
+                decision = self._decide(replicas, state, live, unclean,
+                                        (topic, partition) in preferred or partition in wanted)
                 if decision is not None:
-                    self._write(topic, partition, decision, create=state is None)
+                    decisions.append(_Decision(topic, partition, replicas, decision, state))
+        for start in range(0, len(decisions), _WRITES_PER_TXN):
+            self._write_all(decisions[start:start + _WRITES_PER_TXN], live, preferred)
         if preferred:
             self._delete_quietly(PREFERRED_REPLICA_ELECTION)
+
+    def _decide(self, replicas: tuple[int, ...], state: LeaderAndIsr | None, live: Collection[int],
+                unclean: bool, preferred: bool) -> LeaderAndIsr | None:
+        decision = reconcile(replicas, state, live, self.epoch, unclean=unclean)
+        if decision is None and state is not None and preferred:
+            chosen = elect_by_request(state, replicas, live, self.epoch, ElectionType.PREFERRED)
+            decision = chosen if isinstance(chosen, LeaderAndIsr) else None
+        return decision
+
+    def _read_topics(self) -> dict[str, KnownTopic]:
+        """Every topic read from ZooKeeper (a controller without the watches' cache)."""
+        out: dict[str, KnownTopic] = {}
+        for topic in self._children(BROKER_TOPICS):
+            assignment = self._assignment(topic)
+            if assignment is not None:
+                out[topic] = KnownTopic(assignment, None, {p: self._state(topic, p) for p in assignment.partitions})
+        return out
+
+    def _write_all(self, decisions: list[_Decision], live: Collection[int],
+                   preferred: set[tuple[str, int]]) -> None:
+        """Write the decisions in one transaction; if it fails on a state that moved (the
+        cache lagged), decide each again from a fresh read and write it alone."""
+        if not decisions:
+            return
+        for d in decisions:
+            if d.create:
+                self._client.ensure_path(self._path(partitions_path(d.topic)) + f"/{d.partition}")
+        txn = self._client.transaction()
+        txn.check(self._path(CONTROLLER_EPOCH), self._epoch_version)
+        for d in decisions:
+            path = self._path(partition_state_path(d.topic, d.partition))
+            if d.create:
+                txn.create(path, encode_partition_state(d.state))
+            else:
+                txn.set_data(path, encode_partition_state(d.state), version=d.state.zk_version)
+        results = txn.commit()
+        if isinstance(results[0], Exception) and not isinstance(results[0], RolledBackError):
+            raise FencedError()
+        if not any(isinstance(r, Exception) for r in results):
+            self._log_decisions(decisions)
+            return
+        log.debug("controller (epoch %d): %d state write(s) lost to newer states (%s); deciding each again",
+                  self.epoch, len(decisions), [type(r).__name__ for r in results])
+        for d in decisions:
+            state = self._state(d.topic, d.partition)
+            unclean = self._unclean(d.topic, None)
+            again = self._decide(d.replicas, state, live, unclean, (d.topic, d.partition) in preferred)
+            if again is not None:
+                self._write(d.topic, d.partition, again, create=state is None)
+
+    def _log_decision(self, topic: str, partition: int, decision: LeaderAndIsr) -> None:
+        log.info("controller (epoch %d): %s-%d leader %d, leader epoch %d, ISR %s", self.epoch, topic, partition,
+                 decision.leader, decision.leader_epoch, list(decision.isr))
+
+    def _log_decisions(self, decisions: list[_Decision]) -> None:
+        """One line for a transaction's decisions (each partition's at DEBUG): a broker's death
+        changes every partition it held, and a line per partition through the console's
+        handler costs more CPU than the whole transaction, just when the brokers need it to
+        take up their new roles."""
+        if len(decisions) == 1:
+            d = decisions[0]
+            self._log_decision(d.topic, d.partition, d.state)
+            return
+        leaders = [f"{d.topic}-{d.partition}:{d.state.leader}" for d in decisions if d.leader_changed()]
+        log.info("controller (epoch %d): %d partition state(s) written in one transaction; new leaders %s, "
+                 "the others' ISR changed", self.epoch, len(decisions), " ".join(leaders) or "none")
+        if log.isEnabledFor(logging.DEBUG):
+            for d in decisions:
+                log.debug("controller (epoch %d): %s-%d leader %d, leader epoch %d, ISR %s", self.epoch, d.topic,
+                          d.partition, d.state.leader, d.state.leader_epoch, list(d.state.isr))
 
     def _imbalanced(self, assignment: TopicAssignment, states: dict[int, LeaderAndIsr | None],
                     live: Collection[int]) -> Iterable[int]:
@@ -190,7 +301,7 @@ class ActiveController:
         for broker, partitions in by_preferred.items():
             if broker not in live:
                 continue
-            not_led = [p for p in partitions if (s := states[p]) is not None and s.leader != broker]
+            not_led = [p for p in partitions if (s := states.get(p)) is not None and s.leader != broker]
             if len(not_led) * 100 > self._imbalance_percentage * len(partitions):
                 yield from not_led
 
@@ -213,8 +324,7 @@ class ActiveController:
                       [type(r).__name__ for r in results])
             self._dirty.set()
             return False
-        log.info("controller (epoch %d): %s-%d leader %d, leader epoch %d, ISR %s", self.epoch, topic, partition,
-                 decision.leader, decision.leader_epoch, list(decision.isr))
+        self._log_decision(topic, partition, decision)
         return True
 
     def _delete_topic(self, topic: str, live: Collection[int]) -> None:
@@ -309,15 +419,19 @@ class ActiveController:
             log.warning("ignoring a partition state: %s", exc)
             return None
 
-    def _unclean(self, topic: str) -> bool:
-        try:
-            data, _stat = self._client.get(self._path(topic_config_path(topic)))
-        except NoNodeError:
-            data = b""
-        try:
-            value = decode_topic_config(topic, data).get("unclean.leader.election.enable")
-        except ZnodeFormatError:
-            value = None
+    def _unclean(self, topic: str, configs: Mapping[str, str] | None) -> bool:
+        """The topic's unclean.leader.election.enable: from ``configs`` (the watches' copy), or
+        read when they are None."""
+        if configs is None:
+            try:
+                data, _stat = self._client.get(self._path(topic_config_path(topic)))
+            except NoNodeError:
+                data = b""
+            try:
+                configs = decode_topic_config(topic, data)
+            except ZnodeFormatError:
+                configs = {}
+        value = configs.get("unclean.leader.election.enable")
         return value.strip().lower() == "true" if value is not None else self._unclean_default()
 
     def _preferred_requests(self) -> set[tuple[str, int]]:

@@ -65,7 +65,7 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
-from .active_controller import ActiveController, ElectionResult
+from .active_controller import ActiveController, ElectionResult, KnownTopic
 from .controller import ElectionType
 from .errors import (
     BrokerIdInUseError,
@@ -74,6 +74,7 @@ from .errors import (
     TopicAlreadyExistsError,
 )
 from .state import LeaderAndIsr, PartitionView
+from .watches import PipelinedDataWatch
 from .znodes import (
     BROKER_IDS,
     BROKER_TOPICS,
@@ -292,7 +293,12 @@ class ClusterMembership:
             except ZnodeFormatError as exc:
                 log.warning("ignoring a broker registration: %s", exc)
         with self._lock:
-            self._brokers = brokers
+            before, self._brokers = set(self._brokers), brokers
+        if set(brokers) != before:
+            # Kafka's controller logs each change too; a failover's timeline starts here (the
+            # moment ZooKeeper expired a dead broker's session, as this broker heard of it).
+            log.info("broker %d sees brokers %s (joined %s, gone %s)", self.broker_id, sorted(brokers),
+                     sorted(set(brokers) - before), sorted(before - set(brokers)))
         self._publish()
         self._poke_controller()
 
@@ -409,7 +415,8 @@ class ClusterMembership:
         controller = ActiveController(
             self._client, self.chroot, self.broker_id, epoch, epoch_version,
             unclean_default=settings.unclean_leader_election, auto_rebalance=settings.auto_leader_rebalance,
-            rebalance_interval_s=settings.rebalance_interval_s, imbalance_percentage=settings.imbalance_percentage)
+            rebalance_interval_s=settings.rebalance_interval_s, imbalance_percentage=settings.imbalance_percentage,
+            topics=self.known_topics)
         with self._lock:
             old, self.controller = self.controller, controller
             stopped = self._stopped
@@ -487,8 +494,9 @@ class ClusterMembership:
             new = [p for p in sorted(assignment.partitions) if (topic, p) not in self._watched]
             self._watched.update((topic, p) for p in new)
         for partition in new:
-            DataWatch(self._client, self._path(partition_state_path(topic, partition)),
-                      lambda data, stat, event, p=partition: self._on_state(topic, generation, p, data, stat))
+            # Pipelined: a controller's transaction changes many states at once (watches.py).
+            PipelinedDataWatch(self._client, self._path(partition_state_path(topic, partition)),
+                               lambda data, stat, p=partition: self._on_state(topic, generation, p, data, stat))
         self._deliver_topic(topic)
         self._poke_controller()
         return None
@@ -521,7 +529,20 @@ class ClusterMembership:
             view = self._view(topic, partition)
             if view is not None:
                 self._deliver([view], [])
+        # The controller decides from this cache: a state it did not know yet (a leader's ISR
+        # change that crossed its last pass) may need a decision of its own.
+        self._poke_controller()
         return None
+
+    def known_topics(self) -> dict[str, KnownTopic]:
+        """Every topic as the watches last saw it: what the controller decides from. A
+        partition whose state watch has not reported yet is left out (its report pokes the
+        controller)."""
+        with self._lock:
+            return {topic: KnownTopic(assignment, self._configs.get(topic),
+                                      {p: self._states[(topic, p)] for p in assignment.partitions
+                                       if (topic, p) in self._states})
+                    for topic, assignment in self._assignments.items()}
 
     def _view(self, topic: str, partition: int) -> PartitionView | None:
         """Under the lock."""
