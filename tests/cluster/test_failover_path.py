@@ -93,6 +93,27 @@ def test_the_controller_decides_from_the_cache_and_reads_again_what_it_had_stale
         controller.stop()
 
 
+def test_a_pass_after_its_own_transaction_does_not_decide_again_from_the_states_it_replaced(zk_client: Any) -> None:
+    chroot, assignment = _cluster_after_broker_1_died(zk_client)
+    # The watches' cache as it was before the controller's transaction, never updated here.
+    before = LeaderAndIsr(1, 0, (1, 2, 3), 1, zk_version=0)
+    cache = {"t": KnownTopic(assignment, {}, {p: before for p in range(PARTITIONS)})}
+    controller = ActiveController(zk_client, chroot, 2, epoch=2, epoch_zk_version=1, topics=lambda: cache)
+    controller.start()
+    try:
+        block_until(lambda: _elected(zk_client, chroot), "every partition has a new leader")
+        written = {p: _state(zk_client, chroot, p)[1].mzxid for p in range(PARTITIONS)}
+        passes = controller.passes
+        controller.trigger()  # as one of its own states arriving at the watches would
+        block_until(lambda: controller.passes > passes, "another pass")
+        controller.trigger()
+        block_until(lambda: controller.passes > passes + 1, "and another")
+        assert controller.lost_transactions == 0  # it knew what it wrote
+        assert {p: _state(zk_client, chroot, p)[1].mzxid for p in range(PARTITIONS)} == written
+    finally:
+        controller.stop()
+
+
 def test_pipelined_watches_follow_creation_changes_and_deletion(zk_client: Any) -> None:
     base = f"/watches-{next(_chroots)}"
     zk_client.ensure_path(base)

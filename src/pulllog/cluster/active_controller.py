@@ -122,6 +122,10 @@ class ActiveController:
                  topics: Callable[[], Mapping[str, KnownTopic]] | None = None) -> None:
         self._client = client
         self._known_topics = topics
+        # What this controller wrote, at the versions its writes left, until the watches'
+        # cache has caught up: a pass right after a transaction (a poke from one of its own
+        # states arriving) must not decide again from the states the transaction replaced.
+        self._written: dict[tuple[str, int], LeaderAndIsr] = {}
         self._chroot = chroot
         self.broker_id = broker_id
         self.epoch = epoch
@@ -135,6 +139,7 @@ class ActiveController:
         self._work = threading.Lock()  # one pass or one ElectLeaders at a time
         self._next_rebalance = time.monotonic() + rebalance_interval_s
         self.passes = 0
+        self.lost_transactions = 0  # transactions that lost to a newer state (decided again one by one)
         self._thread = threading.Thread(target=self._run, name=f"pulllog-controller-epoch-{epoch}", daemon=True)
 
     def _path(self, path: str) -> str:
@@ -199,13 +204,14 @@ class ActiveController:
         preferred = self._preferred_requests()
         decisions: list[_Decision] = []
         known = self._known_topics() if self._known_topics is not None else self._read_topics()
+        self._written = {k: v for k, v in self._written.items() if k[0] in known and k[0] not in deletions}
         for topic, found in sorted(known.items()):
             if topic in deletions:
                 continue
             assignment = found.assignment
             unclean = self._unclean(topic, found.configs)
             # A partition whose state the watches have not reported yet waits for the report.
-            states = {p: found.states[p] for p in assignment.partitions if p in found.states}
+            states = {p: self._newest(topic, p, found.states[p]) for p in assignment.partitions if p in found.states}
             wanted = set(self._imbalanced(assignment, states, live)) if rebalance else set()
             for partition, replicas in sorted(assignment.partitions.items()):
                 if partition not in states:
@@ -219,6 +225,22 @@ class ActiveController:
             self._write_all(decisions[start:start + _WRITES_PER_TXN], live, preferred)
         if preferred:
             self._delete_quietly(PREFERRED_REPLICA_ELECTION)
+
+    def _newest(self, topic: str, partition: int, cached: LeaderAndIsr | None) -> LeaderAndIsr | None:
+        """The cache's state, or this controller's own later write of it."""
+        written = self._written.get((topic, partition))
+        if written is None:
+            return cached
+        if cached is not None and cached.zk_version >= written.zk_version:
+            del self._written[(topic, partition)]  # the watch has caught up
+            return cached
+        return written
+
+    def _remember(self, topic: str, partition: int, decision: LeaderAndIsr, result: object) -> None:
+        """Keep a written state at the version its write left (a create leaves 0)."""
+        version = getattr(result, "version", 0)
+        self._written[(topic, partition)] = LeaderAndIsr(decision.leader, decision.leader_epoch, decision.isr,
+                                                         decision.controller_epoch, version)
 
     def _decide(self, replicas: tuple[int, ...], state: LeaderAndIsr | None, live: Collection[int],
                 unclean: bool, preferred: bool) -> LeaderAndIsr | None:
@@ -258,8 +280,11 @@ class ActiveController:
         if isinstance(results[0], Exception) and not isinstance(results[0], RolledBackError):
             raise FencedError()
         if not any(isinstance(r, Exception) for r in results):
+            for d, result in zip(decisions, results[1:], strict=True):
+                self._remember(d.topic, d.partition, d.state, result)
             self._log_decisions(decisions)
             return
+        self.lost_transactions += 1
         log.debug("controller (epoch %d): %d state write(s) lost to newer states (%s); deciding each again",
                   self.epoch, len(decisions), [type(r).__name__ for r in results])
         for d in decisions:
@@ -324,6 +349,7 @@ class ActiveController:
                       [type(r).__name__ for r in results])
             self._dirty.set()
             return False
+        self._remember(topic, partition, decision, results[1])
         self._log_decision(topic, partition, decision)
         return True
 
