@@ -169,14 +169,17 @@ class BrokerProcess:
         except (OSError, ValueError):  # closed by stop()
             pass
 
-    def spawn(self) -> subprocess.Popen[str]:
+    def command(self) -> list[str]:
         host = self.host or f"127.0.0.{self.broker_id if 0 < self.broker_id < 255 else 1}"
         args = [sys.executable, "-m", "pulllog.cli.main", "serve", "--broker-id", str(self.broker_id),
                 "--zookeeper", self.zookeeper_connect, "--listen", f"{host}:0", "--data-dir", str(self.data_dir)]
         for item in self.overrides:
             args += ["--override", item]
-        return subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-                                text=True)
+        return args
+
+    def spawn(self) -> subprocess.Popen[str]:
+        return subprocess.Popen(self.command(), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                stdin=subprocess.DEVNULL, text=True)
 
     def kill(self) -> None:
         """SIGKILL: no clean shutdown, its ZooKeeper session ends only when it times out."""
