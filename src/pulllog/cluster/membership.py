@@ -50,6 +50,7 @@ conditional on the state's version).
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -496,7 +497,7 @@ class ClusterMembership:
         for partition in new:
             # Pipelined: a controller's transaction changes many states at once (watches.py).
             PipelinedDataWatch(self._client, self._path(partition_state_path(topic, partition)),
-                               lambda data, stat, p=partition: self._on_state(topic, generation, p, data, stat))
+                               functools.partial(self._on_state, topic, generation, partition))
         self._deliver_topic(topic)
         self._poke_controller()
         return None
