@@ -263,6 +263,9 @@ class ActiveController:
                    preferred: set[tuple[str, int]]) -> None:
         """Write the decisions in one transaction; if it fails on a state that moved (the
         cache lagged), decide each again from a fresh read and write it alone."""
+        # A new partition's state needs its parent znodes, but never for a topic that is gone
+        # (deleted while the cache still had it: creating them would bring its path back).
+        decisions = [d for d in decisions if not d.create or self._client.exists(self._path(topic_path(d.topic)))]
         if not decisions:
             return
         for d in decisions:
@@ -288,9 +291,13 @@ class ActiveController:
         log.debug("controller (epoch %d): %d state write(s) lost to newer states (%s); deciding each again",
                   self.epoch, len(decisions), [type(r).__name__ for r in results])
         for d in decisions:
+            assignment = self._assignment(d.topic)
+            if assignment is None or d.partition not in assignment.partitions:
+                continue  # deleted meanwhile
             state = self._state(d.topic, d.partition)
             unclean = self._unclean(d.topic, None)
-            again = self._decide(d.replicas, state, live, unclean, (d.topic, d.partition) in preferred)
+            again = self._decide(assignment.partitions[d.partition], state, live, unclean,
+                                 (d.topic, d.partition) in preferred)
             if again is not None:
                 self._write(d.topic, d.partition, again, create=state is None)
 
