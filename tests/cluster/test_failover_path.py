@@ -153,3 +153,19 @@ def test_pipelined_watches_follow_creation_changes_and_deletion(zk_client: Any) 
     block_until(lambda: seen[2][-1:] == [b"d"], "the other watch goes on")
     assert seen[1][-1] == b"stop"
     assert seen[3] == [None, b"a", b"b"]  # each value once
+
+
+def test_a_topic_deleted_while_the_cache_still_has_it_does_not_get_its_path_back(zk_client: Any) -> None:
+    chroot, assignment = _cluster_after_broker_1_died(zk_client)
+    gone = TopicAssignment("gone", uuid.uuid4(), {0: (2, 3)})
+    # "gone" was deleted from ZooKeeper; the watches have not said so yet, and its partition
+    # had no state: the controller would decide its first leader.
+    cache = {"t": KnownTopic(assignment, {}, {p: LeaderAndIsr(1, 0, (1, 2, 3), 1, 0) for p in range(PARTITIONS)}),
+             "gone": KnownTopic(gone, {}, {0: None})}
+    controller = ActiveController(zk_client, chroot, 2, epoch=2, epoch_zk_version=1, topics=lambda: cache)
+    controller.start()
+    try:
+        block_until(lambda: _elected(zk_client, chroot), "the live topic's partitions have a new leader")
+        assert zk_client.exists(f"{chroot}/brokers/topics/gone") is None
+    finally:
+        controller.stop()
