@@ -171,6 +171,26 @@ async def test_acks_all_times_out_while_an_in_sync_follower_is_away(cluster: Tes
         await conn.close()
 
 
+async def test_a_decided_acks_all_answer_does_not_wait_behind_a_later_produce(cluster: TestController) -> None:
+    """Answers keep their order, but one that is ready goes out at once: a pipelined Produce
+    behind it that still waits for a follower does not hold it back (issue 16's p99)."""
+    cluster.create("alone", replicas=(1,))  # the leader alone: acks=all is decided at the append
+    cluster.create(TOPIC)
+    await cluster.stop(3)  # still in TOPIC's ISR: an acks=all Produce waits for it
+    conn = await connect(cluster, 1)
+    purgatory = cluster.brokers[1].replicas.produce_purgatory  # type: ignore[union-attr]
+    try:
+        # Both in one write (the connection sends what one loop turn gives it together).
+        first = asyncio.ensure_future(produce_raw(conn, "alone", [b"a"]))
+        second = asyncio.ensure_future(produce_raw(conn, TOPIC, [b"b"], timeout_ms=20_000))
+        assert (await first).error_code == ErrorCode.none
+        assert not second.done() and purgatory.watched((TOPIC, 0)) == 1
+        await cluster.start(3)
+        assert (await second).error_code == ErrorCode.none
+    finally:
+        await conn.close()
+
+
 async def test_a_follower_and_a_wrong_epoch_are_refused(cluster: TestController) -> None:
     cluster.create(TOPIC)
     cluster.elect((TOPIC, 0), 1)  # epoch 1

@@ -51,7 +51,9 @@ Rules kept here:
   answers queue behind it. The task sends the outstanding answers, oldest first, as they
   become ready, and all of them before any other request (whose answer must come after
   them). So answers keep their order, and only a request that meets a Deferred pays the
-  task switch.
+  task switch. An answer that is ready goes out before the task waits for a later one
+  (acks=all: the next Produce's replication is a follower round trip away, and a pipelining
+  producer would otherwise get every answer one round trip late).
 """
 
 from __future__ import annotations
@@ -196,6 +198,8 @@ class Connection(asyncio.Protocol):
                     if not await self._send_outstanding():
                         return None
                 else:  # its fsync runs: meanwhile handle what arrives (a Produce shares the next one)
+                    if self._held:  # the answers before it are ready: they do not wait for it
+                        await self._write(b"")
                     await self._wait_for(head.deferred)  # type: ignore[union-attr]
                 continue
             if self._held:
