@@ -1,8 +1,13 @@
 """A follower's fetcher: one task per source broker, fetching every partition this broker
 follows there (Kafka's ReplicaFetcherThread, on the broker's event loop).
 
-Its connection is a plain asyncio stream on net/'s codec (Fetch v12 and
-OffsetForLeaderEpoch v4 through kio); the broker never imports the client package.
+Its connection is a ``BrokerConnection`` (inter_broker.py: each answer read straight into one
+buffer of its size, the fetcher woken once it is whole) on net/'s codec (Fetch v12 and
+OffsetForLeaderEpoch v4 through kio); the broker never imports the client package. The next
+Fetch goes out as soon as the previous answer is appended (Kafka's fetcher thread loops at
+once too); the leader parks it in its fetch purgatory until there is new data (min bytes 1),
+up to replica.fetch.wait.max.ms, and that Fetch's offset is how the leader learns the
+follower's new log end, which moves the high watermark and completes acks=all Produces.
 
 Per partition, in order:
 
@@ -36,8 +41,9 @@ from kio.schema.errors import ErrorCode
 
 from ..log.log import FollowerAppendError, OffsetOutOfRangeError
 from ..net.apis import ApiKey
+from ..net.errors import ProtocolError
 from ..records import InvalidRecordError
-from .inter_broker import exchange
+from .inter_broker import BrokerConnection
 
 # The replica manager and its partitions, as this module sees them (it does not import
 # replica_manager.py, which starts fetchers: one direction of import only).
@@ -70,7 +76,7 @@ class ReplicaFetcher:
         self.partitions: dict[Key, _Fetching] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+        self._connection: BrokerConnection | None = None
         self._correlation_id = 0
         self.fetches = 0  # answered Fetch requests (tests wait on it)
 
@@ -109,26 +115,25 @@ class ReplicaFetcher:
                     await self._truncate(truncating)
                 else:
                     await self._fetch(ready)
-            except (OSError, EOFError, asyncio.IncompleteReadError, ValueError) as exc:
+            except (OSError, EOFError, ValueError, ProtocolError) as exc:
                 log.warning("replica fetcher for broker %d: %s; retrying in %.1f s", self.leader_id, exc, backoff)
                 self._close()
                 await asyncio.sleep(backoff)
 
     async def _request(self, api: ApiKey, version: int, data: dict[str, Any]) -> Any:
-        if self._streams is None:
+        if self._connection is None:
             address = self.manager.address_of(self.leader_id)
             if address is None:
                 raise OSError(f"broker {self.leader_id} has no known address")
-            self._streams = await asyncio.open_connection(*address)
-        reader, writer = self._streams
+            self._connection = await BrokerConnection.open(*address)
         self._correlation_id += 1
-        return await exchange(reader, writer, api, version, data, correlation_id=self._correlation_id,
-                              client_id=f"pulllog-replica-fetcher-{self.manager.broker_id}")
+        return await self._connection.exchange(api, version, data, correlation_id=self._correlation_id,
+                                               client_id=f"pulllog-replica-fetcher-{self.manager.broker_id}")
 
     def _close(self) -> None:
-        if self._streams is not None:
-            self._streams[1].close()
-            self._streams = None
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
 
     def _rest(self, fetching: _Fetching, code: ErrorCode) -> None:
         backoff = self.manager.broker.config.replica_fetch_backoff_ms / 1000
