@@ -57,6 +57,18 @@ def test_byte_by_byte_feed_yields_the_same_frames() -> None:
     assert decoder.buffered == 0
 
 
+def test_a_large_frame_in_reads_of_any_size_comes_out_whole_after_the_frame_before() -> None:
+    payload = bytes(range(256)) * 4096  # 1 MiB: a librdkafka Produce at its batch.size
+    stream = frame(b"small") + frame(payload) + frame(b"next")
+    for piece in (1000, 65536, 262144, 999_999):
+        decoder = FrameDecoder()
+        out: list[bytes] = []
+        for i in range(0, len(stream), piece):
+            out += decoder.feed(memoryview(stream)[i : i + piece])
+            assert decoder.buffered == min(i + piece, len(stream)) - sum(4 + len(f) for f in out)
+        assert out == [b"small", payload, b"next"]
+
+
 def test_frame_end_and_next_frame_start_in_the_same_feed() -> None:
     stream = frame(b"first") + frame(b"second")
     decoder = FrameDecoder()

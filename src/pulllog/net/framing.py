@@ -67,34 +67,49 @@ class FrameDecoder:
     further ``feed`` raises the same error.
     """
 
-    __slots__ = ("_buffer", "_error", "max_frame_size")
+    __slots__ = ("_chunks", "_error", "_have", "_head", "_size", "max_frame_size")
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
         if max_frame_size < 0:
             raise ValueError(f"max_frame_size must be >= 0, got {max_frame_size}")
         self.max_frame_size = max_frame_size
-        self._buffer = bytearray()
+        # A frame split over reads: its payload's pieces (``_chunks``, ``_have`` bytes of
+        # ``_size``) are joined once, when the last one arrives, so a 1 MiB Produce read in
+        # 256 KiB pieces is copied once into its frame; growing a buffer by each piece and
+        # slicing the frame out of it copied it three times and cost ~2 ms of CPU a frame.
+        self._size = -1  # the payload size of the frame in progress; -1: none
+        self._chunks: list[bytes] = []
+        self._have = 0
+        self._head = b""  # the first 1-3 bytes of a size prefix
         self._error: FrameError | None = None
 
     @property
     def buffered(self) -> int:
         """Bytes received that do not yet make a whole frame."""
-        return len(self._buffer)
+        return len(self._head) + (4 + self._have if self._size >= 0 else 0)
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
         """Add ``data`` to the stream; return every frame it completes, in order."""
         if self._error is not None:
             raise self._error
-        buffer: bytes | bytearray | memoryview
-        if self._buffer:
-            self._buffer += data
-            buffer = self._buffer
-        else:
-            # Common case on a request/response connection: the buffer is empty and
-            # `data` holds whole frames. Slice them out of `data` without a copy
-            # into the buffer first.
-            buffer = data
         frames: list[bytes] = []
+        # Slicing bytes copies once, as bytes() of a memoryview slice does; the common case
+        # (whole frames in a bytes read, nothing pending) skips making the view.
+        buffer: bytes | memoryview = data if type(data) is bytes else memoryview(data)
+        if self._size >= 0:  # the rest of a frame's payload first
+            view = memoryview(buffer)
+            need = self._size - self._have
+            if len(view) < need:
+                self._chunks.append(bytes(view))
+                self._have += len(view)
+                return frames
+            self._chunks.append(bytes(view[:need]))
+            frames.append(b"".join(self._chunks))
+            self._size, self._chunks, self._have = -1, [], 0
+            buffer = view[need:]
+        elif self._head:
+            buffer = self._head + bytes(buffer)  # rare: a size prefix split over reads
+            self._head = b""
         position = 0
         available = len(buffer)
         max_size = self.max_frame_size
@@ -104,14 +119,15 @@ class FrameDecoder:
                 self._error = self._frame_error(size, bytes(buffer[position : position + 8]))
                 raise self._error
             end = position + 4 + size
-            if end > available:
-                break
+            if end > available:  # the frame goes on in the next reads
+                self._size = size
+                self._have = available - position - 4
+                self._chunks = [bytes(buffer[position + 4 :])] if self._have else []
+                return frames
             frames.append(bytes(buffer[position + 4 : end]))
             position = end
-        if buffer is self._buffer:
-            del self._buffer[:position]
-        elif position < available:
-            self._buffer = bytearray(buffer[position:])
+        if position < available:
+            self._head = bytes(buffer[position:])
         return frames
 
     def _frame_error(self, size: int, prefix: bytes) -> FrameError:
