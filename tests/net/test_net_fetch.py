@@ -351,3 +351,33 @@ def test_fetch_request_outside_the_encodable_versions_is_refused() -> None:
         with pytest.raises(ValueError, match="not encodable"):
             encode_fetch_request(version, 1, "c", max_wait_ms=0, min_bytes=1, max_bytes=1, isolation_level=0,
                                  topics=[], partition_max_bytes=1)
+
+
+# ---------------------------------------------------------------- decoding v12 (the replica fetcher's)
+
+
+def test_the_v12_decoder_reads_what_the_encoder_wrote_with_records_as_views_of_the_frame() -> None:
+    from pulllog.net.fetch import decode_fetch_response
+    from pulllog.net.guard import MalformedError
+
+    written = FetchResponseData(7, 0, 0, [
+        FetchTopicResponse(name="orders", partitions=[
+            FetchPartitionResponse(0, 0, 10, 9, 2, None, -1, b"x" * 300),
+            FetchPartitionResponse(1, ErrorCode.not_leader_or_follower.value, -1, -1, -1, [], -1, None)]),
+        FetchTopicResponse(name="t\u00e9", partitions=[
+            FetchPartitionResponse(3, 0, 5, 4, 0, [AbortedTransaction(11, 1), AbortedTransaction(12, 3)], -1, b"")])])
+    frame = bytearray(b"".join(encode_fetch_response(99, 12, written))[4:])
+    correlation_id, read = decode_fetch_response(frame)
+    assert correlation_id == 99
+    records = read.topics[0].partitions[0].records
+    assert isinstance(records, memoryview) and records.obj is frame  # a view, not a copy
+    as_bytes = dataclasses.replace(read, topics=[
+        dataclasses.replace(t, partitions=[dataclasses.replace(p, records=None if p.records is None else bytes(p.records))
+                                           for p in t.partitions]) for t in read.topics])
+    assert as_bytes == dataclasses.replace(written, topics=[
+        dataclasses.replace(t, partitions=list(t.partitions)) for t in written.topics])
+    for cut in range(len(frame)):  # every truncation is refused, never read past the end
+        with pytest.raises(MalformedError):
+            decode_fetch_response(frame[:cut])
+    with pytest.raises(MalformedError):
+        decode_fetch_response(frame + b"\x00")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from ..net.apis import ApiKey
@@ -31,6 +32,9 @@ from ..net.protocol import decode_response, encode_request
 __all__ = ["BrokerConnection", "exchange", "registered_address"]
 
 _SIZE = struct.Struct(">i")
+
+Decoder = Callable[[bytes | bytearray], tuple[int, Any]]
+"""An answer frame (size prefix off) -> (correlation id, body)."""
 
 
 def registered_address(cluster_view: Any, broker_id: int) -> tuple[str, int] | None:
@@ -56,9 +60,10 @@ def _request(api: ApiKey, version: int, data: dict[str, Any], correlation_id: in
                           client_id=client_id)
 
 
-def _response(frame: bytes | bytearray, api: ApiKey, version: int, correlation_id: int) -> Any:
+def _response(frame: bytes | bytearray, api: ApiKey, version: int, correlation_id: int,
+              decode: Decoder | None = None) -> Any:
     response: Any
-    answered, response = decode_response(frame, response_class(api, version))
+    answered, response = decode_response(frame, response_class(api, version)) if decode is None else decode(frame)
     if answered != correlation_id:
         raise ValueError(f"response {answered} to request {correlation_id}")
     return response
@@ -89,8 +94,10 @@ class BrokerConnection(asyncio.BufferedProtocol):
         return connection
 
     async def exchange(self, api: ApiKey, version: int, data: dict[str, Any], *, correlation_id: int,
-                       client_id: str) -> Any:
-        """Send one request and wait for its answer (ValueError: an answer to another request)."""
+                       client_id: str, decode: Decoder | None = None) -> Any:
+        """Send one request and wait for its answer (ValueError: an answer to another request).
+        ``decode`` (the answer frame -> correlation id, body) replaces kio's reader, e.g.
+        net.fetch.decode_fetch_response, whose records are views of the answer's buffer."""
         if self._error is not None:
             raise self._error
         assert self._transport is not None and self._answer is None, "one request at a time"
@@ -101,7 +108,7 @@ class BrokerConnection(asyncio.BufferedProtocol):
         finally:
             self._answer = None
         try:
-            return _response(frame, api, version, correlation_id)
+            return _response(frame, api, version, correlation_id, decode)
         except (ValueError, ProtocolError) as exc:  # out of step with the other broker: for good
             self._fail(exc)
             raise

@@ -42,8 +42,9 @@ from kio.schema.errors import ErrorCode
 from ..log.log import FollowerAppendError, OffsetOutOfRangeError
 from ..net.apis import ApiKey
 from ..net.errors import ProtocolError
+from ..net.fetch import decode_fetch_response
 from ..records import InvalidRecordError
-from .inter_broker import BrokerConnection
+from .inter_broker import BrokerConnection, Decoder
 
 # The replica manager and its partitions, as this module sees them (it does not import
 # replica_manager.py, which starts fetchers: one direction of import only).
@@ -120,7 +121,7 @@ class ReplicaFetcher:
                 self._close()
                 await asyncio.sleep(backoff)
 
-    async def _request(self, api: ApiKey, version: int, data: dict[str, Any]) -> Any:
+    async def _request(self, api: ApiKey, version: int, data: dict[str, Any], decode: Decoder | None = None) -> Any:
         if self._connection is None:
             address = self.manager.address_of(self.leader_id)
             if address is None:
@@ -128,7 +129,8 @@ class ReplicaFetcher:
             self._connection = await BrokerConnection.open(*address)
         self._correlation_id += 1
         return await self._connection.exchange(api, version, data, correlation_id=self._correlation_id,
-                                               client_id=f"pulllog-replica-fetcher-{self.manager.broker_id}")
+                                               client_id=f"pulllog-replica-fetcher-{self.manager.broker_id}",
+                                               decode=decode)
 
     def _close(self) -> None:
         if self._connection is not None:
@@ -204,13 +206,13 @@ class ReplicaFetcher:
             "max_bytes": max(cfg.replica_fetch_max_bytes, 10 * 1024 * 1024), "isolation_level": 0,
             "session_id": 0, "session_epoch": -1,
             "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
-            "forgotten_topics_data": [], "rack_id": ""})
+            "forgotten_topics_data": [], "rack_id": ""}, decode_fetch_response)
         self.fetches += 1
         if response.error_code != ErrorCode.none:
             raise OSError(f"Fetch answered {ErrorCode(response.error_code).name}")
-        for topic in response.responses:
+        for topic in response.topics:
             for p in topic.partitions:
-                key = (topic.topic, p.partition_index)
+                key = (topic.name, p.partition_index)
                 fetching = self.partitions.get(key)
                 if fetching is not None and self._current(key, fetching):
                     self._fetched(fetching, p)
