@@ -42,7 +42,7 @@ def started(data: Path) -> tuple[TopicManager, list[str]]:
 
 def fill(manager: TopicManager, name: str, partitions: int, records: int = 3) -> None:
     topic = manager.find(name) or manager.create(name, partitions)
-    for partition in topic.partitions:
+    for partition in topic.partitions.values():
         for i in range(records):
             partition.log.append(build_batch([(None, b"%s-%d-%d" % (name.encode(), partition.index, i))]))
 
@@ -150,7 +150,7 @@ def test_a_clean_start_opens_no_segment_file_and_a_read_opens_only_its_partition
     assert report == []
     assert HANDLES.opened == opened  # no .log, .index or .timeindex opened by the start
     assert values(manager, "a", 7) == expected("a", 7)
-    assert not any(p.log.segments[0].loaded for p in manager.get("a").partitions if p.index != 7)
+    assert not any(p.log.segments[0].loaded for p in manager.get("a").partitions.values() if p.index != 7)
     manager.close()
 
 

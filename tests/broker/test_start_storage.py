@@ -32,7 +32,7 @@ def make_topic(data_dir: Path, name: str, partitions: int, records: int = 10) ->
     topics = TopicManager(data_dir, LogConfig())
     topics.load()
     topic = topics.create(name, partitions)
-    for p in topic.partitions:
+    for p in topic.partitions.values():
         for i in range(records):
             p.log.append(build_batch([(None, b"%s-%d-%d" % (name.encode(), p.index, i))]))
     topics.close()

@@ -3,6 +3,7 @@ controller's elections, and every broker's Metadata, over real ZooKeeper and rea
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -11,6 +12,9 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 from waits import block_until
 from zk_brokers import Cluster
+
+from pulllog.client.connection import KafkaConnection
+from pulllog.records import build_batch
 
 SHORT_SESSION = ("zookeeper.session.timeout.ms=2000",)  # a SIGKILLed broker is gone in ~2 s
 
@@ -87,6 +91,43 @@ def test_an_explicit_replica_assignment_is_kept(cluster: Cluster, zk_client: Any
     with pytest.raises(KafkaException) as raised:
         _create(cluster.broker(3).bootstrap_servers, NewTopic("nowhere", 1, replica_assignment=[[7]]))
     assert raised.value.args[0].name() == "INVALID_REPLICA_ASSIGNMENT"
+
+
+async def _produce_and_fetch_codes(bootstrap: str, topic: str, partition: int) -> tuple[int, int]:
+    """Produce's and Fetch's error codes for one partition, asked of one broker directly."""
+    host, port = bootstrap.rsplit(":", 1)
+    conn = await KafkaConnection.connect(host, int(port))
+    try:
+        produced = await conn.request("produce", 9, {
+            "transactional_id": None, "acks": 1, "timeout": 30_000, "topic_data": [
+                {"name": topic, "partition_data": [{"index": partition, "records": build_batch([(None, b"x")])}]}]})
+        fetched = await conn.request("fetch", 12, {
+            "replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20, "isolation_level": 0,
+            "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
+            "topics": [{"topic": topic, "partitions": [{
+                "partition": partition, "current_leader_epoch": -1, "fetch_offset": 0, "last_fetched_epoch": -1,
+                "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}]})
+    finally:
+        await conn.close()
+    return (int(produced.responses[0].partition_responses[0].error_code),
+            int(fetched.responses[0].partitions[0].error_code))
+
+
+def test_a_broker_holds_only_the_partitions_it_is_a_replica_of(cluster: Cluster) -> None:
+    _create(cluster.broker(1).bootstrap_servers, NewTopic("sparse", 3, replica_assignment=[[1], [1], [2]]))
+    expected = {0: (1, [1], [1]), 1: (1, [1], [1]), 2: (2, [2], [2])}
+    for broker in cluster.brokers.values():
+        block_until(lambda b=broker: _leaders(b.bootstrap_servers, "sparse") == expected,
+                    f"broker {broker.broker_id}'s Metadata shows the leaders", interval_s=0.1)
+    block_until(lambda: (cluster.broker(2).data_dir / "sparse-2").is_dir(), "broker 2 opens its replica")
+    assert sorted(d.name for d in cluster.broker(1).data_dir.glob("sparse-*")) == ["sparse-0", "sparse-1"]
+    assert sorted(d.name for d in cluster.broker(2).data_dir.glob("sparse-*")) == ["sparse-2"]
+    assert not list(cluster.broker(3).data_dir.glob("sparse-*"))
+    # A partition another broker hosts, asked of a broker with some of the topic or none of it.
+    not_leader = (6, 6)  # NOT_LEADER_OR_FOLLOWER, so clients refresh their metadata and follow
+    assert asyncio.run(_produce_and_fetch_codes(cluster.broker(2).bootstrap_servers, "sparse", 0)) == not_leader
+    assert asyncio.run(_produce_and_fetch_codes(cluster.broker(3).bootstrap_servers, "sparse", 2)) == not_leader
+    assert asyncio.run(_produce_and_fetch_codes(cluster.broker(2).bootstrap_servers, "sparse", 2)) == (0, 0)
 
 
 def test_a_topic_is_deleted_cluster_wide(cluster: Cluster, zk_client: Any) -> None:

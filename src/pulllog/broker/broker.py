@@ -775,7 +775,7 @@ class Broker:
         """(topic, partition, log) of every partition; called from the cleaner's thread, so
         it copies each container in one step (the loop may add or remove topics)."""
         return [(topic.name, partition.index, partition.log)
-                for topic in list(self.topics.topics.values()) for partition in list(topic.partitions)
+                for topic in list(self.topics.topics.values()) for partition in list(topic.partitions.values())
                 if partition.log is not None]
 
     def _log_recovery_report(self) -> None:
@@ -839,7 +839,7 @@ class Broker:
             count = sum(1 for key in self.partition_views if key[0] == OFFSETS_TOPIC)
         else:
             topic = self.topics.find(OFFSETS_TOPIC)
-            count = len(topic.partitions) if topic is not None else 0
+            count = topic.count if topic is not None else 0
         return count or self.config.offsets_topic_num_partitions
 
     def auto_create_topic(self, name: str) -> Topic:
@@ -849,7 +849,7 @@ class Broker:
 
     def delete_topic(self, name: str) -> None:
         topic = self.topics.get(name)
-        for partition in topic.partitions:
+        for partition in topic.partitions.values():
             self.fetch_purgatory.check_and_complete((name, partition.index))
         self.topics.delete(name)
 

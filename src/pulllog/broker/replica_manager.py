@@ -44,8 +44,8 @@ Persisted: every replicated log's high watermark in the data directory's
 partition offset" lines), every ``replica.high.watermark.checkpoint.interval.ms`` and at a
 clean stop; a replica starts from it (never past its log end).
 
-Partitions of a replicated topic that are not hosted here still have (empty) local logs:
-the local topic is created with as many partitions as the highest hosted index needs.
+Only the partitions hosted here have local logs (``TopicManager.host_partition``); the
+topic's others answer NOT_LEADER_OR_FOLLOWER.
 """
 
 from __future__ import annotations
@@ -296,13 +296,9 @@ class ReplicaManager:
             self.broker.delete_topic(name)
 
     def _ensure_log(self, view: "PartitionView") -> Log:
-        topics = self.broker.topics
-        topic = topics.find(view.topic)
-        if topic is None:
-            topic = topics.create(view.topic, view.partition + 1, dict(view.configs), topic_id=view.topic_id)
-        elif len(topic.partitions) <= view.partition:
-            topics.add_partitions(view.topic, view.partition + 1)
-        partition_log = topics.partition_log(view.topic, view.partition)
+        # Only this partition's log: the broker holds no copy of the topic's others.
+        partition_log = self.broker.topics.host_partition(view.topic, view.partition, dict(view.configs),
+                                                          topic_id=view.topic_id)
         if isinstance(partition_log, PartitionError):
             raise OSError(f"partition {view.topic}-{view.partition} cannot be opened: {partition_log.message}")
         return partition_log
@@ -366,7 +362,7 @@ class ReplicaManager:
         """The log of a partition this broker leads, or Kafka's error for a client's request."""
         replica = self.partitions.get((topic, index))
         if replica is None:
-            if topic in self.replicated_topics:
+            if topic in self.replicated_topics or (topic, index) in self.broker.partition_views:
                 return _error(ErrorCode.not_leader_or_follower, f"broker {self.broker_id} does not lead {topic}-{index}")
             return self.broker.topics.partition_log(topic, index)  # a topic of this broker's own
         if not replica.is_leader:

@@ -5,7 +5,9 @@ On disk, under the data directory::
     meta.properties                 cluster.id and node.id (as Kafka's)
     dynamic-broker-configs.json     {"<node id>": {...}, "": {...}}: broker-level log defaults set
                                     with (Incremental)AlterConfigs, per broker and cluster-wide
-    topics/<topic>.json             {"topic_id": uuid, "partitions": n, "configs": {...}}
+    topics/<topic>.json             {"topic_id": uuid, "partitions": n, "configs": {...}}, and
+                                    for a cluster member's copy of a replicated topic
+                                    "hosted": [indexes]: the partitions it is a replica of
     topics/<topic id>-<n>.pending   a change of partition directories under way (below)
     <topic>-<partition>/            each partition's log (see pulllog.log.log)
     recovery-point-offset-checkpoint, log-start-offset-checkpoint
@@ -43,6 +45,12 @@ that failed (the group coordinator maps groups over all of ``__consumer_offsets`
 whole as an :class:`OfflineTopic`, which CreateTopics and auto-creation treat as existing.
 Nothing of an offline partition is written until the next start opens it.
 
+A single broker holds every partition of its topics. A cluster member holds only the
+partitions it is a replica of (``Topic.hosted_only``; :meth:`TopicManager.host_partition`):
+its copy of a topic has those partitions' directories and no others, and a partition of the
+topic it does not hold answers NOT_LEADER_OR_FOLLOWER, as Kafka answers for a partition
+another broker hosts. ``Topic.partitions`` maps index to partition either way.
+
 Handlers ask for a partition's log with :meth:`TopicManager.partition_log`, which answers
 with the :class:`~pulllog.log.Log` or a :class:`PartitionError` carrying Kafka's error code:
 they never index the topic table or a topic's partition list themselves.
@@ -58,7 +66,7 @@ import re
 import shutil
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from glob import escape as glob_escape
 from pathlib import Path
@@ -210,12 +218,23 @@ class Topic:
     topic_id: uuid.UUID
     overrides: dict[str, str]
     config: LogConfig
-    partitions: list[Partition] = field(default_factory=list)
+    partitions: dict[int, Partition] = field(default_factory=dict)
+    """The partitions held here, by index: all of the topic's, or with ``hosted_only`` those
+    this broker is a replica of."""
     internal: bool = False
+    hosted_only: bool = False
+    """A cluster member's copy of a replicated topic: it holds only the partitions it is a
+    replica of, and the others answer NOT_LEADER_OR_FOLLOWER (module docstring)."""
 
     def logs(self) -> list[Log]:
         """The logs of the partitions that are online."""
-        return [p.log for p in self.partitions if p.log is not None]
+        return [p.log for p in self.partitions.values() if p.log is not None]
+
+    @property
+    def count(self) -> int:
+        """How many partitions the topic file names: all of them on a single broker, up to
+        the highest one held on a cluster member."""
+        return max(self.partitions, default=-1) + 1
 
 
 class TopicManager:
@@ -284,7 +303,7 @@ class TopicManager:
             loaded = self._load_topic(meta, report, recovery_points, start_offsets, offline_ok=offline_ok)
             if isinstance(loaded, Topic):
                 self.topics[loaded.name] = loaded
-                for partition in loaded.partitions:
+                for partition in loaded.partitions.values():
                     if partition.offline is not None:
                         log.error("partition %s is OFFLINE: it answers KAFKA_STORAGE_ERROR until a restart "
                                   "opens it (%s)", partition.name, partition.offline)
@@ -309,12 +328,14 @@ class TopicManager:
             overrides = {str(k): str(v) for k, v in info.get("configs", {}).items()}
             topic_id = uuid.UUID(info["topic_id"])
             count = int(info["partitions"])
+            hosted = info.get("hosted")
+            indexes = range(count) if hosted is None else sorted({int(i) for i in hosted})
             config = LogConfig.from_kafka(overrides, self.defaults)
         except (OSError, ValueError, KeyError, TypeError, AttributeError, ConfigError) as exc:
             return OfflineTopic(name, None, self._partitions_on_disk(name), meta, _cause(exc))
         topic = Topic(name=name, topic_id=topic_id, overrides=overrides, config=config,
-                      internal=name.startswith("__"))
-        for index in range(count):
+                      internal=name.startswith("__"), hosted_only=hosted is not None)
+        for index in indexes:
             directory = self.data_dir / f"{name}-{index}"
             end = self._clean_at_start.get((name, index))  # covered by the marker: its log end
             try:
@@ -325,13 +346,13 @@ class TopicManager:
             except Exception as exc:  # any failure stops the start, naming the partition
                 if offline_ok and not topic.internal:
                     reason = f"{_failed_path(exc, directory)}: {_cause(exc)}"
-                    topic.partitions.append(Partition(name, index, None, offline=reason))
+                    topic.partitions[index] = Partition(name, index, None, offline=reason)
                     continue
-                for opened in topic.partitions:  # recovered already: close them cleanly
+                for opened in topic.partitions.values():  # recovered already: close them cleanly
                     if opened.log is not None:
                         _close_quietly(opened.log)
                 return OfflineTopic(name, topic_id, count, _failed_path(exc, directory), _cause(exc))
-            topic.partitions.append(Partition(name, index, partition_log))
+            topic.partitions[index] = Partition(name, index, partition_log)
             recovery = partition_log.recovery
             if not recovery.clean or recovery.problems:
                 report.append(f"{name}-{index}: {recovery.summary()}")
@@ -377,7 +398,7 @@ class TopicManager:
         points = {tp: offset for tp, offset in carried.items() if tp[0] not in self.topics}
         starts = {tp: offset for tp, offset in carried_starts.items() if tp[0] not in self.topics}
         for name, topic in list(self.topics.items()):
-            for partition in topic.partitions:
+            for partition in list(topic.partitions.values()):
                 tp = (name, partition.index)
                 partition_log = partition.log
                 if partition_log is None:  # offline: its next start still needs them
@@ -422,18 +443,26 @@ class TopicManager:
 
     def partition(self, name: str, index: int) -> Partition:
         topic = self.get(name)
-        if not 0 <= index < len(topic.partitions):
-            raise UnknownTopicError(f"topic {name!r} has no partition {index}")
-        return topic.partitions[index]
+        partition = topic.partitions.get(index)
+        if partition is None:
+            raise UnknownTopicError(f"topic {name!r} has no partition {index} here")
+        return partition
 
     def partition_logs(self, name: str) -> list[Log] | None:
         """The topic's partition logs in partition order, or None when it does not exist or
-        is not whole (never for an internal topic: one is offline whole, see the module doc)."""
+        is not whole (never for an internal topic: one is offline whole, see the module doc), or
+        is a cluster member's copy (``hosted_only``: see :meth:`hosted_log`)."""
         topic = self.topics.get(name)
-        if topic is None:
+        if topic is None or topic.hosted_only:
             return None
-        logs = [p.log for p in topic.partitions if p.log is not None]
+        logs = [p.log for p in topic.partitions.values() if p.log is not None]
         return logs if len(logs) == len(topic.partitions) else None
+
+    def hosted_log(self, name: str, index: int) -> Log | None:
+        """The log of partition ``index`` of ``name`` if this broker holds it and it is online."""
+        topic = self.topics.get(name)
+        partition = topic.partitions.get(index) if topic is not None else None
+        return partition.log if partition is not None else None
 
     def find(self, name: str) -> Topic | None:
         return self.topics.get(name)
@@ -449,13 +478,16 @@ class TopicManager:
         topic = self.topics.get(name)
         if topic is None:
             return self._missing_partition(name, index)
-        partitions = topic.partitions
-        if 0 <= index < len(partitions):
-            partition_log = partitions[index].log
+        partition = topic.partitions.get(index)
+        if partition is not None:
+            partition_log = partition.log
             if partition_log is not None:
                 return partition_log
             return PartitionError(ErrorCode.kafka_storage_error,
-                                  f"partition {name}-{index} is offline: {partitions[index].offline}")
+                                  f"partition {name}-{index} is offline: {partition.offline}")
+        if topic.hosted_only and index >= 0:  # the cluster's partition, on other brokers
+            return PartitionError(ErrorCode.not_leader_or_follower,
+                                  f"broker {self.node_id} holds no replica of {name}-{index}")
         return PartitionError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} has no partition {index}")
 
     def offline_reason(self, name: str) -> str | None:
@@ -478,7 +510,7 @@ class TopicManager:
 
     def all_logs(self) -> Iterator[Log]:
         for topic in list(self.topics.values()):
-            for partition in topic.partitions:
+            for partition in list(topic.partitions.values()):
                 if partition.log is not None:
                     yield partition.log
 
@@ -511,17 +543,44 @@ class TopicManager:
     def create(self, name: str, partitions: int, configs: Mapping[str, str] | None = None,
                *, topic_id: uuid.UUID | None = None) -> Topic:
         """Create the topic with all its partitions, or nothing (OSError: nothing is left).
-        ``topic_id``: the cluster's id for it (a replica's local copy), else a new one."""
+        ``topic_id``: the cluster's id for it, else a new one."""
+        topic = self._new_topic(name, partitions, configs, topic_id, hosted_only=False)
+        self._add(topic, 0, partitions)
+        self.topics[name] = topic
+        log.info("created topic %s with %d partition(s)", name, partitions)
+        return topic
+
+    def host_partition(self, name: str, index: int, configs: Mapping[str, str] | None = None,
+                       *, topic_id: uuid.UUID | None = None) -> Log | PartitionError:
+        """A cluster member became a replica of partition ``index`` of ``name``: open its log,
+        creating the local copy of the topic (``hosted_only``, with the cluster's ``topic_id``
+        and ``configs``) or adding the partition to it. Only this partition's directory is
+        made. OSError (nothing left) or the partition's error when it is held but offline."""
+        topic = self.topics.get(name)
+        if topic is None:
+            topic = self._new_topic(name, 1, configs, topic_id, hosted_only=True)
+            self._add(topic, index, index + 1)
+            self.topics[name] = topic
+            log.info("created the local copy of topic %s for partition %d", name, index)
+        elif index not in topic.partitions:
+            if name not in INTERNAL_TOPICS:
+                self._check_room(1)
+            self._add(topic, index, index + 1)
+        return self.partition_log(name, index)
+
+    def _new_topic(self, name: str, partitions: int, configs: Mapping[str, str] | None,
+                   topic_id: uuid.UUID | None, *, hosted_only: bool) -> Topic:
         configs = {str(k): str(v) for k, v in (configs or {}).items()}
         config = self.check_new_topic(name, partitions, configs)
         if self._meta_path(name).exists():  # on disk but not served (it failed to load): never re-create it
             raise TopicExistsError(f"topic {name!r} exists on disk ({self._meta_path(name)}) but is not served; "
                                    "see the broker's start-up log")
-        topic = Topic(name, topic_id or uuid.uuid4(), configs, config, internal=name.startswith("__"))
-        topic.partitions = self._grow(topic, 0, partitions)
-        self.topics[name] = topic
-        log.info("created topic %s with %d partition(s)", name, partitions)
-        return topic
+        return Topic(name, topic_id or uuid.uuid4(), configs, config, internal=name.startswith("__"),
+                     hosted_only=hosted_only)
+
+    def _add(self, topic: Topic, start: int, end: int) -> None:
+        for partition in self._grow(topic, start, end):
+            topic.partitions[partition.index] = partition
 
     def add_partitions(self, name: str, total: int, *, validate_only: bool = False) -> None:
         """Grow the topic to ``total`` partitions, all of them or none (see create)."""
@@ -529,14 +588,16 @@ class TopicManager:
             raise TopicOfflineError(f"topic {name!r} is offline ({self.offline[name].reason}); "
                                     "add partitions once a restart has opened it")
         topic = self.get(name)
-        current = len(topic.partitions)
+        if topic.hosted_only:  # a cluster member's copy follows the cluster's views instead
+            raise ValueError(f"topic {name!r} is the cluster's: add partitions through the cluster")
+        current = topic.count
         if total <= current:
             raise ValueError(f"topic {name!r} has {current} partition(s); the new count must be larger, not {total}")
         if name not in INTERNAL_TOPICS:
             self._check_room(total - current)
         if validate_only:
             return
-        topic.partitions.extend(self._grow(topic, current, total))
+        self._add(topic, current, total)
 
     def delete(self, name: str) -> Topic:
         """Delete the topic and its partitions' data. The topic file goes first (the commit
@@ -544,7 +605,7 @@ class TopicManager:
         is gone, directories a failure leaves behind are removed by the next start."""
         topic = self.get(name)
         try:
-            pending: Path | None = self._begin(topic, 0, len(topic.partitions))
+            pending: Path | None = self._begin(topic, 0, topic.count)
         except OSError as exc:  # a full disk: deleting must still work, it is how space comes back
             log.warning("deleting topic %s without a pending file (%s): a crash midway may leave its "
                         "partition directories behind", name, exc)
@@ -556,12 +617,12 @@ class TopicManager:
                 pending.unlink(missing_ok=True)
             raise
         del self.topics[name]
-        for partition in topic.partitions:
+        for partition in topic.partitions.values():
             if partition.log is not None:
                 partition.log.delete()  # open read slices keep their FileIO alive
             else:  # offline: removed now if the OS lets us, else by the next start (the pending file)
                 shutil.rmtree(self._partition_dir(name, partition.index), ignore_errors=True)
-        if pending is not None and not any(self._partition_dir(name, p.index).exists() for p in topic.partitions):
+        if pending is not None and not any(self._partition_dir(name, p.index).exists() for p in topic.partitions.values()):
             _unlink_quietly(pending)
         self._deletions += 1
         self._carried_points = {tp: o for tp, o in self._carried_points.items() if tp[0] != name}
@@ -641,7 +702,7 @@ class TopicManager:
                 directory = self._partition_dir(topic.name, index)
                 opened.append(Partition(topic.name, index,
                                         Log.open(directory, topic.config, clock=self.clock, clean=False)))
-            self._write_meta(topic, end)
+            self._write_meta(topic, {*topic.partitions, *range(start, end)})
         except BaseException as exc:
             log.error("creating partitions %d-%d of %s failed, undoing: %s", start, end - 1, topic.name, exc)
             for partition in opened:
@@ -672,7 +733,7 @@ class TopicManager:
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 report.append(f"{pending.name}: left alone, unreadable ({exc})")
                 continue
-            if self._claims(name, topic_id, end):
+            if self._claims(name, topic_id, start, end):
                 pending.unlink()
                 continue
             for index in range(start, end):
@@ -685,8 +746,8 @@ class TopicManager:
                           "create or delete")
         return report
 
-    def _claims(self, name: str, topic_id: str, end: int) -> bool:
-        """True if topic ``name``'s file names ``topic_id`` with at least ``end`` partitions."""
+    def _claims(self, name: str, topic_id: str, start: int, end: int) -> bool:
+        """True if topic ``name``'s file names ``topic_id`` with partitions [start, end) in it."""
         try:
             info = json.loads(self._meta_path(name).read_text())
         except FileNotFoundError:
@@ -694,7 +755,12 @@ class TopicManager:
         except (OSError, ValueError):  # there, but unreadable (an offline topic): never remove its data
             return True
         try:
-            return str(info.get("topic_id")) == topic_id and int(info.get("partitions", 0)) >= end
+            if str(info.get("topic_id")) != topic_id:
+                return False
+            hosted = info.get("hosted")
+            if hosted is None:
+                return int(info.get("partitions", 0)) >= end
+            return set(range(start, end)) <= {int(i) for i in hosted}
         except (AttributeError, TypeError, ValueError):
             return True
 
@@ -709,7 +775,7 @@ class TopicManager:
                               "(it holds the committed offsets)")
         if validate_only:
             return config
-        self._write_meta(topic, len(topic.partitions), new_overrides)  # first: a failure changes nothing
+        self._write_meta(topic, topic.partitions, new_overrides)  # first: a failure changes nothing
         topic.overrides = new_overrides
         topic.config = config
         for partition_log in topic.logs():
@@ -760,9 +826,13 @@ class TopicManager:
             for partition_log in topic.logs():
                 partition_log.update_config(config)
 
-    def _write_meta(self, topic: Topic, partitions: int, overrides: Mapping[str, str] | None = None) -> None:
-        info = {"topic_id": str(topic.topic_id), "partitions": partitions,
-                "configs": dict(topic.overrides if overrides is None else overrides)}
+    def _write_meta(self, topic: Topic, indexes: Iterable[int], overrides: Mapping[str, str] | None = None) -> None:
+        """The topic file naming partitions ``indexes`` (all of 0..n-1 unless ``hosted_only``)."""
+        held = sorted(set(indexes))
+        info: dict[str, object] = {"topic_id": str(topic.topic_id), "partitions": max(held, default=-1) + 1,
+                                   "configs": dict(topic.overrides if overrides is None else overrides)}
+        if topic.hosted_only:
+            info["hosted"] = held
         _atomic_write(self._meta_path(topic.name), json.dumps(info, indent=1, sort_keys=True))
 
     def close(self) -> None:
@@ -785,7 +855,7 @@ class TopicManager:
             return
         covered = {tp: end for tp, end in self._clean_at_start.items() if tp[0] not in self.topics}
         for name, topic in list(self.topics.items()):
-            for partition in topic.partitions:
+            for partition in topic.partitions.values():
                 tp = (name, partition.index)
                 if partition.log is None:  # offline, untouched: as the marker found it
                     if tp in self._clean_at_start:

@@ -672,6 +672,9 @@ class TopicStore(Protocol):
     def offline_reason(self, name: str) -> str | None:
         """Why the topic is on disk but offline (a degraded start), or None when it is not."""
 
+    def hosted_log(self, name: str, index: int) -> Log | None:
+        """A cluster member's log of partition ``index``, or None when it holds none (online)."""
+
 
 class GroupCoordinator:
     def __init__(
@@ -713,9 +716,14 @@ class GroupCoordinator:
     # ------------------------------------------------------------------ offsets topic
 
     def _offsets_log(self, group_id: str) -> Log:
+        if self.owner is not None:  # a cluster member holds the partitions it is a replica of
+            index = partition_for(group_id, self.offsets_partitions)
+            plog = self.topics.hosted_log(OFFSETS_TOPIC, index)
+            if plog is None or self.owner(index) is not ErrorCode.none:
+                # Leadership moved between the request's check and its append.
+                raise OSError(errno.EIO, f"{OFFSETS_TOPIC}-{index} is not led by this broker")
+            return plog
         logs = self.topics.partition_logs(OFFSETS_TOPIC)
-        if logs is None and self.owner is not None:  # a cluster creates it through ZooKeeper
-            raise OSError(errno.EIO, f"{OFFSETS_TOPIC} has no replica on this broker")
         if logs is None and (offline := self.topics.offline_reason(OFFSETS_TOPIC)) is not None:
             # On disk but offline (a degraded start): creating it afresh would hide every
             # committed offset; callers answer KAFKA_STORAGE_ERROR as for any storage error.
@@ -725,12 +733,6 @@ class GroupCoordinator:
                                {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)})
             logs = self.topics.partition_logs(OFFSETS_TOPIC)
             assert logs is not None
-        if self.owner is not None:
-            index = partition_for(group_id, self.offsets_partitions)
-            if index >= len(logs) or self.owner(index) is not ErrorCode.none:
-                # Leadership moved between the request's check and its append.
-                raise OSError(errno.EIO, f"{OFFSETS_TOPIC}-{index} is not led by this broker")
-            return logs[index]
         return logs[partition_for(group_id, len(logs))]
 
     def _append(self, group_id: str, pairs: Sequence[tuple[bytes, bytes | None]]) -> int:
@@ -792,11 +794,11 @@ class GroupCoordinator:
         it (to its log end, as Kafka's loading does), completing the transactions whose markers
         it holds, and start the loaded members' sessions now. Returns how many groups it holds."""
         self.unload_partition(index)  # a stale copy of an earlier term
-        logs = self.topics.partition_logs(OFFSETS_TOPIC)
-        if logs is None or index >= len(logs):
+        plog = self.topics.hosted_log(OFFSETS_TOPIC, index)
+        if plog is None:
             return 0
         count = self._offsets_partition_count()
-        for entry in _log_entries(logs[index]):
+        for entry in _log_entries(plog):
             if isinstance(entry, _TxnMarker):
                 self._complete_txn(entry.producer_id, {index}, entry.commit, count)
             else:

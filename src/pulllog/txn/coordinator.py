@@ -106,6 +106,8 @@ class TopicStore(Protocol):
 
     def partition_logs(self, name: str) -> Sequence[Log] | None: ...
 
+    def hosted_log(self, name: str, index: int) -> Log | None: ...
+
     def create(self, name: str, partitions: int, configs: Mapping[str, str] | None = None) -> object: ...
 
     def offline_reason(self, name: str) -> str | None: ...
@@ -274,12 +276,13 @@ class TransactionCoordinator:
 
     def _state_log(self, transactional_id: str) -> Log:
         name = rec.TRANSACTION_STATE_TOPIC
-        logs = self.topics.partition_logs(name)
-        if self.owner is not None:
+        if self.owner is not None:  # a cluster member holds the partitions it is a replica of
             index = partition_for(transactional_id, self.state_partitions)
-            if logs is None or index >= len(logs) or self.owner(index) is not ErrorCode.none:
+            plog = self.topics.hosted_log(name, index)
+            if plog is None or self.owner(index) is not ErrorCode.none:
                 raise OSError(errno.EIO, f"{name}-{index} is not led by this broker")
-            return logs[index]
+            return plog
+        logs = self.topics.partition_logs(name)
         if logs is None and (offline := self.topics.offline_reason(name)) is not None:
             # Creating it afresh would forget every transaction's outcome.
             raise OSError(errno.EIO, f"{name} is offline: {offline}")
@@ -355,10 +358,10 @@ class TransactionCoordinator:
         broker's start does. Returns how many transactional ids it holds."""
         self.unload_partition(index)
         self.partition_epochs[index] = leader_epoch
-        logs = self.topics.partition_logs(rec.TRANSACTION_STATE_TOPIC)
-        if logs is None or index >= len(logs):
+        plog = self.topics.hosted_log(rec.TRANSACTION_STATE_TOPIC, index)
+        if plog is None:
             return 0
-        for record in _state_records(logs[index]):
+        for record in _state_records(plog):
             self._replay(record.key, record.value)
         mine = [txn for tid, txn in self.transactions.items()
                 if partition_for(tid, self.state_partitions) == index]

@@ -43,8 +43,8 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
             continue
         try:
             topic = broker.topics.find(t.name)
-            if t.assignments is not None and topic is not None and t.count > len(topic.partitions):
-                existing = len(topic.partitions)
+            if t.assignments is not None and topic is not None and t.count > topic.count:
+                existing = topic.count
                 problem = (f"{len(t.assignments)} assignments for {t.count - existing} new partitions"
                            if len(t.assignments) != t.count - existing else
                            assignment_problem(broker, list(range(existing, t.count)),

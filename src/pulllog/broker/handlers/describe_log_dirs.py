@@ -40,7 +40,7 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
             continue
         parts = [
             {"partition_index": p.index, "partition_size": p.log.size_bytes, "offset_lag": 0, "is_future_key": False}
-            for p in topic.partitions
+            for p in topic.partitions.values()
             if (indexes is None or p.index in indexes) and p.log is not None  # an offline one has no size to tell
         ]
         topics.append({"name": name, "partitions": parts})

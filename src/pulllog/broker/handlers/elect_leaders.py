@@ -77,11 +77,11 @@ async def handle(broker: "BrokerApi", ctx: RequestContext) -> Any:
 
 def _single_broker(broker: "BrokerApi", requested: list[tuple[str, int]] | None) -> dict[tuple[str, int], Any]:
     if requested is None:
-        requested = [(name, p.index) for name in broker.topics.names() for p in broker.topics.get(name).partitions]
+        requested = [(name, p.index) for name in broker.topics.names() for p in broker.topics.get(name).partitions.values()]
     out: dict[tuple[str, int], Any] = {}
     for topic, partition in requested:
         found = broker.topics.find(topic)
-        if found is None or not 0 <= partition < len(found.partitions):
+        if found is None or partition not in found.partitions:
             out[(topic, partition)] = (ErrorCode.unknown_topic_or_partition, f"{topic}-{partition} does not exist")
         else:
             out[(topic, partition)] = (ErrorCode.election_not_needed,

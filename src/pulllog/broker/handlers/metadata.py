@@ -65,7 +65,7 @@ def topic_entry(broker: "BrokerApi", topic: Topic, *, operations: int = NOT_REQU
                 "isr_nodes": [node],
                 "offline_replicas": [],
             } if p.log is not None else _offline_partition_entry(node, p.index)
-            for p in topic.partitions
+            for p in topic.partitions.values()
         ],
     }
 
