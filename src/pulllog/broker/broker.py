@@ -40,7 +40,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
@@ -166,6 +166,12 @@ class Broker:
         # epoch this broker loaded it in (see _sync_coordinators). A single broker leaves it
         # empty: it coordinates everything (the coordinators get no owner check).
         self.coordinating: dict[tuple[str, int], int] = {}
+        # Those of them still loading (a task each): their groups / transactional ids answer
+        # COORDINATOR_LOAD_IN_PROGRESS until it ends, as Kafka's do while it loads a partition.
+        self.loading: dict[tuple[str, int], asyncio.Task[None]] = {}
+        self.coordinator_load_hook: "Callable[[tuple[str, int]], Awaitable[None]] | None" = None
+        """Awaited before a coordinator partition's load starts (None: no wait). A test sets it
+        to hold a load back and watch the partition answer COORDINATOR_LOAD_IN_PROGRESS."""
         if self.config.zookeeper_connect is not None:
             self.enable_replication()
 
@@ -225,7 +231,10 @@ class Broker:
         from kio.schema.errors import ErrorCode
 
         def owner(index: int) -> ErrorCode:
-            return ErrorCode.none if (topic, index) in self.coordinating else ErrorCode.not_coordinator
+            key = (topic, index)
+            if key not in self.coordinating:
+                return ErrorCode.not_coordinator
+            return ErrorCode.coordinator_load_in_progress if key in self.loading else ErrorCode.none
 
         return owner
 
@@ -462,10 +471,11 @@ class Broker:
 
     def _sync_coordinators(self) -> None:
         """Make the coordinators own exactly the partitions of ``__consumer_offsets`` and
-        ``__transaction_state`` this broker leads: a partition it became leader of (or leads
-        in a new epoch) is loaded from its log, one it no longer leads is unloaded (its groups
-        and transactional ids go, with their timers). The coordinator epoch of a transaction
-        partition is its leader epoch."""
+        ``__transaction_state`` this broker leads: a partition it became leader of is loaded
+        from its log in the background (:meth:`_load_coordinator_partition`), one it no longer
+        leads is unloaded (its groups and transactional ids go, with their timers; a load
+        under way is abandoned). The coordinator epoch of a transaction partition is its
+        leader epoch."""
         replicas = self.replicas
         assert replicas is not None
         leading: dict[tuple[str, int], int] = {
@@ -473,6 +483,9 @@ class Broker:
             if key[0] in (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC) and replica.is_leader}
         for key in [k for k in self.coordinating if k not in leading]:
             del self.coordinating[key]
+            loading = self.loading.pop(key, None)
+            if loading is not None:
+                loading.cancel()  # its next step never runs: the unload below drops what it replayed
             self._coordinator_of(key[0]).unload_partition(key[1])
             log.info("no longer coordinating %s-%d", *key)
         for key, epoch in sorted(leading.items()):  # offsets first: a transaction's completion commits offsets
@@ -484,13 +497,47 @@ class Broker:
             coordinator = self._coordinator_of(key[0])
             coordinator.set_partition_count(sum(1 for k in self.partition_views if k[0] == key[0]))
             self.coordinating[key] = epoch
-            try:
-                loaded = coordinator.load_partition(key[1], epoch)
-            except OSError as exc:  # answered NOT_COORDINATOR; the next view tries again
+            load = self._load_coordinator_partition(key, epoch)
+            group = self._task_group
+            self.loading[key] = (group.create_task(load) if group is not None
+                                 else asyncio.get_running_loop().create_task(load))
+
+    async def _load_coordinator_partition(self, key: tuple[str, int], epoch: int) -> None:
+        """Load a coordinator partition this broker now leads, pausing between steps so other
+        requests are served meanwhile (this partition's answer COORDINATOR_LOAD_IN_PROGRESS,
+        see ``_owner``). A failure leaves the partition uncoordinated (NOT_COORDINATOR) until
+        the next view tries again."""
+        task = asyncio.current_task()
+        try:
+            if key[0] == TRANSACTION_STATE_TOPIC:  # after the offsets loads: a completion commits offsets
+                offsets_loads = [t for k, t in self.loading.items() if k[0] == OFFSETS_TOPIC]
+                if offsets_loads:
+                    await asyncio.wait(offsets_loads)
+            if self.coordinator_load_hook is not None:
+                await self.coordinator_load_hook(key)
+            steps = self._coordinator_of(key[0]).load_partition_in_steps(key[1], epoch)
+            while True:
+                try:
+                    next(steps)
+                except StopIteration as done:
+                    loaded = done.value
+                    break
+                await asyncio.sleep(0)
+        except OSError as exc:
+            if self.loading.get(key) is task:
                 del self.coordinating[key]
-                log.error("cannot load %s-%d: %s", key[0], key[1], exc)
-                continue
+                self._coordinator_of(key[0]).unload_partition(key[1])
+            log.error("cannot load %s-%d: %s", key[0], key[1], exc)
+        except Exception:  # a bug: logged, never taking the broker's task group down
+            log.exception("loading %s-%d failed", *key)
+            if self.loading.get(key) is task:
+                del self.coordinating[key]
+                self._coordinator_of(key[0]).unload_partition(key[1])
+        else:
             log.info("coordinating %s-%d (leader epoch %d): loaded %d", key[0], key[1], epoch, loaded)
+        finally:
+            if self.loading.get(key) is task:
+                del self.loading[key]
 
     def _coordinator_of(self, topic: str) -> "GroupCoordinator | TransactionCoordinator":
         return self.groups if topic == OFFSETS_TOPIC else self.transactions

@@ -67,7 +67,7 @@ import asyncio
 import errno
 import logging
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Protocol
@@ -141,6 +141,19 @@ class _TxnMarker:
 
     producer_id: int
     commit: bool
+
+
+LOAD_STEP = 1000
+"""A cluster member's partition load pauses every this many entries (load_partition_in_steps)."""
+
+
+def drain(steps: Generator[None, None, int]) -> int:
+    """Run a load in steps to its end, at once; its result."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
 
 
 def _log_entries(plog: Log) -> Iterable[tuple[int, DecodedRecord] | _TxnMarker]:
@@ -793,17 +806,27 @@ class GroupCoordinator:
         """This broker became the leader of ``__consumer_offsets`` partition ``index``: replay
         it (to its log end, as Kafka's loading does), completing the transactions whose markers
         it holds, and start the loaded members' sessions now. Returns how many groups it holds."""
+        return drain(self.load_partition_in_steps(index, leader_epoch))
+
+    def load_partition_in_steps(self, index: int, leader_epoch: int = 0,
+                                step: int = LOAD_STEP) -> Generator[None, None, int]:
+        """:meth:`load_partition`, pausing (a ``yield``) every ``step`` entries, so that the
+        broker serves other requests meanwhile. Until it returns, the broker answers this
+        partition's groups COORDINATOR_LOAD_IN_PROGRESS; if it is abandoned midway, the
+        broker unloads the partition (what it replayed goes)."""
         self.unload_partition(index)  # a stale copy of an earlier term
         plog = self.topics.hosted_log(OFFSETS_TOPIC, index)
         if plog is None:
             return 0
         count = self._offsets_partition_count()
-        for entry in _log_entries(plog):
+        for seen, entry in enumerate(_log_entries(plog), 1):
             if isinstance(entry, _TxnMarker):
                 self._complete_txn(entry.producer_id, {index}, entry.commit, count)
             else:
                 producer_id, record = entry
                 self._replay(record.key, record.value, record.offset, producer_id)
+            if seen % step == 0:
+                yield
         loaded = [g for g in self.groups.values() if partition_for(g.group_id, count) == index]
         for group in loaded:
             for member in group.members.values():

@@ -39,7 +39,7 @@ import dataclasses
 import errno
 import logging
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -220,6 +220,19 @@ class _Refused(Exception):
         self.code = code
 
 
+LOAD_STEP = 1000
+"""A cluster member's partition load pauses every this many entries (load_partition_in_steps)."""
+
+
+def drain(steps: Generator[None, None, int]) -> int:
+    """Run a load in steps to its end, at once; its result."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
+
+
 def _state_records(plog: Log) -> Iterable[DecodedRecord]:
     """Every data record of ``plog`` from its log start offset, across compaction's holes."""
     for batch in plog.batches_from_start():
@@ -356,13 +369,23 @@ class TransactionCoordinator:
         ``leader_epoch`` (its coordinator epoch from now on): replay the partition, then send
         the markers its PrepareCommit / PrepareAbort transactions still miss, as a single
         broker's start does. Returns how many transactional ids it holds."""
+        return drain(self.load_partition_in_steps(index, leader_epoch))
+
+    def load_partition_in_steps(self, index: int, leader_epoch: int = 0,
+                                step: int = LOAD_STEP) -> Generator[None, None, int]:
+        """:meth:`load_partition`, pausing (a ``yield``) every ``step`` records, so that the
+        broker serves other requests meanwhile. Until it returns, the broker answers this
+        partition's transactional ids COORDINATOR_LOAD_IN_PROGRESS; if it is abandoned
+        midway, the broker unloads the partition (what it replayed goes)."""
         self.unload_partition(index)
         self.partition_epochs[index] = leader_epoch
         plog = self.topics.hosted_log(rec.TRANSACTION_STATE_TOPIC, index)
         if plog is None:
             return 0
-        for record in _state_records(plog):
+        for seen, record in enumerate(_state_records(plog), 1):
             self._replay(record.key, record.value)
+            if seen % step == 0:
+                yield
         mine = [txn for tid, txn in self.transactions.items()
                 if partition_for(tid, self.state_partitions) == index]
         for txn in mine:
