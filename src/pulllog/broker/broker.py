@@ -218,6 +218,7 @@ class Broker:
                 flush_due=self.defer_flush,
                 owner=self._owner(OFFSETS_TOPIC) if self.clustered else None,
                 appended=self._coordinator_appended if self.clustered else None,
+                durably=self._durably if self.clustered else None,
             )
         return self._groups
 
@@ -855,6 +856,23 @@ class Broker:
                 self.wait_for_replication(key[0], key[1], partition_log)
                 return
 
+    def _durably(self, write: "Callable[[], ErrorCode]") -> "asyncio.Future[ErrorCode]":
+        """Run a coordinator's ``write`` now and give a future of its fate once its appends
+        are in the ISR and fsynced where due (the same waits a request's ``collect_flushes``
+        makes): NONE, the replication's code (NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        REQUEST_TIMED_OUT), KAFKA_STORAGE_ERROR for a failed fsync, or ``write``'s own error.
+        For appends that no request answers after (the group coordinator's SyncGroup record)."""
+        from kio.schema.errors import ErrorCode
+
+        with self.collect_flushes() as flushes:
+            code = write()
+        loop = asyncio.get_running_loop()
+        if code is not ErrorCode.none or not flushes:
+            done: asyncio.Future[ErrorCode] = loop.create_future()
+            done.set_result(code)
+            return done
+        return loop.create_task(_flushes_outcome(flushes))
+
     def wait_for_replication(self, topic: str, index: int, partition_log: Log) -> None:
         collector, replicas = self._flush_collector, self.replicas
         if collector is None or replicas is None or (topic, index) not in replicas.partitions:
@@ -918,6 +936,18 @@ def _write_txn_markers(broker: "Broker", *args: Any) -> Any:
     from . import txn_markers
 
     return txn_markers.write_txn_markers(broker, *args)
+
+
+async def _flushes_outcome(flushes: "list[tuple[Log, asyncio.Future[FlushResult]]]") -> "ErrorCode":
+    from kio.schema.errors import ErrorCode
+
+    from .handlers import NotReplicatedError, coordinator_flushes
+
+    failed = await coordinator_flushes(flushes)
+    for error in failed.values():
+        if isinstance(error, NotReplicatedError):
+            return ErrorCode(error.code)
+    return ErrorCode.kafka_storage_error if failed else ErrorCode.none
 
 
 def _with_newest_state(kept: "PartitionView | None", view: "PartitionView") -> "PartitionView":

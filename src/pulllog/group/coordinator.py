@@ -156,6 +156,21 @@ def drain(steps: Generator[None, None, int]) -> int:
             return done.value
 
 
+def _store_error(code: ErrorCode) -> ErrorCode:
+    """A group metadata append's error as the member hears it (Kafka's storeGroup mapping):
+    look the coordinator up again, retry later, or rejoin."""
+    if code in (ErrorCode.unknown_topic_or_partition, ErrorCode.not_enough_replicas,
+                ErrorCode.not_enough_replicas_after_append):
+        return ErrorCode.coordinator_not_available
+    if code in (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error):
+        return ErrorCode.not_coordinator
+    if code is ErrorCode.request_timed_out:
+        return ErrorCode.rebalance_in_progress
+    if code in (ErrorCode.message_too_large, ErrorCode.record_list_too_large, ErrorCode.invalid_fetch_size):
+        return ErrorCode.unknown_server_error
+    return code
+
+
 def _log_entries(plog: Log) -> Iterable[tuple[int, DecodedRecord] | _TxnMarker]:
     """Every record of ``plog`` from its log start offset, across compaction's holes, in log
     order: (producer id of its batch when the batch is transactional, else -1; the record),
@@ -702,17 +717,24 @@ class GroupCoordinator:
         flush_due: Callable[[Log], None] | None = None,
         owner: Callable[[int], ErrorCode] | None = None,
         appended: Callable[[Log], None] | None = None,
+        durably: "Callable[[Callable[[], ErrorCode]], asyncio.Future[ErrorCode]] | None" = None,
     ) -> None:
         self.topics = topics
         self.appended = appended
+        self.durably = durably
+        """A cluster member's: ``durably(write)`` runs ``write`` (which appends a group's
+        metadata record) at once and gives a future of the append's fate once the ISR has it
+        (or its fsync is done): NONE, or the replication's (or the storage's) error code. The
+        answers that depend on the record (SyncGroup, a static member's JoinGroup) wait for
+        it, as Kafka's storeGroup appends with acks=all. None: answered after the append."""
         """A cluster member's: told of every append (a replicated log's leader), so the
         request that made it answers once the ISR has it (acks=all, as Kafka's coordinator)."""
         self.owner = owner
         """A cluster member's: for a ``__consumer_offsets`` partition, NONE when this broker
         leads it (and has loaded it), else NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS.
         The partition count is then ``offsets_partitions`` (the cluster's), not the local
-        topic's (a replica manager's local topic only has the partitions up to the highest
-        hosted one). None: a single broker, which coordinates every group."""
+        topic's (a cluster member holds only the partitions it is a replica of). None: a
+        single broker, which coordinates every group."""
         self.purgatory = purgatory
         self.flush_due = flush_due
         """Given, an append that makes ``flush.messages`` due does not fsync: the log goes to
@@ -945,6 +967,13 @@ class GroupCoordinator:
         """Best effort: a failure is logged (a rebalance's record is not waited for)."""
         self._store_group(group)
 
+    async def _store_group_durably(self, group: Group) -> ErrorCode:
+        """Append the group's metadata record; its error, once the ISR has it (``durably``),
+        mapped as Kafka's storeGroup maps it for the member."""
+        if self.durably is None:
+            return self._store_group(group)
+        return _store_error(await self.durably(lambda: self._store_group(group)))
+
     def _store_group(self, group: Group) -> ErrorCode:
         """Append the group's metadata record; NOT_COORDINATOR when the log refuses it (Kafka's
         answer for a storage error: find the coordinator again)."""
@@ -1065,9 +1094,12 @@ class GroupCoordinator:
         old_leader = group.leader_id
         self._replace_static_member(group, old, member)
         if group.state is GroupState.STABLE and group.select_protocol() == group.protocol_name:
-            error = self._store_group(group)
+            error = await self._store_group_durably(group)
+            if self.groups.get(group.group_id) is not group:  # unloaded meanwhile: leadership moved
+                return JoinResult(ErrorCode.not_coordinator, member_id=new_id)
             if error is not ErrorCode.none:
-                self._replace_static_member(group, member, old)
+                if group.members.get(new_id) is member:
+                    self._replace_static_member(group, member, old)
                 return JoinResult(error, group.generation, group.protocol_type, group.protocol_name,
                                   old_leader or "", "")
             result = self._join_result(group, member)
@@ -1182,12 +1214,38 @@ class GroupCoordinator:
         if member_id == group.leader_id:
             for m in group.members.values():
                 m.assignment = assignments.get(m.member_id, b"")
-            group.transition(Event.SYNC_COMPLETE)
-            self._write_group_metadata(group)
-            for m in group.members.values():
-                if m.sync_future is not None and not m.sync_future.done():
-                    m.sync_future.set_result((ErrorCode.none, m.assignment))
+            if self.durably is None:
+                group.transition(Event.SYNC_COMPLETE)
+                self._write_group_metadata(group)
+                self._propagate_assignment(group, ErrorCode.none)
+            else:  # Stable once the ISR has the record, as Kafka's storeGroup callback
+                stored = self.durably(lambda: self._store_group(group))
+                stored.add_done_callback(partial(self._group_stored, group, group.generation))
         return await member.sync_future
+
+    def _group_stored(self, group: Group, generation: int, stored: "asyncio.Future[ErrorCode]") -> None:
+        """The leader's SyncGroup record is in the ISR (or failed): the group becomes Stable
+        and every member waiting in SyncGroup gets its assignment; or, on a failure, the error
+        (as Kafka maps it) and a new rebalance. Nothing if the group moved on meanwhile (a
+        member joined or left: those waiting were answered then; or it was unloaded)."""
+        if (self.groups.get(group.group_id) is not group or group.generation != generation
+                or group.state is not GroupState.COMPLETING_REBALANCE):
+            return
+        error = _store_error(stored.result()) if not stored.cancelled() else ErrorCode.coordinator_not_available
+        if error is ErrorCode.none:
+            group.transition(Event.SYNC_COMPLETE)
+            self._propagate_assignment(group, ErrorCode.none)
+            return
+        log.error("group %s: its metadata record was not stored (%s); rebalancing", group.group_id, error.name)
+        for m in group.members.values():
+            m.assignment = b""
+        self._propagate_assignment(group, error)
+        self._prepare_rebalance(group)
+
+    def _propagate_assignment(self, group: Group, error: ErrorCode) -> None:
+        for m in group.members.values():
+            if m.sync_future is not None and not m.sync_future.done():
+                m.sync_future.set_result((error, m.assignment))
 
     # ------------------------------------------------------------------ Heartbeat / LeaveGroup
 
