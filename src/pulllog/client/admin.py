@@ -7,7 +7,9 @@
             print(p.partition, p.leader, p.log_start_offset, p.log_end_offset, p.size_bytes)
 
 Where each request goes, as Kafka wants it: CreateTopics, DeleteTopics and CreatePartitions
-to the controller (retried once on NOT_CONTROLLER); ListOffsets, DeleteRecords and
+to the controller, as ElectLeaders (after a lost connection or NOT_CONTROLLER, as when the
+controller's broker died, the controller is found again from Metadata and the request sent
+again, every ``retry_backoff_ms``, until the request timeout); ListOffsets, DeleteRecords and
 DescribeLogDirs to each partition's leader, one request per broker, all brokers at once;
 DescribeConfigs / AlterConfigs for a broker resource to that broker, for a topic to any.
 
@@ -416,10 +418,13 @@ class Admin:
         client_id: str = "pulllog-admin",
         request_timeout_ms: int = 30_000,
         connect_timeout_ms: int = 10_000,
+        retry_backoff_ms: int = 100,
     ) -> None:
         self._cluster = Cluster(bootstrap_servers, client_id=client_id, request_timeout_ms=request_timeout_ms,
                                 connect_timeout_ms=connect_timeout_ms)
         self.request_timeout_ms = request_timeout_ms
+        self.retry_backoff_ms = retry_backoff_ms
+        """The wait before a controller request is sent again (Kafka's ``retry.backoff.ms``)."""
 
     async def start(self) -> None:
         """Connect to a bootstrap server (BrokerUnreachableError names the address)."""
@@ -587,8 +592,9 @@ class Admin:
                 "topic_partitions": None if wanted is None else [
                     {"topic": t, "partitions": [tp.partition for tp in wanted if tp.topic == t]}
                     for t in dict.fromkeys(tp.topic for tp in wanted)]}
-        resp = await self._controller_call("elect_leaders", lo, 2, data,
-                                           lambda r: [getattr(r, "error_code", ErrorCode.none)])
+        resp = await self._controller_call("elect_leaders", lo, 2, data, lambda r: [
+            getattr(r, "error_code", ErrorCode.none),  # v1+; v0 answers per partition
+            *(p.error_code for t in r.replica_election_results for p in t.partition_result)])
         top = getattr(resp, "error_code", ErrorCode.none)
         if top != ErrorCode.none:
             raise error_for(top, f"{top.name.upper()}: the cluster refused the {election_type.name.lower()} "
@@ -1042,11 +1048,28 @@ class Admin:
 
     async def _controller_call(self, api: str, lo: int, hi: int, data: Mapping[str, Any],
                                codes: Callable[[Any], list[ErrorCode]]) -> Any:
-        """Send to the controller; on NOT_CONTROLLER refresh metadata and try once more."""
-        _version, resp = await self._call(await self._controller(refresh=False), api, lo, hi, data)
-        if ErrorCode.not_controller in codes(resp):
-            _version, resp = await self._call(await self._controller(refresh=True), api, lo, hi, data)
-        return resp
+        """Send to the controller. After NOT_CONTROLLER or a lost connection (the controller's
+        broker died, or moved the role), find the controller again from Metadata and send
+        again, ``retry_backoff_ms`` apart, until ``request_timeout_ms`` has passed (as Kafka's
+        admin client retries a call until its timeout): then the last answer (NOT_CONTROLLER,
+        raised by the caller as any error) or the connection's error. A request retried after
+        a lost connection may have taken effect: a CreateTopics may then answer
+        TOPIC_ALREADY_EXISTS, as with Kafka's client."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.request_timeout_ms / 1000
+        refresh = False
+        while True:
+            try:
+                _version, resp = await self._call(await self._controller(refresh=refresh), api, lo, hi, data)
+            except ConnectionError:  # BrokerUnreachableError, ConnectionClosedError, a reset
+                if loop.time() + self.retry_backoff_ms / 1000 >= deadline:
+                    raise
+            else:
+                if ErrorCode.not_controller not in codes(resp) or (
+                        loop.time() + self.retry_backoff_ms / 1000 >= deadline):
+                    return resp
+            refresh = True
+            await asyncio.sleep(self.retry_backoff_ms / 1000)
 
     async def _controller(self, *, refresh: bool) -> KafkaConnection:
         if refresh or self._cluster.controller_id < 0:
