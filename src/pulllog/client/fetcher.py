@@ -216,6 +216,9 @@ class Fetcher:
             self._back_off([state], f"no leader for {state.tp.topic}-{state.tp.partition} yet ({exc})")
             return None
         if info.leader < 0:
+            # A leader is being elected (its broker died): ask again after the back-off, or
+            # the metadata that said so would be kept until metadata.max.age.ms.
+            self.cluster.invalidate(state.tp.topic)
             self._back_off([state], f"{state.tp.topic}-{state.tp.partition} has no leader")
             return None
         return info.leader
