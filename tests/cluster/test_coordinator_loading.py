@@ -123,7 +123,7 @@ def test_a_new_coordinator_answers_load_in_progress_until_its_partition_is_loade
         assert _init_producer_id(client)[0] in (LOAD_IN_PROGRESS, ErrorCode.not_coordinator)
         broker.call(held.release)
         assert block_until(lambda: (a := _offset_fetch(client))[0] == 0 and a, "the groups are loaded") == (0, 42)
-        code, producer_id, epoch = block_until(lambda: (a := _init_producer_id(client))[0] == 0 and a,
+        _code, producer_id, epoch = block_until(lambda: (a := _init_producer_id(client))[0] == 0 and a,
                                                "the transactional ids are loaded")
         assert ("__transaction_state", 0) in broker.call(lambda: set(held.waiting))
         # Loaded, not empty: the same producer id in the next epoch.
