@@ -60,3 +60,13 @@ def test_a_single_brokers_topic_still_holds_every_partition(tmp_path: Path) -> N
     assert _code(topics.partition_log("plain", 4)) == ErrorCode.unknown_topic_or_partition
     assert topics.partition_logs("plain") is not None and len(topics.partition_logs("plain")) == 4
     topics.close()
+
+
+def test_a_copy_an_older_pulllog_made_grows_without_a_gap(tmp_path: Path) -> None:
+    topics = TopicManager(tmp_path, LogConfig(), node_id=2)
+    topics.load()
+    topic_id = uuid.uuid4()
+    topics.create("old", 2, topic_id=topic_id)  # as an older cluster member made its copy: no "hosted"
+    assert isinstance(topics.host_partition("old", 3, topic_id=topic_id), Log)
+    assert _dirs(tmp_path, "old") == [f"old-{i}" for i in range(4)]
+    topics.close()

@@ -563,9 +563,12 @@ class TopicManager:
             self.topics[name] = topic
             log.info("created the local copy of topic %s for partition %d", name, index)
         elif index not in topic.partitions:
+            # A copy an older pulllog made holds every partition up to the highest it hosted
+            # (its file has no "hosted"): it grows as it did, with no gap in its range.
+            start = index if topic.hosted_only else topic.count
             if name not in INTERNAL_TOPICS:
-                self._check_room(1)
-            self._add(topic, index, index + 1)
+                self._check_room(index + 1 - start)
+            self._add(topic, start, index + 1)
         return self.partition_log(name, index)
 
     def _new_topic(self, name: str, partitions: int, configs: Mapping[str, str] | None,
