@@ -6,8 +6,8 @@
         for p in topic.partitions:
             print(p.partition, p.leader, p.log_start_offset, p.log_end_offset, p.size_bytes)
 
-Where each request goes, as Kafka wants it: CreateTopics, DeleteTopics and CreatePartitions
-to the controller, as ElectLeaders (after a lost connection or NOT_CONTROLLER, as when the
+Where each request goes, as Kafka wants it: CreateTopics, DeleteTopics, CreatePartitions and
+ElectLeaders to the controller (after a lost connection or NOT_CONTROLLER, as when the
 controller's broker died, the controller is found again from Metadata and the request sent
 again, every ``retry_backoff_ms``, until the request timeout); ListOffsets, DeleteRecords and
 DescribeLogDirs to each partition's leader, one request per broker, all brokers at once;
