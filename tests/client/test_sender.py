@@ -175,8 +175,8 @@ def test_deallocate_gives_the_memory_back_and_abort_returns_what_is_incomplete(
 # ---------------------------------------------------------------------------- the Sender
 
 
-async def _run_sender(broker: BrokerThread, topic: str, partitions: int, **options: object) -> tuple[
-        Sender, RecordAccumulator, Cluster, asyncio.Task[None]]:
+async def _run_sender(broker: BrokerThread, topic: str, partitions: int, start: bool = True,
+                      **options: object) -> tuple[Sender, RecordAccumulator, Cluster, asyncio.Task[None] | None]:
     broker.call(broker.broker.topics.create, topic, partitions, {})  # type: ignore[union-attr]
     config = ProducerConfig(broker.bootstrap_servers, **options)  # type: ignore[arg-type]
     cluster = Cluster(broker.bootstrap_servers)
@@ -189,7 +189,7 @@ async def _run_sender(broker: BrokerThread, topic: str, partitions: int, **optio
                     on_metadata=lambda topics: None, on_failure=lambda error: None)
     if config.enable_idempotence:
         await sender.init_producer_id()
-    return sender, acc, cluster, asyncio.get_running_loop().create_task(sender.run())
+    return sender, acc, cluster, asyncio.get_running_loop().create_task(sender.run()) if start else None
 
 
 async def test_the_sender_sends_every_partitions_batches_in_order_and_leaves_nothing_in_flight(
@@ -244,4 +244,52 @@ async def test_requests_in_flight_are_no_tasks_and_stop_fails_their_records(pull
         pulllog_broker.faults.clear()
         sender.stop()
         await asyncio.wait_for(running, WAIT_S)
+        await cluster.close()
+
+
+async def _one_pass(sender: Sender, cluster: Cluster, topic: str) -> None:
+    """One sender pass by hand (``run()`` not started), its requests written."""
+    await cluster.connection(cluster.topics[topic].partitions[0].leader)
+    async with asyncio.TaskGroup() as tg:
+        sender._pass(tg)
+        sender._flush_held()
+
+
+async def test_one_pass_fills_every_free_slot_of_a_partition_a_request_per_batch(
+        pulllog_broker: BrokerThread) -> None:
+    # batch_size=1: eight batches of one record. One pass (not one pass per request, each
+    # walking every partition again) takes five of them, as many as the partition's in-flight
+    # window, each in its own request (a partition appears once per request), in order.
+    sender, acc, cluster, _ = await _run_sender(pulllog_broker, "filled", 1, batch_size=1, acks=1, start=False)
+    try:
+        futures = [add(acc, b"%d" % i, topic="filled") for i in range(8)]
+        await _one_pass(sender, cluster, "filled")
+        flying = sender.in_flight("filled", 0)
+        assert [b.order for b in flying] == [0, 1, 2, 3, 4]
+        assert sender._in_flight_by_node == {0: 5}
+        running = asyncio.get_running_loop().create_task(sender.run())
+        done = await asyncio.wait_for(asyncio.gather(*futures), WAIT_S)
+        assert [m.offset for m in done] == list(range(8))
+        sender.stop()
+        await asyncio.wait_for(running, WAIT_S)
+    finally:
+        await cluster.close()
+
+
+async def test_one_pass_keeps_to_max_in_flight_requests_per_broker(pulllog_broker: BrokerThread) -> None:
+    # Three partitions with three batches each and two requests per broker: the first
+    # request takes each partition's first batch, the second each one's second.
+    sender, acc, cluster, _ = await _run_sender(pulllog_broker, "capped", 3, batch_size=1, acks=1,
+                                                max_in_flight=2, start=False)
+    try:
+        futures = [add(acc, b"%d" % i, partition=i % 3, topic="capped") for i in range(9)]
+        await _one_pass(sender, cluster, "capped")
+        assert [[b.order for b in sender.in_flight("capped", p)] for p in range(3)] == [[0, 1]] * 3
+        assert sender._in_flight_by_node == {0: 2}
+        running = asyncio.get_running_loop().create_task(sender.run())
+        done = await asyncio.wait_for(asyncio.gather(*futures), WAIT_S)
+        assert [(m.partition, m.offset) for m in done] == [(i % 3, i // 3) for i in range(9)]
+        sender.stop()
+        await asyncio.wait_for(running, WAIT_S)
+    finally:
         await cluster.close()

@@ -8,8 +8,10 @@ producer's supervisor task runs (``pulllog.client.producer``). Each pass:
    its open batch once ``linger_ms`` passed, at a flush, or at once with ``linger_ms=0``
    when nothing of the partition is in flight), within ``max_in_flight`` batches per
    partition and requests per broker, and what the idempotence manager allows;
-3. groups them per leader into one Produce request each (one batch per partition, up to
-   ``max_request_size``), seals each batch on its first send and starts the requests;
+3. groups them per leader into Produce requests (one batch per partition in a request, up to
+   ``max_request_size``: a partition with several batches to send and free slots has its
+   k-th one in its leader's k-th request of the pass), seals each batch on its first send
+   and starts the requests, in drain order;
 4. starts a metadata refresh or an epoch bump (InitProducerId) when one is due;
 5. sleeps until woken (a new or closed batch, an answer, a flush) or the next timed event.
 
@@ -223,87 +225,100 @@ class Sender:
             return wake_in
         in_flight = self._in_flight
         expire = self._expire_now
-        requests: dict[int, list[ProducerBatch]] = {}
-        request_bytes: dict[int, int] = {}
+        # node -> its requests of this pass, each a list of batches (one per partition) and
+        # its bytes; a partition's k-th batch of the pass goes in its leader's k-th request
+        requests: dict[int, list[list[ProducerBatch]]] = {}
+        request_bytes: dict[int, list[int]] = {}
         connections: dict[int, KafkaConnection] = {}
         connected = self._cluster.connected
+        max_in_flight = config.max_in_flight
         for q in acc.partitions():
-            flying_batches = in_flight.get(q.key)
-            flying = len(flying_batches) if flying_batches else 0
-            if flying >= partition_limit:
-                continue  # its answers wake us
-            if txn is not None and (not txn.may_produce_to(q.key)  # type: ignore[attr-defined]
-                                    or flying and q.key in txn.starting_partitions):  # type: ignore[attr-defined]
-                # AddPartitionsToTxn first (_txn_pass started it; its end wakes us), then the
-                # partition's first batch of the transaction alone (pulllog.client.transactions)
-                continue
-            batch = acc.next_ready(q, now, timeout, expire)
-            if batch is not None:
-                if batch.retry_at > now:
-                    wake_in = _sooner(wake_in, batch.retry_at - now)
-                    continue
-            else:
-                batch = acc.open_batch(q)
-                if batch is None:
-                    continue
-                if batch.created + timeout <= now:
-                    acc.expire_open(q)
-                    self._expire(batch, now)
-                    continue
-                age = now - batch.created
-                if age < linger and not flushing:
-                    wake_in = _sooner(wake_in, linger - age)
-                    continue
-                if flying and not linger and not flushing:
-                    # linger_ms=0: an open batch goes at once only if the partition has nothing
-                    # in flight; otherwise it fills until an answer (or it is full), so batches
-                    # still form under load. Full batches do not wait: they pipeline.
-                    continue
-            wake_in = _sooner(wake_in, batch.created + timeout - now)
-            info = topics.get(q.topic)
-            pinfo = info.partitions.get(q.partition) if info is not None else None
-            if pinfo is None or pinfo.leader < 0:
-                self._metadata_wanted.add(q.topic)
-                continue
-            node = pinfo.leader
-            if self._in_flight_by_node.get(node, 0) >= config.max_in_flight:
-                continue  # a response from that broker wakes us
-            conn = connections.get(node) or connected(node)
-            if conn is None:
-                # Batches go out only on an open connection, written in drain order: a request
-                # that connected for itself could reach the broker after a later batch's, and
-                # a broker with no state for this producer would store that one first (any
-                # sequence is accepted from an unknown producer, KIP-360).
-                retry_in = self._want_connection(tg, node, now)
-                if retry_in is not None:
-                    wake_in = _sooner(wake_in, retry_in)
-                error = self._connect_errors.get(node)
-                if error is not None:
-                    batch.last_error = error  # what the delivery timeout then reports
-                continue
-            connections[node] = conn
-            if batch.attempts and flying and not idempotence.may_send_retry(
-                    batch.attempts, self._earlier_elsewhere(flying_batches, batch, conn)):  # type: ignore[arg-type]
-                continue  # the earlier batch's answer (or failure) wakes us
-            size = batch.size
-            if node in request_bytes and request_bytes[node] + size > config.max_request_size:
-                wake_in = 0.0  # the next request can take it right away
-                continue
-            acc.drain(q, batch)
-            self._mark_in_flight(q.key, flying_batches, batch)
-            self._sent_on[batch] = conn
-            if batch.wire is None:
-                if idempotence.enabled:
-                    batch.seal(config.compression, *idempotence.stamp(batch), txn is not None)  # type: ignore[arg-type]
+            k = 0  # this partition's batches taken in this pass so far
+            while True:  # as many batches of the partition as it has free slots (break: next partition)
+                flying_batches = in_flight.get(q.key)
+                flying = len(flying_batches) if flying_batches else 0
+                if flying >= partition_limit:
+                    break  # its answers wake us
+                if txn is not None and (not txn.may_produce_to(q.key)  # type: ignore[attr-defined]
+                                        or flying and q.key in txn.starting_partitions):  # type: ignore[attr-defined]
+                    # AddPartitionsToTxn first (_txn_pass started it; its end wakes us), then the
+                    # partition's first batch of the transaction alone (pulllog.client.transactions)
+                    break
+                batch = acc.next_ready(q, now, timeout, expire)
+                if batch is not None:
+                    if batch.retry_at > now:
+                        wake_in = _sooner(wake_in, batch.retry_at - now)
+                        break
                 else:
-                    batch.seal(config.compression, -1, -1, -1)  # type: ignore[arg-type]
-            requests.setdefault(node, []).append(batch)
-            request_bytes[node] = request_bytes.get(node, 0) + len(batch.wire)  # type: ignore[arg-type]
-            if flying + 1 < partition_limit and acc.has_ready(q):
-                wake_in = 0.0  # one batch per partition per request: the next goes in the next one
-        for node, batches in requests.items():
-            self._send_request(node, connections[node], batches, now)
-        if requests:
+                    batch = acc.open_batch(q)
+                    if batch is None:
+                        break
+                    if batch.created + timeout <= now:
+                        acc.expire_open(q)
+                        self._expire(batch, now)
+                        break
+                    age = now - batch.created
+                    if age < linger and not flushing:
+                        wake_in = _sooner(wake_in, linger - age)
+                        break
+                    if flying and not linger and not flushing:
+                        # linger_ms=0: an open batch goes at once only if the partition has nothing
+                        # in flight; otherwise it fills until an answer (or it is full), so batches
+                        # still form under load. Full batches do not wait: they pipeline.
+                        break
+                wake_in = _sooner(wake_in, batch.created + timeout - now)
+                info = topics.get(q.topic)
+                pinfo = info.partitions.get(q.partition) if info is not None else None
+                if pinfo is None or pinfo.leader < 0:
+                    self._metadata_wanted.add(q.topic)
+                    break
+                node = pinfo.leader
+                node_requests = requests.get(node)
+                if node_requests is None:
+                    node_requests = requests[node] = []
+                    request_bytes[node] = []
+                if k >= len(node_requests) and self._in_flight_by_node.get(node, 0) + k >= max_in_flight:
+                    break  # a response from that broker wakes us
+                conn = connections.get(node) or connected(node)
+                if conn is None:
+                    # Batches go out only on an open connection, written in drain order: a request
+                    # that connected for itself could reach the broker after a later batch's, and
+                    # a broker with no state for this producer would store that one first (any
+                    # sequence is accepted from an unknown producer, KIP-360).
+                    retry_in = self._want_connection(tg, node, now)
+                    if retry_in is not None:
+                        wake_in = _sooner(wake_in, retry_in)
+                    error = self._connect_errors.get(node)
+                    if error is not None:
+                        batch.last_error = error  # what the delivery timeout then reports
+                    break
+                connections[node] = conn
+                if batch.attempts and flying and not idempotence.may_send_retry(
+                        batch.attempts, self._earlier_elsewhere(flying_batches, batch, conn)):  # type: ignore[arg-type]
+                    break  # the earlier batch's answer (or failure) wakes us
+                size = batch.size
+                if k < len(node_requests) and request_bytes[node][k] + size > config.max_request_size:
+                    wake_in = 0.0  # the next pass's request can take it right away
+                    break
+                acc.drain(q, batch)
+                self._mark_in_flight(q.key, flying_batches, batch)
+                self._sent_on[batch] = conn
+                if batch.wire is None:
+                    if idempotence.enabled:
+                        batch.seal(config.compression, *idempotence.stamp(batch), txn is not None)  # type: ignore[arg-type]
+                    else:
+                        batch.seal(config.compression, -1, -1, -1)  # type: ignore[arg-type]
+                if k < len(node_requests):
+                    node_requests[k].append(batch)
+                    request_bytes[node][k] += len(batch.wire)  # type: ignore[arg-type]
+                else:
+                    node_requests.append([batch])
+                    request_bytes[node].append(len(batch.wire))  # type: ignore[arg-type]
+                k += 1
+        for node, node_requests in requests.items():
+            for batches in node_requests:  # in order: a partition's batches leave in drain order
+                self._send_request(node, connections[node], batches, now)
+        if any(requests.values()):
             wake_in = _sooner(wake_in, self._request_timeout_s)  # when the new ones would time out
         if self._metadata_wanted and self._metadata_task is None:
             if now >= self._metadata_retry_at:
