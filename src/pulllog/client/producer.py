@@ -102,6 +102,7 @@ from ..records.encoding import now_ms
 from .connection import BrokerUnreachableError
 from .accumulator import (
     NEW_BATCH,
+    ProducerBatch,
     RECORD_OVERHEAD,
     REROUTE,
     RecordAccumulator,
@@ -343,13 +344,27 @@ class Producer:
         """
         if self._acc is None:
             return
-        pending = [batch.done for batch in self._acc.incomplete]
-        if not pending:
+        batches = list(self._acc.incomplete)
+        if not batches:
             return
         self._acc.flushing += 1
         self._wakeup.set()
         try:
-            await asyncio.wait(pending, timeout=timeout)
+            # Each partition's newest batch first: a partition's batches mostly complete in
+            # order, so by then most others are done too and only the few still pending get
+            # a done-callback (asyncio.wait puts one on each future it waits for, an event-loop
+            # callback per batch when it completes: one per record with batch_size=1).
+            newest: dict[tuple[str, int], ProducerBatch] = {}
+            for batch in batches:
+                key = (batch.topic, batch.partition)
+                other = newest.get(key)
+                if other is None or other.created < batch.created:
+                    newest[key] = batch
+            deadline = None if timeout is None else time.monotonic() + timeout
+            await asyncio.wait([batch.done for batch in newest.values()], timeout=timeout)
+            pending = [batch.done for batch in batches if not batch.done.done()]
+            if pending:
+                await asyncio.wait(pending, timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
         finally:
             self._acc.flushing -= 1
 
