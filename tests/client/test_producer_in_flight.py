@@ -226,3 +226,39 @@ async def test_a_batch_the_broker_refuses_does_not_stop_the_idempotent_producer(
     assert refused.value.code.value == 10  # MESSAGE_TOO_LARGE
     assert offsets == list(range(300))
     assert _stored(pulllog_broker, "bounded") == values
+
+
+async def test_send_skips_the_loop_turn_while_the_partitions_slots_are_all_in_flight(pulllog_broker) -> None:
+    # send() yields after a record that opens a batch, so the sender ships it. With
+    # batch_size=1 and every in-flight slot of the partition taken (the broker loses the
+    # requests), the sender cannot ship it: a turn per record would only poll the socket, so
+    # send() yields once per 16 such batches (enough for the loop to read the answers).
+    pulllog_broker.call(pulllog_broker.broker.topics.create, "busy", 1, {})
+    pulllog_broker.faults.lose_request(0, topic="busy", times=None)
+    loop = asyncio.get_running_loop()
+    turns = 0
+    ticking = True
+
+    def tick() -> None:
+        nonlocal turns
+        turns += 1
+        if ticking:
+            loop.call_soon(tick)
+
+    producer = Producer(pulllog_broker.bootstrap_servers, batch_size=1, acks=1)
+    await producer.start()
+    try:
+        await producer.partitions_for("busy")
+        futures = [await producer.send("busy", b"%d" % i, partition=0) for i in range(5)]
+        await wait_until(lambda: len(producer._sender.in_flight("busy", 0)) == 5, "five requests in flight")
+        loop.call_soon(tick)
+        await asyncio.sleep(0)  # tick runs once
+        turns = 0
+        futures += [await producer.send("busy", b"%d" % i, partition=0) for i in range(5, 20)]
+        assert turns == 0  # 15 batches opened, not one loop turn
+        futures.append(await producer.send("busy", b"20", partition=0))
+        assert turns == 1  # the 16th yields
+    finally:
+        ticking = False
+        pulllog_broker.faults.clear()
+        await producer.close(timeout=0)  # the lost requests will never be answered

@@ -166,6 +166,12 @@ _NEW, _RUNNING, _CLOSING, _CLOSED = "new", "running", "closing", "closed"
 # appending a few records; a batch of them, well under a millisecond)
 _STARTING_YIELD_EVERY = 16
 
+# send() yields after a record that opens a batch, so the sender can ship it in a loop turn;
+# while all of the partition's in-flight slots are taken it cannot, and only every this many
+# such batches does send() yield, for the loop to read the answers (a batch_size=1 producer
+# otherwise spent a loop turn per record that did nothing but poll the socket)
+_BUSY_YIELD_EVERY = 16
+
 
 class BufferExhaustedError(TimeoutError):
     """send() waited ``max_block_ms`` for ``buffer_memory`` to free up."""
@@ -247,6 +253,7 @@ class Producer:
         self._txn_client: TxnCoordinatorClient | None = None
         self._state = _NEW
         self._accepting = False  # running, and the sender is healthy: send() may queue
+        self._busy_batches = 0  # batches opened without a yield since the last (_BUSY_YIELD_EVERY)
         self._max_record_size = config.max_record_size
         self._loop: asyncio.AbstractEventLoop | None = None
         self._acc: RecordAccumulator | None = None
@@ -630,9 +637,18 @@ class Producer:
             pool.release(size)
             raise _bad_record(key, value, exc) from None
         offset = future.relative_offset
-        if offset == 0 or (txn is not None and txn.starting_partitions and not offset % _STARTING_YIELD_EVERY):
-            # it opened a batch, or the sender needs a few quick turns to start the
-            # transaction's pipeline (pulllog.client.transactions): let it ship what is ready
+        if offset == 0:
+            # it opened a batch: let the sender ship what is ready, unless the partition's
+            # slots are all in flight (then a turn only reads answers: _BUSY_YIELD_EVERY)
+            if acc.partition_busy((topic, partition)):
+                self._busy_batches += 1
+                if self._busy_batches < _BUSY_YIELD_EVERY:
+                    return future
+            self._busy_batches = 0
+            await asyncio.sleep(0)
+        elif txn is not None and txn.starting_partitions and not offset % _STARTING_YIELD_EVERY:
+            # the sender needs a few quick turns to start the transaction's pipeline
+            # (pulllog.client.transactions)
             await asyncio.sleep(0)
         return future
 
