@@ -149,7 +149,10 @@ def test_the_senders_frame_from_plain_values_matches_kio(version: int, client_id
 @pytest.mark.parametrize("version", VERSIONS)
 @pytest.mark.parametrize("client_id", [None, "pulllog-producer"])
 @pytest.mark.parametrize("transactional_id", [None, "tx-1"])
-@pytest.mark.parametrize("records", [b"", b"\x02" * 90, b"\x03" * 300], ids=["empty", "short", "long"])
+@pytest.mark.parametrize("records", [b"", b"\x02" * 90, b"\x03" * 300, b"\x04" * 126, b"\x04" * 127,
+                                     b"\x05" * 16382, b"\x05" * 16383, b"\x06" * 20_000],
+                         ids=["empty", "short", "long", "1-byte-length-max", "2-byte-length-min",
+                              "2-byte-length-max", "3-byte-length-min", "longer"])
 def test_the_one_partition_fast_path_matches_the_generic_encoder(
         version: int, client_id: str | None, transactional_id: str | None, records: bytes) -> None:
     encoder = ProduceRequestEncoder(version, client_id, transactional_id, 1, 30_000)

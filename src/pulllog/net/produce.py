@@ -105,6 +105,9 @@ _PARTITION: Final = struct.Struct(">ihqq")  # index, error code, base offset, lo
 _PARTITION_V5: Final = struct.Struct(">ihqqq")  # ... and log start offset
 _RECORD_ERROR: Final = struct.Struct(">i")
 _INDEX_AND_LENGTH: Final = struct.Struct(">ii")  # a partition's index and its records' length (v3-v8)
+# v9: a partition's index and its records' compact length as a 2-byte varint (128..16383,
+# a small batch's: one pack instead of a pack, a varint and a concatenation)
+_INDEX_AND_VARINT2: Final = struct.Struct(">iBB")
 _NULL_STRING: Final = b"\xff\xff"  # int16 -1
 _EMPTY_ARRAY: Final = b"\x00\x00\x00\x00"
 
@@ -267,7 +270,11 @@ class ProduceRequestEncoder:
                 (self._fixed, _count(1, flexible), _string(topic, flexible), _count(1, flexible)))
         size = len(records)
         if self._flexible:
-            middle = _INT32.pack(partition) + encode_uvarint(size + 1)
+            n = size + 1
+            if 0x80 <= n < 0x4000:
+                middle = _INDEX_AND_VARINT2.pack(partition, (n & 0x7F) | 0x80, n >> 7)
+            else:
+                middle = _INT32.pack(partition) + encode_uvarint(n)
             tail = b"\x00\x00\x00"  # the tag buffers of the partition, the topic and the request
         else:
             middle = _INDEX_AND_LENGTH.pack(partition, size)
