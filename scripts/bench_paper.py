@@ -5,7 +5,8 @@ One producer publishes N messages of 200 bytes to a topic of one partition (acks
 one consumer reads N messages with fetches of about 200 KB. Every case runs ``--runs``
 times (clients and cases take turns, so a busy spell on a shared machine hits them all
 alike), against one broker started by this script in its own process (``pulllog serve``'s
-Broker; ``--broker-loop uvloop`` runs it on uvloop).
+Broker; ``--broker-loop uvloop`` runs it on uvloop; ``--client-loop uvloop`` runs pulllog's
+client on uvloop, the application's choice of loop).
 
 Producer cases, each with pulllog's asyncio client, librdkafka (confluent-kafka) and
 aiokafka (the pure-Python reference):
@@ -47,6 +48,7 @@ Writes ``results.md`` (the tables), ``results.json`` (every run) and ``producer.
 
     python scripts/bench_paper.py [--messages 200000] [--batch1-messages 20000] [--runs 3]
                                   [--clients pulllog,librdkafka,aiokafka] [--broker-loop asyncio|uvloop]
+                                  [--client-loop asyncio|uvloop]
                                   [--cases "batch 1,batch 50,natural,sets of 50,consume"]
                                   [--out bench-out]
 """
@@ -376,10 +378,15 @@ PRODUCERS = {"pulllog": pulllog_produce, "librdkafka": librdkafka_produce, "aiok
 CONSUMERS = {"pulllog": pulllog_consume, "librdkafka": librdkafka_consume, "aiokafka": aiokafka_consume}
 
 
-def call(fn: Callable[..., object], *args: object) -> None:
+def call(fn: Callable[..., object], *args: object, loop: str = "asyncio") -> None:
     result = fn(*args)
     if asyncio.iscoroutine(result):
-        asyncio.run(asyncio.wait_for(result, 600))
+        loop_factory = None
+        if loop == "uvloop":
+            import uvloop
+            loop_factory = uvloop.new_event_loop
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            runner.run(asyncio.wait_for(result, 600))
 
 
 # ---------------------------------------------------------------------------- the experiment
@@ -402,7 +409,8 @@ def run_all(args: argparse.Namespace, broker: BrokerProcess, clients: list[str])
                 cpu = broker.cpu_seconds()
                 client_cpu = time.process_time()
                 started = time.perf_counter()
-                call(PRODUCERS[client], broker.bootstrap, topic, n, case, curve)
+                call(PRODUCERS[client], broker.bootstrap, topic, n, case, curve,
+                     loop=args.client_loop if client == "pulllog" else "asyncio")
                 seconds = time.perf_counter() - started if not curve.points else curve.points[-1][0]
                 client_cpu = time.process_time() - client_cpu
                 cpu = broker.cpu_seconds() - cpu
@@ -417,7 +425,8 @@ def run_all(args: argparse.Namespace, broker: BrokerProcess, clients: list[str])
                 continue
             curve = Curve(args.messages)
             cpu = broker.cpu_seconds()
-            call(CONSUMERS[client], broker.bootstrap, source, args.messages, curve)
+            call(CONSUMERS[client], broker.bootstrap, source, args.messages, curve,
+                 loop=args.client_loop if client == "pulllog" else "asyncio")
             cpu = broker.cpu_seconds() - cpu
             runs.append(Run(client, "consume", run, args.messages, curve.points[-1][0], cpu,
                             curve=curve.throughput()))
@@ -546,6 +555,8 @@ def main() -> None:
     parser.add_argument("--cases", default=",".join((*CASES, "consume")),
                         help="comma-separated cases to run (default: all): " + ", ".join((*CASES, "consume")))
     parser.add_argument("--broker-loop", choices=("asyncio", "uvloop"), default="asyncio")
+    parser.add_argument("--client-loop", choices=("asyncio", "uvloop"), default="asyncio",
+                        help="the event loop pulllog's client runs on (aiokafka stays on asyncio's)")
     parser.add_argument("--max-in-flight", type=int, default=None, metavar="N",
                         help="Produce requests in flight per connection for pulllog (max_in_flight) and librdkafka "
                              "(max.in.flight.requests.per.connection); default: each client's own (5; 1,000,000)")
@@ -569,7 +580,8 @@ def main() -> None:
               else f"{MAX_IN_FLIGHT:,} Produce requests in flight for pulllog and librdkafka")
     args.out.mkdir(parents=True, exist_ok=True)
     header = (f"# The paper's experiment on one machine\n\n{machine()}; broker: pulllog in its own process "
-              f"({args.broker_loop} event loop); {args.runs} runs per case; {args.messages:,} messages per run "
+              f"({args.broker_loop} event loop); pulllog's client on {args.client_loop}'s event loop; "
+              f"{args.runs} runs per case; {args.messages:,} messages per run "
               f"({args.batch1_messages:,} for batch 1); {window}")
     print(header.replace("\n\n", "\n"), file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="pulllog-bench-paper-") as tmp:

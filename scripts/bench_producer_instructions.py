@@ -11,12 +11,14 @@ function); a second client produces 0 records the same way, and the difference d
 the records is the client's cost per record, the sender's share included.
 
 * **natural**: per-message ``send()`` with the defaults (acks=1), as bench_paper's case;
-* **batch50**: ``send_batch()`` of 50 values with ``batch_size=1`` (one set per request).
+* **batch50**: ``send_batch()`` of 50 values with ``batch_size=1`` (one set per request);
+* **batch1**: per-message ``send()`` with ``batch_size=1`` (one record per request, the
+  default 5 in flight): the request path's cost, which the other two share among many records.
 
 A loop awaiting an empty ``async def`` with ``send()``'s signature costs about 2,000
 instructions per call by itself on CPython 3.11: the floor of the natural case.
 
-    python scripts/bench_producer_instructions.py [--records 20000] [--cases natural,batch50]
+    python scripts/bench_producer_instructions.py [--records 20000] [--cases natural,batch50,batch1]
 
 Run it against another checkout with ``PYTHONPATH=/that/checkout/src``. Needs valgrind.
 """
@@ -53,7 +55,7 @@ CLIENT = textwrap.dedent(
     value = os.urandom(200)
 
     async def run(producer, topic, count):
-        if case == "natural":
+        if case in ("natural", "batch1"):
             for _ in range(count):
                 await producer.send(topic, value, partition=0)
         else:
@@ -64,7 +66,7 @@ CLIENT = textwrap.dedent(
 
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    producer = Producer(bootstrap, acks=1, **({"batch_size": 1} if case == "batch50" else {}))
+    producer = Producer(bootstrap, acks=1, **({"batch_size": 1} if case in ("batch50", "batch1") else {}))
     loop.run_until_complete(producer.start())
     for topic in (f"warm-{case}", f"measured-{case}"):
         loop.run_until_complete(producer.partitions_for(topic))
