@@ -165,6 +165,9 @@ _NEW, _RUNNING, _CLOSING, _CLOSED = "new", "running", "closing", "closed"
 # send() yields every this many records (a turn of the event loop costs about as much as
 # appending a few records; a batch of them, well under a millisecond)
 _STARTING_YIELD_EVERY = 16
+# send_batch(): while a partition's in-flight slots are all taken, the application's task
+# yields to the loop (to read answers) once per this many batches it opens
+_BUSY_YIELD_EVERY = 8
 
 # send() yields after a record that opens a batch, so the sender can ship it in a loop turn;
 # while all of the partition's in-flight slots are taken it cannot, and only every this many
@@ -257,6 +260,7 @@ class Producer:
         self._max_record_size = config.max_record_size
         self._loop: asyncio.AbstractEventLoop | None = None
         self._acc: RecordAccumulator | None = None
+        self._busy_opens = 0  # batches send_batch() opened without yielding (see _BUSY_YIELD_EVERY)
         self._sender: Sender | None = None
         self._tasks: TaskScope | None = None  # the supervisor: owns the sender's task
         self._sender_task: asyncio.Task[None] | None = None
@@ -724,8 +728,16 @@ class Producer:
             acc.pool.release(size)
             raise TypeError("send_batch() records must be values (bytes or None) or tuples "
                             "(key, value[, headers[, timestamp_ms]]) of bytes") from None
-        if outcome == NEW_BATCH or (self._txn is not None and self._txn.starting_partitions):
+        if self._txn is not None and self._txn.starting_partitions:
             await asyncio.sleep(0)
+        elif outcome == NEW_BATCH:
+            # The set opened a batch: let the sender ship it now if the partition has a free
+            # in-flight slot; while every slot is taken only an answer frees one, and the
+            # loop needs a turn to read answers only every few batches, not every one.
+            self._busy_opens += 1
+            if self._busy_opens >= _BUSY_YIELD_EVERY or not acc.partition_busy((topic, partition)):
+                self._busy_opens = 0
+                await asyncio.sleep(0)
         return future
 
     async def partitions_for(self, topic: str) -> list[int]:
