@@ -93,11 +93,13 @@ __all__ = [
 RECORD_OVERHEAD = 24
 _OVERESTIMATE = RECORD_OVERHEAD - 10  # a typical record's framing is ~10 bytes: fill batches by that
 
-# The batch header of pulllog.records.batch, packed once per batch: baseOffset, batchLength,
-# partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta, baseTimestamp,
-# maxTimestamp, producerId, producerEpoch, baseSequence, recordsCount.
-_HEADER = struct.Struct(">qiibIhiqqqhii")
-_CRC_START = 21
+# The batch header of pulllog.records.batch, packed once per batch in two parts: up to the
+# crc (baseOffset, batchLength, partitionLeaderEpoch, magic, crc), and what the crc covers
+# with the records (attributes, lastOffsetDelta, baseTimestamp, maxTimestamp, producerId,
+# producerEpoch, baseSequence, recordsCount).
+_HEADER_HEAD = struct.Struct(">qiibI")
+_HEADER_TAIL = struct.Struct(">hiqqqhii")
+_CRC_START = _HEADER_HEAD.size
 # producerId, producerEpoch, baseSequence: where they sit in the header (offset 43)
 _PRODUCER_FIELDS = struct.Struct(">qhi")
 _PRODUCER_FIELDS_AT = 43
@@ -319,36 +321,27 @@ class ProducerBatch:
              transactional: bool = False) -> bytes:
         """Compress, write the header, CRC once: the bytes a Produce request carries (with the
         transactional attribute, bit 4, for a transactional producer's batch)."""
-        assert self.records is not None and self.count > 0
         records = self.records
+        assert records is not None and records.records_count > 0
+        count = records.records_count
+        max_timestamp = records.max_timestamp
         # uncompressed, the records go into the wire bytes straight from the builder: one copy
         payload = compress(compression, bytes(records)) if compression is not Compression.NONE else records
-        header = bytearray(BATCH_HEADER_SIZE)
-        _HEADER.pack_into(
-            header, 0,
-            0,  # baseOffset: the broker assigns it
-            BATCH_HEADER_SIZE - LOG_OVERHEAD + len(payload),
-            -1,  # partitionLeaderEpoch: the broker's to set
-            _MAGIC,
-            0,  # crc, below
+        # the header after the crc field, packed once: the crc covers it and then the records
+        tail = _HEADER_TAIL.pack(
             int(compression) | (_TRANSACTIONAL if transactional else 0),  # attributes: codec; CreateTime; not control
-            self.count - 1,
-            self.base_timestamp,
-            self.max_timestamp,
-            producer_id,
-            producer_epoch,
-            base_sequence,
-            self.count,
-        )
-        crc = crc32c(payload, crc32c(memoryview(header)[_CRC_START:]))
-        struct.pack_into(">I", header, 17, crc)
+            count - 1, self.base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence, count)
+        crc = crc32c(payload, crc32c(tail))
+        # baseOffset 0 (the broker assigns it), partitionLeaderEpoch -1 (the broker's to set)
+        wire = b"".join((_HEADER_HEAD.pack(0, BATCH_HEADER_SIZE - LOG_OVERHEAD + len(payload), -1, _MAGIC, crc),
+                         tail, payload))
         self.base_sequence = base_sequence
-        self.wire = b"".join((header, payload))
-        self.sealed_count = self.count
-        self.sealed_max_timestamp = self.max_timestamp
-        self.held = self.reserved
+        self.wire = wire
+        self.sealed_count = count
+        self.sealed_max_timestamp = max_timestamp
+        self.held += records.reserved
         self.records = None  # the sealed bytes are all a retry needs
-        return self.wire
+        return wire
 
     def restamp(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
         """The sealed batch under a new producer epoch and sequence (after an epoch bump):
@@ -522,7 +515,9 @@ class RecordAccumulator:
     def append_set(self, topic: str, partition: int, items: Sequence[Any], timestamp: int,
                    future: asyncio.Future[Any] | None, reserved: int, reroute: bool = False) -> int:
         """Add a message set, contiguous within one batch; as ``append`` otherwise."""
-        q = self.queue(topic, partition)
+        q = self._last
+        if q.partition != partition or q.topic != topic:
+            q = self._last = self.queue(topic, partition)
         size = reserved - _OVERESTIMATE * len(items)
         if reroute and q.open is not None and len(q.open.records) + size > self.batch_size:  # type: ignore[arg-type]
             self.close(q)
@@ -667,8 +662,13 @@ class RecordAccumulator:
     def deallocate(self, batch: ProducerBatch) -> None:
         """The batch is done: free its memory (the caller then sets its outcome, batch.result)."""
         self.incomplete.discard(batch)
-        self.pool.release(batch.reserved)
-        batch.reserved = 0
+        records = batch.records
+        if records is None:  # sealed: everything it holds is in ``held``
+            self.pool.release(batch.held)
+            batch.held = 0
+        else:
+            self.pool.release(batch.held + records.reserved)
+            batch.held = -records.reserved
 
     def abort_unsent(self) -> list[ProducerBatch]:
         """Drop every batch not sent yet (open, ready, waiting for a retry) and return them,
