@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Broker CPU per Produce request at batch size 1, without a real client in the way.
+"""Broker CPU per Produce request at batch size 1 (or ``--records``), without a real client in the way.
 
 A blocking-socket client sends the same one-record Produce request (a 200-byte value, acks=1)
 ``--requests`` times to a broker in its own process, either one at a time (send, wait for the
@@ -145,6 +145,8 @@ def main() -> None:
     parser.add_argument("--window", type=int, action="append", help="requests in flight (repeatable; default 1 and 16)")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--version", type=int, default=9, help="Produce version (3-9)")
+    parser.add_argument("--records", type=int, default=1,
+                        help="raw client: records per request, one batch (50: bench_paper's batch 50 case)")
     parser.add_argument("--broker-loop", choices=("asyncio", "uvloop"), default="asyncio")
     parser.add_argument("--client", choices=("raw", "pulllog"), default="raw",
                         help="raw: the minimal socket client; pulllog: pulllog's Producer (window ignored)")
@@ -158,7 +160,7 @@ def main() -> None:
     from pulllog.records.batch import build_batch
 
     value = os.urandom(200)
-    records = build_batch([(None, value)])
+    records = build_batch([(None, value)] * args.records)
     with tempfile.TemporaryDirectory(prefix="bench-broker-") as tmp:
         proc = subprocess.Popen([sys.executable, "-c", BROKER, tmp, args.broker_loop],
                                 stdout=subprocess.PIPE, text=True)
