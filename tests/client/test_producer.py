@@ -248,6 +248,26 @@ async def test_send_batch_appends_a_message_set_contiguously_with_one_future(pul
     assert [r.timestamp for r in records] == [BASE_TIMESTAMP_MS + 5] * 4 + [BASE_TIMESTAMP_MS]
 
 
+async def test_send_queues_the_record_when_called_and_raises_from_the_await(pulllog_broker: BrokerThread) -> None:
+    """send() is not a coroutine function: with nothing to wait for, the call itself appends
+    the record (the awaitable only hands its future over), in the order of the calls; what is
+    wrong with a record is still raised by the await, as from a coroutine."""
+    create_topic(pulllog_broker, "eager", 3)
+    async with Producer(pulllog_broker.bootstrap_servers) as producer:
+        await producer.send_and_wait("eager", b"first", partition=0)  # the topic's metadata is known
+        pending = [producer.send("eager", bytes([i]), partition=1) for i in range(5)]  # none awaited yet
+        await producer.flush()
+        assert stored_values(pulllog_broker, "eager", 1) == [bytes([i]) for i in range(5)]
+        futures = [await p for p in pending]
+        assert [(await f).offset for f in futures] == [0, 1, 2, 3, 4]
+        refused = producer.send("eager", "text")  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="encode it first"):
+            await refused
+        missing = producer.send("eager", b"x", partition=7)
+        with pytest.raises(KafkaError, match="partition 7 does not exist"):
+            await missing
+
+
 async def test_send_to_a_partition_the_topic_lacks_raises_a_clear_error(pulllog_broker: BrokerThread) -> None:
     create_topic(pulllog_broker, "three", 3)
     async with Producer(pulllog_broker.bootstrap_servers) as producer:

@@ -308,6 +308,52 @@ def test_a_sets_buffer_estimate_is_the_same_from_c_and_python(monkeypatch: pytes
     assert _crecords.values_size([b"ab", bytearray(b"x")]) == -1  # not simple: the Python loop counts it
 
 
+# ------------------------------------------------------------------ ready: send()'s awaitable
+
+def _readies() -> list[Any]:
+    return [encoding.py_ready] + ([_crecords.Ready] if not NO_EXTENSIONS else [])
+
+
+@pytest.mark.parametrize("make", _readies(), ids=lambda f: f.__module__.rsplit(".", 1)[-1])
+def test_ready_gives_its_value_as_an_async_def_returning_it_would(make: Any) -> None:
+    """Awaited, by asyncio's helpers, and under a tracing interpreter (coverage, debuggers:
+    the C type's tp_iternext instead of am_send); a tuple stays one value."""
+    import sys
+
+    async def main() -> list[Any]:
+        got = [await make(value) for value in (7, None, (1, 2), ())]
+        got += await asyncio.gather(make("a"), make(("b",)))
+        got.append(await asyncio.wait_for(make(3.5), 5))
+        task_result = await asyncio.ensure_future(make([1]))
+        got.append(task_result)
+        return got
+
+    expected = [7, None, (1, 2), (), "a", ("b",), 3.5, [1]]
+    assert asyncio.run(main()) == expected
+    previous = sys.gettrace()
+    sys.settrace(lambda *_args: None)
+    try:
+        assert asyncio.run(main()) == expected
+    finally:
+        sys.settrace(previous)
+
+
+@needs_c
+def test_ready_in_c_may_be_awaited_again_and_refuses_bad_arguments() -> None:
+    async def twice() -> tuple[Any, Any]:
+        r = _crecords.Ready("v")
+        return await r, await r
+
+    assert asyncio.run(twice()) == ("v", "v")
+    assert encoding.ready is _crecords.Ready or NO_EXTENSIONS
+    with pytest.raises(TypeError):
+        _crecords.Ready()
+    with pytest.raises(TypeError):
+        _crecords.Ready(1, 2)
+    with pytest.raises(TypeError):
+        _crecords.Ready(value=1)
+
+
 def test_now_ms_reads_the_clock_time_time_ns_reads() -> None:
     """send()'s default timestamp: the C clock read between two of Python's, in ms."""
     for _ in range(1000):

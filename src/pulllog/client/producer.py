@@ -92,13 +92,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from ..records.compression import Compression
-from ..records.encoding import now_ms
+from ..records.encoding import now_ms, ready
 from .connection import BrokerUnreachableError
 from .accumulator import (
     NEW_BATCH,
@@ -566,7 +566,88 @@ class Producer:
 
     # ------------------------------------------------------------------ sending
 
-    async def send(
+    def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        headers: Sequence[tuple[str, bytes | None]] | Mapping[str, bytes | None] | None = None,
+        partition: int | None = None,
+        timestamp: int | None = None,
+    ) -> Awaitable[RecordFuture]:
+        """Queue one record; ``await`` it for a future of its RecordMetadata.
+
+        Waits only for buffer space (``max_block_ms``) or, for a topic not seen yet, its
+        metadata. ``headers`` are (str, bytes or None) pairs or a mapping; ``timestamp`` is
+        ms since the epoch (default: now). The future fails with a ``KafkaError`` naming the
+        broker's error code, ``DeliveryTimeoutError`` or ``ProducerClosedError``. It is a
+        ``RecordFuture``, which asyncio treats as a future (await, gather, wait, wait_for,
+        add_done_callback); cancelling it detaches only it: the record is still sent.
+
+        ``send()`` is not a coroutine function but returns an awaitable, as aiokafka's does:
+        when nothing needs waiting (the topic known, buffer space free, no transaction, the
+        record fits an open batch) the record is appended by the call itself and the
+        awaitable gives its future at once (``pulllog.records.encoding.ready``: an ``async
+        def`` would cost as much as the append); otherwise it is the coroutine that waits,
+        and errors are raised by the ``await`` either way.
+        """
+        # The hot path of per-record sending: keep it free of calls that are not needed.
+        # Anything unusual (a wait, a transaction, an error to raise) takes _send, the
+        # coroutine, before anything of the record is taken: it does all of it again.
+        if not self._accepting or self._txn is not None:
+            return self._send(topic, value, key, headers, partition, timestamp)
+        parts = self._partitions.get(topic)
+        if parts is None:
+            return self._send(topic, value, key, headers, partition, timestamp)
+        try:
+            if key is None and headers is None:  # the common case: one length to add
+                hdrs = b"\x00"
+                size = (len(value) if value is not None else 0) + _PLAIN_RECORD_SIZE
+            else:
+                if key is not None and type(key) is not bytes:
+                    key = _as_bytes(key)
+                hdrs = encode_headers(headers) if headers else b"\x00"
+                size = ((len(value) if value is not None else 0) + (len(key) if key is not None else 0)
+                        + len(hdrs) + RECORD_OVERHEAD)
+        except TypeError:
+            return self._send(topic, value, key, headers, partition, timestamp)
+        pool = self._pool
+        if size > self._max_record_size or size > pool.available or pool.waiters:
+            return self._send(topic, value, key, headers, partition, timestamp)
+        # from here on nothing goes back to _send: a partitioner may count its calls
+        try:
+            if partition is None:
+                sticky = key is None and self._sticky
+                partition = self._partitioner.partition(topic, key, parts[0], parts[1])
+            else:
+                sticky = False
+                if not 0 <= partition < len(parts[0]):
+                    return _raise(_no_such_partition(topic, partition, parts[0]))
+        except TypeError as exc:
+            return _raise(_bad_record(key, value, exc))
+        if timestamp is None:
+            timestamp = now_ms()
+        pool.available -= size
+        acc = self._acc
+        assert acc is not None
+        try:
+            future = acc.append(topic, partition, key, value, hdrs, timestamp, size, sticky)
+            if future is None:  # the sticky partition's batch was full: it moved on
+                partition = self._partitioner.partition(topic, key, parts[0], parts[1])
+                future = acc.append(topic, partition, key, value, hdrs, timestamp, size)
+                assert future is not None
+        except TypeError as exc:
+            pool.release(size)
+            return _raise(_bad_record(key, value, exc))
+        if future.relative_offset == 0:
+            return self._yield_with(future)  # it opened a batch: let the sender ship what is ready
+        return ready(future)
+
+    async def _yield_with(self, future: RecordFuture) -> RecordFuture:
+        await asyncio.sleep(0)
+        return future
+
+    async def _send(
         self,
         topic: str,
         value: bytes | None,
@@ -575,16 +656,8 @@ class Producer:
         partition: int | None = None,
         timestamp: int | None = None,
     ) -> RecordFuture:
-        """Queue one record; return a future of its RecordMetadata.
-
-        Waits only for buffer space (``max_block_ms``) or, for a topic not seen yet, its
-        metadata. ``headers`` are (str, bytes or None) pairs or a mapping; ``timestamp`` is
-        ms since the epoch (default: now). The future fails with a ``KafkaError`` naming the
-        broker's error code, ``DeliveryTimeoutError`` or ``ProducerClosedError``. It is a
-        ``RecordFuture``, which asyncio treats as a future (await, gather, wait, wait_for,
-        add_done_callback); cancelling it detaches only it: the record is still sent.
-        """
-        # The hot path of per-record sending: keep it free of calls that are not needed.
+        """``send()``, every case: it waits (metadata, buffer space, the sender's turn in a
+        starting transaction) and raises what is wrong with the record."""
         if not self._accepting:
             self._check_running()
         parts = self._partitions.get(topic)
@@ -835,6 +908,11 @@ def _raise_state_error(txn: TransactionManager, what: str) -> None:
 def _no_such_partition(topic: str, partition: int, partitions: list[int]) -> KafkaError:
     return KafkaError(ErrorCode.unknown_topic_or_partition,
                       f"topic {topic!r} has partitions 0..{len(partitions) - 1}; partition {partition} does not exist")
+
+
+async def _raise(exc: BaseException) -> Any:
+    """An awaitable that raises ``exc``: send()'s errors come out of the ``await``, as from a coroutine."""
+    raise exc
 
 
 def _as_bytes(key: Any) -> bytes:

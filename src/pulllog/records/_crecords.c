@@ -1,6 +1,6 @@
 /* The records section of a RecordBatch v2, decoded in C (the consumer's hot loop) and
- * encoded in C (the producer's; see the encoding, RecordsBuilder and SlotsMaker sections at
- * the end, and pulllog.records.encoding for the Python they must agree with).
+ * encoded in C (the producer's; see the encoding, RecordsBuilder, SlotsMaker and Ready sections
+ * at the end, and pulllog.records.encoding for the Python they must agree with).
  *
  * An optional accelerator for pulllog.records.decoding, which holds the pure-Python decoder
  * this file must agree with exactly (tests/log/test_decoding.py checks both on random and
@@ -1195,6 +1195,112 @@ static PyTypeObject SlotsMakerType = {
     .tp_new = maker_new,
 };
 
+/* ----------------------------------------------------------------------------- Ready
+ *
+ * Ready(value): an awaitable whose await gives ``value`` at once, what ``async def f():
+ * return value`` gives, without the coroutine, its frame and the StopIteration that
+ * ``await`` on a coroutine costs. The producer's send() returns one on its common path (the
+ * record is already appended when send() returns). ``await`` reaches am_send (PyIter_Send),
+ * which returns the value directly; a tracing interpreter (coverage, debuggers) goes through
+ * tp_iternext, which raises StopIteration(value) as a coroutine's return would. It may be
+ * awaited again (the same value), as a done future may. Not tracked by the cycle collector:
+ * hold only values that do not refer back to it.
+ */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *value;
+} Ready;
+
+static void
+ready_dealloc(Ready *self)
+{
+    Py_XDECREF(self->value);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+ready_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyObject *value;
+    if (kwargs != NULL && PyDict_GET_SIZE(kwargs)) {
+        PyErr_SetString(PyExc_TypeError, "Ready takes one positional argument");
+        return NULL;
+    }
+    if (!PyArg_UnpackTuple(args, "Ready", 1, 1, &value)) {
+        return NULL;
+    }
+    Ready *self = (Ready *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    Py_INCREF(value);
+    self->value = value;
+    return (PyObject *)self;
+}
+
+static PyObject *
+ready_vectorcall(PyObject *type, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    if (PyVectorcall_NARGS(nargsf) != 1 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
+        PyErr_SetString(PyExc_TypeError, "Ready takes one positional argument");
+        return NULL;
+    }
+    Ready *self = (Ready *)((PyTypeObject *)type)->tp_alloc((PyTypeObject *)type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    Py_INCREF(args[0]);
+    self->value = args[0];
+    return (PyObject *)self;
+}
+
+static PyObject *
+ready_await(Ready *self)
+{
+    Py_INCREF(self);
+    return (PyObject *)self;
+}
+
+static PySendResult
+ready_send(Ready *self, PyObject *arg, PyObject **result)
+{
+    Py_INCREF(self->value);
+    *result = self->value;
+    return PYGEN_RETURN;
+}
+
+static PyObject *
+ready_iternext(Ready *self)
+{
+    /* StopIteration(value) as an instance: a tuple value must not become its arguments */
+    PyObject *stop = PyObject_CallOneArg(PyExc_StopIteration, self->value);
+    if (stop != NULL) {
+        PyErr_SetObject(PyExc_StopIteration, stop);
+        Py_DECREF(stop);
+    }
+    return NULL;
+}
+
+static PyAsyncMethods ready_async = {
+    .am_await = (unaryfunc)ready_await,
+    .am_send = (sendfunc)ready_send,
+};
+
+static PyTypeObject ReadyType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "pulllog.records._crecords.Ready",
+    .tp_basicsize = sizeof(Ready),
+    .tp_dealloc = (destructor)ready_dealloc,
+    .tp_as_async = &ready_async,
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)ready_iternext,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Ready(value): an awaitable that gives value at once (await Ready(v) is v).",
+    .tp_new = ready_new,
+    .tp_vectorcall = ready_vectorcall,
+};
+
 PyDoc_STRVAR(now_ms_doc,
 "now_ms() -> int\n"
 "\n"
@@ -1262,6 +1368,16 @@ PyInit__crecords(void)
     Py_INCREF(&SlotsMakerType);
     if (PyModule_AddObject(m, "SlotsMaker", (PyObject *)&SlotsMakerType) < 0) {
         Py_DECREF(&SlotsMakerType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (PyType_Ready(&ReadyType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&ReadyType);
+    if (PyModule_AddObject(m, "Ready", (PyObject *)&ReadyType) < 0) {
+        Py_DECREF(&ReadyType);
         Py_DECREF(m);
         return NULL;
     }

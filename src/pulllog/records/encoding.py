@@ -55,6 +55,11 @@ __slots__: ``SlotsMaker(template, names)(*values)`` is a copy of ``template`` wi
 ``names`` set to ``values``, which is what the producer needs once per ``send()`` (a
 ``RecordFuture``, without running its ``__init__``).
 
+``ready(value)`` is an awaitable whose ``await`` gives ``value`` at once: in C an object with
+no coroutine, frame or StopIteration behind it (``await`` on an ``async def`` costs about a
+microsecond, as much as appending the record), in Python a coroutine that returns it. The
+producer's ``send()`` returns one when the record is appended without waiting.
+
 Both produce exactly the bytes of the pure-Python encoder; ``tests/records/test_encoding.py``
 checks it on random records and message sets, for every codec once sealed.
 """
@@ -63,15 +68,16 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 from .varint import ZIGZAG, ZIGZAG_TABLE_SIZE, encode_varint
 
 __all__ = ["IMPLEMENTATION", "PyRecordsBuilder", "RecordsBuilder", "SlotsMaker", "append_record",
-           "append_values", "now_ms", "py_append_record", "values_size"]
+           "append_values", "now_ms", "py_append_record", "py_ready", "ready", "values_size"]
 
 _NULL = b"\x01"  # varint(-1): a null key or value
+_T = TypeVar("_T")
 
 
 def py_append_record(records: bytearray, offset_delta: int, timestamp_delta: int, key: Any, value: Any,
@@ -149,11 +155,17 @@ def py_now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+async def py_ready(value: _T) -> _T:
+    """The pure-Python ``ready``: a coroutine that returns ``value``."""
+    return value
+
+
 def _choose() -> tuple[str, type[Any], Callable[..., None], Callable[[bytearray, Sequence[Any], int, int], int] | None,
-                       Any, Callable[[Sequence[Any]], int] | None, Callable[[], int]]:
+                       Any, Callable[[Sequence[Any]], int] | None, Callable[[], int], Callable[[Any], Awaitable[Any]]]:
     if os.environ.get("PULLLOG_NO_EXTENSIONS", "") not in ("", "0"):
-        return "python", PyRecordsBuilder, py_append_record, None, None, None, py_now_ms
+        return "python", PyRecordsBuilder, py_append_record, None, None, None, py_now_ms, py_ready
     try:
+        from ._crecords import Ready as CReady
         from ._crecords import RecordsBuilder as CRecordsBuilder
         from ._crecords import SlotsMaker as CSlotsMaker
         from ._crecords import append_record as c_append_record
@@ -161,8 +173,8 @@ def _choose() -> tuple[str, type[Any], Callable[..., None], Callable[[bytearray,
         from ._crecords import now_ms as c_now_ms
         from ._crecords import values_size as c_values_size
     except ImportError:  # not built (no C compiler when installed), or an older build without the encoder
-        return "python", PyRecordsBuilder, py_append_record, None, None, None, py_now_ms
-    return "c", CRecordsBuilder, c_append_record, c_append_values, CSlotsMaker, c_values_size, c_now_ms
+        return "python", PyRecordsBuilder, py_append_record, None, None, None, py_now_ms, py_ready
+    return "c", CRecordsBuilder, c_append_record, c_append_values, CSlotsMaker, c_values_size, c_now_ms, CReady
 
 
-IMPLEMENTATION, RecordsBuilder, append_record, append_values, SlotsMaker, values_size, now_ms = _choose()
+IMPLEMENTATION, RecordsBuilder, append_record, append_values, SlotsMaker, values_size, now_ms, ready = _choose()
