@@ -584,12 +584,13 @@ class Producer:
         ``RecordFuture``, which asyncio treats as a future (await, gather, wait, wait_for,
         add_done_callback); cancelling it detaches only it: the record is still sent.
 
-        ``send()`` is not a coroutine function but returns an awaitable, as aiokafka's does:
-        when nothing needs waiting (the topic known, buffer space free, no transaction, the
-        record fits an open batch) the record is appended by the call itself and the
-        awaitable gives its future at once (``pulllog.records.encoding.ready``: an ``async
-        def`` would cost as much as the append); otherwise it is the coroutine that waits,
-        and errors are raised by the ``await`` either way.
+        ``send()`` is awaited as aiokafka's is, but it is not a coroutine function: it returns
+        an awaitable. When nothing needs waiting (the topic known, buffer space free, no
+        transaction) the call itself appends the record, and unless the record opened a
+        batch (then the awaitable yields to the sender first) the awaitable gives its future
+        at once (``pulllog.records.encoding.ready``: an ``async def`` would cost as much as
+        the append); otherwise it is the coroutine that waits. Errors are raised by the
+        ``await`` either way.
         """
         # The hot path of per-record sending: keep it free of calls that are not needed.
         # Anything unusual (a wait, a transaction, an error to raise) takes _send, the
