@@ -507,7 +507,7 @@ class RecordAccumulator:
         except BaseException:
             self._drop_if_empty(q, batch)
             raise
-        batch.reserved += reserved
+        batch.held += reserved  # ``batch.reserved += reserved`` without the property's round trip
         if len(batch.records) >= self.batch_size:  # type: ignore[arg-type]
             self.close(q)
         return _new_record_future(batch.result, delta, timestamp)
@@ -528,7 +528,7 @@ class RecordAccumulator:
         except BaseException:
             self._drop_if_empty(q, batch)
             raise
-        batch.reserved += reserved
+        batch.held += reserved  # ``batch.reserved += reserved`` without the property's round trip
         if len(batch.records) >= self.batch_size:  # type: ignore[arg-type]
             self.close(q)
         return NEW_BATCH if new else APPENDED
