@@ -165,13 +165,9 @@ _NEW, _RUNNING, _CLOSING, _CLOSED = "new", "running", "closing", "closed"
 # send() yields every this many records (a turn of the event loop costs about as much as
 # appending a few records; a batch of them, well under a millisecond)
 _STARTING_YIELD_EVERY = 16
-# send_batch(): while a partition's in-flight slots are all taken, the application's task
-# yields to the loop (to read answers) once per this many batches it opens
-_BUSY_YIELD_EVERY = 8
-
 # send() yields after a record that opens a batch, so the sender can ship it in a loop turn;
 # while all of the partition's in-flight slots are taken it cannot, and only every this many
-# such batches does send() yield, for the loop to read the answers (a batch_size=1 producer
+# such batches does send() (or send_batch()) yield, for the loop to read the answers (a batch_size=1 producer
 # otherwise spent a loop turn per record that did nothing but poll the socket)
 _BUSY_YIELD_EVERY = 16
 
@@ -260,7 +256,6 @@ class Producer:
         self._max_record_size = config.max_record_size
         self._loop: asyncio.AbstractEventLoop | None = None
         self._acc: RecordAccumulator | None = None
-        self._busy_opens = 0  # batches send_batch() opened without yielding (see _BUSY_YIELD_EVERY)
         self._sender: Sender | None = None
         self._tasks: TaskScope | None = None  # the supervisor: owns the sender's task
         self._sender_task: asyncio.Task[None] | None = None
@@ -641,7 +636,14 @@ class Producer:
             pool.release(size)
             return _raise(_bad_record(key, value, exc))
         if future.relative_offset == 0:
-            return self._yield_with(future)  # it opened a batch: let the sender ship what is ready
+            # it opened a batch: let the sender ship what is ready, unless the partition's
+            # slots are all in flight (then a turn only reads answers: _BUSY_YIELD_EVERY)
+            if acc.partition_busy((topic, partition)):
+                self._busy_batches += 1
+                if self._busy_batches < _BUSY_YIELD_EVERY:
+                    return ready(future)
+            self._busy_batches = 0
+            return self._yield_with(future)
         return ready(future)
 
     async def _yield_with(self, future: RecordFuture) -> RecordFuture:
@@ -805,13 +807,14 @@ class Producer:
         if self._txn is not None and self._txn.starting_partitions:
             await asyncio.sleep(0)
         elif outcome == NEW_BATCH:
-            # The set opened a batch: let the sender ship it now if the partition has a free
-            # in-flight slot; while every slot is taken only an answer frees one, and the
-            # loop needs a turn to read answers only every few batches, not every one.
-            self._busy_opens += 1
-            if self._busy_opens >= _BUSY_YIELD_EVERY or not acc.partition_busy((topic, partition)):
-                self._busy_opens = 0
-                await asyncio.sleep(0)
+            # as send(): a turn for the sender to ship the set's batch, unless the partition's
+            # slots are all in flight (then only every _BUSY_YIELD_EVERY-th, to read answers)
+            if acc.partition_busy((topic, partition)):
+                self._busy_batches += 1
+                if self._busy_batches < _BUSY_YIELD_EVERY:
+                    return future
+            self._busy_batches = 0
+            await asyncio.sleep(0)
         return future
 
     async def partitions_for(self, topic: str) -> list[int]:
