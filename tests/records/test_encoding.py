@@ -326,9 +326,15 @@ def test_ready_gives_its_value_as_an_async_def_returning_it_would(make: Any) -> 
         got.append(await asyncio.wait_for(make(3.5), 5))
         task_result = await asyncio.ensure_future(make([1]))
         got.append(task_result)
+        assert asyncio.iscoroutine(make(0))  # what `async def send()` returned
+        got.append(await asyncio.create_task(make("t")))
+        cancelled = asyncio.create_task(make("c"))
+        cancelled.cancel()  # before its first step: throw(CancelledError) reaches it
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
         return got
 
-    expected = [7, None, (1, 2), (), "a", ("b",), 3.5, [1]]
+    expected = [7, None, (1, 2), (), "a", ("b",), 3.5, [1], "t"]
     assert asyncio.run(main()) == expected
     previous = sys.gettrace()
     sys.settrace(lambda *_args: None)

@@ -1282,6 +1282,47 @@ ready_iternext(Ready *self)
     return NULL;
 }
 
+/* send / throw / close: what a coroutine has, so asyncio.create_task() and
+ * asyncio.iscoroutine() take a Ready as they take the coroutine ``async def send()`` was
+ * (collections.abc.Coroutine recognises the four methods). */
+static PyObject *
+ready_send_method(Ready *self, PyObject *arg)
+{
+    return ready_iternext(self);
+}
+
+static PyObject *
+ready_throw(Ready *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 1 || nargs > 3) {
+        PyErr_SetString(PyExc_TypeError, "throw expected 1 to 3 arguments");
+        return NULL;
+    }
+    PyObject *typ = args[0];
+    PyObject *val = nargs > 1 ? args[1] : Py_None;
+    if (PyExceptionInstance_Check(typ)) {
+        PyErr_SetObject((PyObject *)Py_TYPE(typ), typ);
+    } else if (PyExceptionClass_Check(typ)) {
+        PyErr_SetObject(typ, val);
+    } else {
+        PyErr_SetString(PyExc_TypeError, "exceptions must derive from BaseException");
+    }
+    return NULL;
+}
+
+static PyObject *
+ready_close(Ready *self, PyObject *Py_UNUSED(ignored))
+{
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef ready_methods[] = {
+    {"send", (PyCFunction)ready_send_method, METH_O, "send(value): raises StopIteration(the value), as a finished coroutine's return"},
+    {"throw", (PyCFunction)(void (*)(void))ready_throw, METH_FASTCALL, "throw(exc): raises exc, as a coroutine that has not started"},
+    {"close", (PyCFunction)ready_close, METH_NOARGS, "close(): nothing to release"},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyAsyncMethods ready_async = {
     .am_await = (unaryfunc)ready_await,
     .am_send = (sendfunc)ready_send,
@@ -1295,6 +1336,7 @@ static PyTypeObject ReadyType = {
     .tp_as_async = &ready_async,
     .tp_iter = PyObject_SelfIter,
     .tp_iternext = (iternextfunc)ready_iternext,
+    .tp_methods = ready_methods,
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Ready(value): an awaitable that gives value at once (await Ready(v) is v).",
     .tp_new = ready_new,
