@@ -72,6 +72,28 @@ def test_a_partition_new_to_the_transaction_is_starting_until_a_batch_of_it_is_a
     assert not txn.starting_partitions  # in the transaction already
 
 
+def test_a_partitions_first_batch_of_the_epoch_goes_alone_and_later_transactions_pipeline() -> None:
+    txn = ready()
+    txn.begin()
+    txn.check_send("t", 0)
+    txn.partitions_added([("t", 0)])
+    assert txn.sends_alone(("t", 0))  # the leader may have no state for us: any sequence goes
+    txn.batch_acknowledged(("t", 0))
+    assert not txn.sends_alone(("t", 0))
+    txn.start_commit()
+    txn.completed()
+    txn.begin()
+    txn.check_send("t", 0)
+    txn.partitions_added([("t", 0)])
+    assert ("t", 0) in txn.starting_partitions  # send() still yields often while it restarts,
+    assert not txn.sends_alone(("t", 0))  # but the leader holds our sequence: no batch waits
+    assert txn.sends_alone(("t", 1))
+    txn.start_abort()
+    txn.transition(S.INITIALIZING)  # an abort that needs a new epoch (KIP-360)
+    txn.set_producer_id_and_epoch(7, 1)
+    assert txn.sends_alone(("t", 0))  # sequence 0 of a new epoch: alone again
+
+
 def test_an_abort_forgets_the_starting_partitions() -> None:
     txn = ready()
     txn.begin()

@@ -186,3 +186,39 @@ async def test_a_transactions_first_batch_that_fails_retriably_is_not_overtaken(
     assert refused.fired == 1
     assert all(f.exception() is None for f in futures)
     assert sorted(await read_committed(bootstrap, "first-alone")) == sorted(b"%d" % i for i in range(2000))
+
+
+async def test_a_later_transactions_batches_pipeline_behind_its_first(pulllog_broker: Any) -> None:
+    """Once the leader holds the producer's sequence for a partition (a batch of the epoch
+    was acknowledged there), the partition's first batch of a later transaction does not go
+    alone: the batches behind it are in flight before it is answered. If it is lost, the
+    broker refuses them as out of order, and they are resent behind it: the transaction
+    still commits every record once, in order."""
+    bootstrap = pulllog_broker.bootstrap_servers
+    topic = "pipelined"
+    await _create(bootstrap, topic)
+    async with Producer(bootstrap, transactional_id="pipelined-tx", batch_size=4096, request_timeout_ms=3000,
+                        retry_backoff_ms=10) as producer:
+        await producer.init_transactions()
+        async with producer.transaction():
+            before = [await producer.send(topic, b"first-%d" % i, partition=0) for i in range(100)]
+        lost = pulllog_broker.faults.lose_request(PRODUCE, topic=topic)  # never answered: timed out, resent
+        producer.begin_transaction()
+        values = [b"second-%d" % i for i in range(TIGHT_LOOP)]
+        first = await producer.send(topic, values[0], partition=0)
+        futures = [first]
+        most_in_flight = 0
+        sender = producer._sender  # noqa: SLF001 (what is in flight is the point)
+        assert sender is not None
+        for value in values[1:]:
+            futures.append(await producer.send(topic, value, partition=0))
+            most_in_flight = max(most_in_flight, len(sender.in_flight(topic, 0)))
+            if most_in_flight > 1 or first.done():
+                break
+        assert most_in_flight > 1, "the later batches waited for the transaction's first batch to be answered"
+        assert not first.done()
+        await producer.commit_transaction()
+    assert lost.fired == 1
+    assert all(f.exception() is None for f in before + futures)
+    sent = [b"first-%d" % i for i in range(100)] + values[:len(futures)]
+    assert await read_committed(bootstrap, topic) == sent

@@ -240,9 +240,9 @@ class Sender:
                 if flying >= partition_limit:
                     break  # its answers wake us
                 if txn is not None and (not txn.may_produce_to(q.key)  # type: ignore[attr-defined]
-                                        or flying and q.key in txn.starting_partitions):  # type: ignore[attr-defined]
+                                        or flying and txn.sends_alone(q.key)):  # type: ignore[attr-defined]
                     # AddPartitionsToTxn first (_txn_pass started it; its end wakes us), then the
-                    # partition's first batch of the transaction alone (pulllog.client.transactions)
+                    # partition's first batch of the epoch alone (pulllog.client.transactions)
                     break
                 batch = acc.next_ready(q, now, timeout, expire)
                 if batch is not None:

@@ -28,11 +28,15 @@ transaction has no acknowledged batch yet (``starting_partitions``), ``send()`` 
 16 records (a fraction of a millisecond), and the pipeline runs again about two round trips
 after the first ``send()``.
 
-That first batch also goes alone: the partition's later batches wait until it is
-acknowledged. A broker with no state for a producer takes any sequence (KIP-360), and
-Kafka's check that a transaction's first Produce is for a partition added to it (KIP-890
-part 1) now and then answers it with a retriable error; a later batch in flight behind it
-would then be stored first, and the first batch's retry refused as out of order for good.
+A partition's first batch under the producer's epoch also goes alone: its later batches
+wait until it is acknowledged (``sends_alone``). A broker with no state for a producer takes
+any sequence (KIP-360), and Kafka's check that a transaction's first Produce is for a
+partition added to it (KIP-890 part 1) now and then answers it with a retriable error; a
+later batch in flight behind it would then be stored first, and the first batch's retry
+refused as out of order for good. Once one batch of the epoch is acknowledged there, the
+broker holds the producer's last sequence: a later batch that overtakes a failed one is
+refused as out of order (retried behind it), so in later transactions the partition's
+batches pipeline from the first (one round trip less at every transaction's start).
 
 EndTxn goes only if the transaction reached the coordinator (a partition or an offset was
 added); an empty transaction ends locally. A transaction's batches carry the
@@ -274,8 +278,11 @@ class TransactionManager(IdempotenceManager):
         self.transaction_started = False  # the coordinator knows of it (a partition or offsets added)
         self.epoch_bump_required = False  # InitProducerId after the abort (KIP-360)
         # partitions new to the transaction with no batch acknowledged yet: send() yields every
-        # few records, and the sender sends such a partition one batch at a time
+        # few records
         self.starting_partitions: set[tuple[str, int]] = set()
+        # partitions with a batch acknowledged under the current producer id and epoch: their
+        # leader holds our last sequence (the others' first batch goes alone: sends_alone)
+        self.acknowledged_in_epoch: set[tuple[str, int]] = set()
 
     # ------------------------------------------------------------ states
 
@@ -382,6 +389,12 @@ class TransactionManager(IdempotenceManager):
         once every new partition's does, ``send()`` goes back to yielding once per batch."""
         if self.starting_partitions:
             self.starting_partitions.discard(key)
+        self.acknowledged_in_epoch.add(key)
+
+    def sends_alone(self, key: tuple[str, int]) -> bool:
+        """Does partition ``key``'s next batch wait until those in flight are answered? Yes
+        until one batch of the current epoch is acknowledged there (the module docstring)."""
+        return key not in self.acknowledged_in_epoch
 
     def start_commit(self) -> None:
         if self.state is S.COMMITTING_TRANSACTION:
@@ -422,6 +435,7 @@ class TransactionManager(IdempotenceManager):
                                   waiting: Iterable[SequencedBatch] = ()) -> None:
         super().set_producer_id_and_epoch(producer_id, epoch, waiting)
         self.epoch_bump_required = False
+        self.acknowledged_in_epoch.clear()  # sequence 0 again: the leaders may take any
 
     # ------------------------------------------------------------ what the sender asks
 
