@@ -50,8 +50,12 @@ def test_a_transaction_goes_ready_in_transaction_committing_ready() -> None:
     assert txn.may_produce_to(("t", 0)) and txn.transaction_started
     txn.start_commit()
     assert txn.state is S.COMMITTING_TRANSACTION
+    with pytest.raises(TransactionStateError):
+        txn.check_send("t", 0)  # nothing more goes into a transaction being committed
     txn.completed()
     assert txn.state is S.READY and not txn.in_transaction and not txn.transaction_started
+    with pytest.raises(TransactionStateError):
+        txn.check_send("t", 0)
 
 
 def test_a_partition_new_to_the_transaction_is_starting_until_a_batch_of_it_is_acknowledged() -> None:
@@ -127,6 +131,7 @@ def test_calls_out_of_order_raise_a_state_error_that_says_what_to_do(call: str) 
 def test_fenced_is_fatal_and_every_later_call_raises_it() -> None:
     txn = ready()
     txn.begin()
+    txn.check_send("t", 0)  # passed once: a later send() to it must still see the state
     error = txn.fail(outcome("end_txn", ErrorCode.producer_fenced), KafkaError(ErrorCode.producer_fenced))
     assert isinstance(error, ProducerFencedError) and error.fatal
     assert txn.state is S.FATAL_ERROR
@@ -138,6 +143,7 @@ def test_fenced_is_fatal_and_every_later_call_raises_it() -> None:
 def test_an_abortable_error_allows_only_abort() -> None:
     txn = ready()
     txn.begin()
+    txn.check_send("t", 0)
     error = txn.fail(outcome("txn_offset_commit", ErrorCode.illegal_generation), KafkaError(ErrorCode.illegal_generation))
     assert isinstance(error, AbortableTransactionError) and not error.fatal
     assert txn.state is S.ABORTABLE_ERROR

@@ -283,6 +283,11 @@ class TransactionManager(IdempotenceManager):
         # partitions with a batch acknowledged under the current producer id and epoch: their
         # leader holds our last sequence (the others' first batch goes alone: sends_alone)
         self.acknowledged_in_epoch: set[tuple[str, int]] = set()
+        # the partition check_send() passed last in this transaction: the next send() to it
+        # needs no other check while the state stays IN_TRANSACTION (every move out of it
+        # forgets it). check_send() runs once per record; the full check cost several times more.
+        self._passed_topic: str | None = None
+        self._passed_partition = -1
 
     # ------------------------------------------------------------ states
 
@@ -290,6 +295,8 @@ class TransactionManager(IdempotenceManager):
         if self.state not in _ENTERED_FROM[target]:
             raise TransactionStateError(f"cannot move from {self.state.value} to {target.value}")
         self.state = target
+        if target is not S.IN_TRANSACTION:
+            self._passed_topic = None
         if error is not None:
             self.last_error = error
         elif target in (S.INITIALIZING, S.READY, S.IN_TRANSACTION):
@@ -354,6 +361,8 @@ class TransactionManager(IdempotenceManager):
     def check_send(self, topic: str, partition: int) -> None:
         """send() to ``topic``-``partition``: allowed only in a transaction, and a partition new
         to it is added (AddPartitionsToTxn before its first batch goes)."""
+        if partition == self._passed_partition and topic is self._passed_topic:
+            return  # the common case: the partition of the last send(), passed in this transaction
         state = self.state
         if state is not S.IN_TRANSACTION:
             if state in (S.ABORTABLE_ERROR, S.FATAL_ERROR) and isinstance(self.last_error, KafkaError):
@@ -363,6 +372,7 @@ class TransactionManager(IdempotenceManager):
         if key not in self.in_transaction:
             self.to_add.add(key)
             self.starting_partitions.add(key)
+        self._passed_topic, self._passed_partition = topic, partition
 
     def partitions_to_add(self) -> list[tuple[str, int]]:
         """The partitions to put in the next AddPartitionsToTxn (none while an error stands)."""
