@@ -12,12 +12,25 @@ producer sends 1 KiB records to a one-partition topic as fast as it can for ``--
   ``--commit-ms`` (100) ms; the time includes the last commit, and every record counted is
   committed.
 
+Both clients pace transactions alike, as Kafka's producer-perf-test does with
+``--transaction-duration-ms``: ``--commit-ms`` of sending, then ``commit_transaction()``,
+then the next transaction begins (the time the commit takes is not part of the 100 ms).
+
 The two modes alternate (idempotent, transactional, idempotent, ...) for ``--runs`` runs, so
 a busy moment of the shared machine hits both alike; the table shows the median of the runs
 and the transactional producer's throughput relative to the idempotent one (Kafka's KIP-98
 measured about 3% less at a 100 ms commit interval).
 
     python scripts/bench_txn.py [--seconds 10] [--runs 3] [--brokers pulllog,kafka] [--clients librdkafka,pulllog]
+    python scripts/bench_txn.py --breakdown [--seconds 3] [--runs 2] [--brokers pulllog]
+
+``--breakdown`` prints, per run, medians per transaction instead: how long
+``commit_transaction()`` took (the application cannot send meanwhile), the backlog when it
+was called (bytes appended but not acknowledged: pulllog's buffer_memory in use,
+librdkafka's queued messages; for the idempotent producer, the same every ``--commit-ms``),
+and when the broker's log received nothing: its topics use LogAppendTime, so each batch in
+the segment files says when the broker appended it, to the millisecond; "quiet" is the time
+from the last data batch before a commit marker to the first one after it.
 
 Prints a Markdown table with the machine and the date.
 """
@@ -30,7 +43,8 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -42,12 +56,15 @@ from confluent_kafka import Producer as RdProducer  # noqa: E402
 
 from pulllog import Admin, Producer  # noqa: E402
 from pulllog.client.admin import NewTopic  # noqa: E402
+from pulllog.records.batch import iter_batches  # noqa: E402
 
 MODES = ("idempotent", "transactional")
 
 
-def librdkafka_rate(bootstrap: str, topic: str, mode: str, seconds: float, size: int, commit_s: float) -> float:
-    """Records per second acknowledged (idempotent) or committed (transactional)."""
+def librdkafka_rate(bootstrap: str, topic: str, mode: str, seconds: float, size: int, commit_s: float,
+                    trace: list[tuple[float, float]] | None = None) -> float:
+    """Records per second acknowledged (idempotent) or committed (transactional); with
+    ``trace``, (backlog bytes, seconds in commit_transaction()) per commit interval."""
     conf = {"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"}
     if mode == "transactional":
         conf["transactional.id"] = f"{topic}-tx"
@@ -64,16 +81,22 @@ def librdkafka_rate(bootstrap: str, topic: str, mode: str, seconds: float, size:
     while True:
         now = time.monotonic()
         if mode == "transactional" and now >= next_commit:
+            backlog = len(producer) * size  # records queued or in flight, not yet acknowledged
             producer.commit_transaction(60)
             counted += in_txn
             in_txn = 0
             next_commit = time.monotonic() + commit_s
+            if trace is not None:
+                trace.append((backlog, next_commit - commit_s - now))
             if now >= deadline:
                 break
             producer.begin_transaction()
         elif mode == "idempotent" and now >= deadline:
             producer.flush(60)
             break
+        elif mode == "idempotent" and trace is not None and now >= next_commit:
+            trace.append((len(producer) * size, 0.0))  # what a commit would wait for here
+            next_commit = now + commit_s
         try:
             producer.produce(topic, value, partition=0)
             in_txn += 1
@@ -87,7 +110,8 @@ def librdkafka_rate(bootstrap: str, topic: str, mode: str, seconds: float, size:
     return counted / (time.monotonic() - started)
 
 
-async def pulllog_rate(bootstrap: str, topic: str, mode: str, seconds: float, size: int, commit_s: float) -> float:
+async def pulllog_rate(bootstrap: str, topic: str, mode: str, seconds: float, size: int, commit_s: float,
+                       trace: list[tuple[float, float]] | None = None) -> float:
     transactional_id = f"{topic}-tx" if mode == "transactional" else None
     value = b"x" * size
     async with Producer(bootstrap, transactional_id=transactional_id) as producer:
@@ -102,16 +126,22 @@ async def pulllog_rate(bootstrap: str, topic: str, mode: str, seconds: float, si
         while True:
             now = time.monotonic()
             if transactional_id is not None and now >= next_commit:
+                backlog = unacknowledged_bytes(producer) if trace is not None else 0
                 await producer.commit_transaction()
                 counted += in_txn
                 in_txn = 0
                 next_commit = time.monotonic() + commit_s
+                if trace is not None:
+                    trace.append((backlog, next_commit - commit_s - now))
                 if now >= deadline:
                     break
                 producer.begin_transaction()
             elif transactional_id is None and now >= deadline:
                 await producer.flush()
                 break
+            elif transactional_id is None and trace is not None and now >= next_commit:
+                trace.append((unacknowledged_bytes(producer), 0.0))  # what a commit would wait for here
+                next_commit = now + commit_s
             for _ in range(100):  # the clock once per 100 records
                 await send(topic, value, partition=0)
             in_txn += 100
@@ -120,18 +150,120 @@ async def pulllog_rate(bootstrap: str, topic: str, mode: str, seconds: float, si
         return counted / (time.monotonic() - started)
 
 
-async def _create(bootstrap: str, topic: str) -> None:
+def unacknowledged_bytes(producer: Producer) -> int:
+    """buffer_memory held: the bytes of records sent but not yet acknowledged."""
+    acc = producer._acc  # private: a measurement, not an API
+    return acc.pool.used if acc is not None else 0
+
+
+async def _create(bootstrap: str, topic: str, configs: dict[str, str] | None = None) -> None:
     async with Admin(bootstrap) as admin:
-        await admin.create_topics([NewTopic(topic, partitions=1)])
+        await admin.create_topics([NewTopic(topic, partitions=1, configs=configs)])
 
 
-def measure(bootstrap: str, client: str, mode: str, run: int, args: argparse.Namespace) -> float:
+def measure(bootstrap: str, client: str, mode: str, run: int, args: argparse.Namespace,
+            trace: list[tuple[float, float]] | None = None) -> float:
     topic = f"txn-bench-{client}-{mode}-{run}"
-    asyncio.run(_create(bootstrap, topic))
+    # the breakdown reads the broker's append times from the log: LogAppendTime batches
+    asyncio.run(_create(bootstrap, topic, {"message.timestamp.type": "LogAppendTime"} if trace is not None else None))
     commit_s = args.commit_ms / 1000
     if client == "librdkafka":
-        return librdkafka_rate(bootstrap, topic, mode, args.seconds, args.record_size, commit_s)
-    return asyncio.run(pulllog_rate(bootstrap, topic, mode, args.seconds, args.record_size, commit_s))
+        return librdkafka_rate(bootstrap, topic, mode, args.seconds, args.record_size, commit_s, trace)
+    return asyncio.run(pulllog_rate(bootstrap, topic, mode, args.seconds, args.record_size, commit_s, trace))
+
+
+@dataclass(frozen=True)
+class Appended:
+    """One batch in the partition's log: when the broker appended it (LogAppendTime, ms;
+    a marker's own timestamp), and whether it is a transaction marker."""
+
+    append_ms: int
+    marker: bool
+    size: int
+
+
+def log_batches(data_dir: Path, topic: str) -> list[Appended]:
+    """The batches of ``topic``'s partition 0 in its segment files (pulllog's and Kafka's
+    have the same format), in offset order."""
+    found = [d for d in data_dir.rglob(f"{topic}-0") if d.is_dir()]
+    if not found:
+        raise SystemExit(f"no log directory for {topic}-0 under {data_dir}")
+    batches: list[Appended] = []
+    for segment in sorted(found[0].glob("*.log")):
+        buf = segment.read_bytes()
+        for _pos, header in iter_batches(buf):
+            batches.append(Appended(header.max_timestamp, header.is_control, header.size))
+    return batches
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Medians per transaction (per commit interval for the idempotent producer)."""
+
+    commit_ms: float  # commit_transaction() called until it returned: the application cannot send
+    backlog_mib: float  # bytes appended but not acknowledged when commit_transaction() was called
+    quiet_ms: float  # the log's last data batch before a marker until its first one after
+    marker_to_data_ms: float  # the marker's append until the next transaction's first batch
+    batch_interval_ms: float  # between data batches elsewhere (the pipeline's pace)
+    transactions: int
+
+
+def breakdown(trace: list[tuple[float, float]], batches: list[Appended]) -> Breakdown:
+    quiet: list[float] = []
+    after_marker: list[float] = []
+    for i, b in enumerate(batches):
+        if b.marker and 0 < i < len(batches) - 1 and not batches[i - 1].marker and not batches[i + 1].marker:
+            quiet.append(batches[i + 1].append_ms - batches[i - 1].append_ms)
+            after_marker.append(batches[i + 1].append_ms - b.append_ms)
+    markers = {i for i, b in enumerate(batches) if b.marker}
+    intervals = [batches[i].append_ms - batches[i - 1].append_ms for i in range(2, len(batches) - 1)
+                 if not markers & {i - 2, i - 1, i, i + 1}]  # data batches away from a commit
+    return Breakdown(
+        commit_ms=_median([c * 1000 for _b, c in trace]),
+        backlog_mib=_median([b / 2**20 for b, _c in trace]),
+        quiet_ms=_median(quiet), marker_to_data_ms=_median(after_marker),
+        batch_interval_ms=_median(intervals), transactions=len(quiet))
+
+
+def _median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def run_breakdown(args: argparse.Namespace, starters: dict[str, Callable[[Path], bench_vs_kafka.Served]]) -> int:
+    """``--breakdown``: per-transaction times and backlog, idempotent and transactional runs
+    alternating, each on a LogAppendTime topic whose log then says when the broker appended."""
+    machine = bench_paper.machine()
+    rows = []
+    for broker in args.brokers.split(","):
+        with tempfile.TemporaryDirectory(prefix=f"bench-txn-{broker}-") as tmp:
+            data_dir = Path(tmp) / "data"
+            served = starters[broker](data_dir)
+            try:
+                measure(served.bootstrap, "librdkafka", "transactional", -1, argparse.Namespace(
+                    **{**vars(args), "seconds": 2.0}))  # warm-up, not recorded
+                for client in args.clients.split(","):
+                    for run in range(args.runs):
+                        for mode in MODES:
+                            trace: list[tuple[float, float]] = []
+                            rate = measure(served.bootstrap, client, mode, run, args, trace)
+                            found = breakdown(trace, log_batches(data_dir, f"txn-bench-{client}-{mode}-{run}"))
+                            rows.append((broker, client, mode, run, rate, found))
+                            print(f"{broker} {client} {mode} run {run}: {rate:,.0f} records/s {found}", file=sys.stderr)
+            finally:
+                served.stop()  # type: ignore[operator]
+    print(f"\n{machine}; {args.record_size}-byte records, one partition, acks=all, commit every "
+          f"{args.commit_ms} ms, {args.seconds:g} s per run; medians per transaction (per {args.commit_ms} ms "
+          "for the idempotent producer)\n")
+    print("| broker | client | mode | run | records/s | commit_transaction() ms | backlog at commit MiB "
+          "| log quiet around the marker ms | marker to next batch ms | batch interval ms |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for broker, client, mode, run, rate, b in rows:
+        quiet = "" if mode == "idempotent" else f"{b.quiet_ms:.0f}"
+        to_data = "" if mode == "idempotent" else f"{b.marker_to_data_ms:.0f}"
+        commit = "" if mode == "idempotent" else f"{b.commit_ms:.1f}"
+        print(f"| {broker} | {client} | {mode} | {run} | {rate:,.0f} | {commit} | {b.backlog_mib:.1f} | {quiet} "
+              f"| {to_data} | {b.batch_interval_ms:.0f} |")
+    return 0
 
 
 def main() -> int:
@@ -142,9 +274,14 @@ def main() -> int:
     parser.add_argument("--commit-ms", type=int, default=100)
     parser.add_argument("--brokers", default="pulllog,kafka")
     parser.add_argument("--clients", default="librdkafka,pulllog")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="per transaction: time in commit_transaction(), backlog at commit, the log's "
+                             "quiet time around each marker (instead of the throughput table)")
     args = parser.parse_args()
     starters: dict[str, Callable[[Path], bench_vs_kafka.Served]] = {
         "pulllog": bench_vs_kafka.start_pulllog, "kafka": bench_vs_kafka.start_kafka}
+    if args.breakdown:
+        return run_breakdown(args, starters)
     rows = []
     machine = bench_paper.machine()  # its load average is the one at the start
     for broker in args.brokers.split(","):

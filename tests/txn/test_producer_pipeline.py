@@ -208,7 +208,7 @@ async def test_a_later_transactions_batches_pipeline_behind_its_first(pulllog_br
         first = await producer.send(topic, values[0], partition=0)
         futures = [first]
         most_in_flight = 0
-        sender = producer._sender  # noqa: SLF001 (what is in flight is the point)
+        sender = producer._sender  # what is in flight is the point
         assert sender is not None
         for value in values[1:]:
             futures.append(await producer.send(topic, value, partition=0))
