@@ -26,6 +26,7 @@ from waits import wait_for_listener, wait_until
 from pulllog import Admin, Consumer, Producer, TopicPartition
 from pulllog.client.admin import NewTopic, OffsetSpec
 from pulllog.client.transactions import (
+    AbortableTransactionError,
     ProducerFencedError,
     TransactionAbortedError,
     TransactionState,
@@ -123,11 +124,12 @@ async def test_a_transactions_first_batch_goes_before_the_application_fills_it(b
     assert len(await read_committed(bootstrap, "pipeline", 2)) == sum(counts)
 
 
-async def test_committed_and_aborted_transactions_stay_all_or_nothing(pulllog_broker: Any) -> None:
+@pytest.mark.parametrize("batch_size", [BATCH_SIZE, 4096], ids=["one batch", "many batches in flight"])
+async def test_committed_and_aborted_transactions_stay_all_or_nothing(pulllog_broker: Any, batch_size: int) -> None:
     bootstrap = pulllog_broker.bootstrap_servers
     await _create(bootstrap, "all-or-nothing", 2)
     committed: list[bytes] = []
-    async with Producer(bootstrap, transactional_id="aon-tx", batch_size=BATCH_SIZE) as producer:
+    async with Producer(bootstrap, transactional_id="aon-tx", batch_size=batch_size) as producer:
         await producer.init_transactions()
         for txn in range(4):
             producer.begin_transaction()
@@ -164,6 +166,30 @@ async def test_a_fenced_producer_cannot_commit_what_it_sent(broker_process: Serv
             async with second.transaction():
                 await second.send("fenced-pipeline", b"successor", partition=0)
     assert await read_committed(bootstrap, "fenced-pipeline") == [b"successor"]
+
+
+async def test_a_fenced_producer_with_batches_in_flight_commits_none_of_them(pulllog_broker: Any) -> None:
+    """A zombie fenced while its later transaction's batches pipeline (several in flight from
+    the first): whatever of them the broker stored is aborted, and the commit fails."""
+    bootstrap = pulllog_broker.bootstrap_servers
+    topic = "fenced-in-flight"
+    await _create(bootstrap, topic)
+    kept = [b"kept-%d" % i for i in range(100)]
+    async with Producer(bootstrap, transactional_id="fenced-in-flight-tx", batch_size=4096) as first:
+        await first.init_transactions()
+        async with first.transaction():
+            for value in kept:
+                await first.send(topic, value, partition=0)
+        first.begin_transaction()
+        for i in range(2000):
+            await first.send(topic, b"zombie-%d" % i, partition=0)
+        async with Producer(bootstrap, transactional_id="fenced-in-flight-tx") as second:
+            await second.init_transactions()  # aborts the first one's transaction, fences it
+            # fenced at EndTxn (ProducerFencedError), or at a Produce that met the new epoch
+            # (INVALID_PRODUCER_EPOCH from a partition: abortable, as in Kafka's KIP-588)
+            with pytest.raises((ProducerFencedError, AbortableTransactionError)):
+                await first.commit_transaction()
+    assert await read_committed(bootstrap, topic) == kept
 
 
 async def test_a_transactions_first_batch_that_fails_retriably_is_not_overtaken(pulllog_broker: Any) -> None:
