@@ -30,7 +30,9 @@ was called (bytes appended but not acknowledged: pulllog's buffer_memory in use,
 librdkafka's queued messages; for the idempotent producer, the same every ``--commit-ms``),
 and when the broker's log received nothing: its topics use LogAppendTime, so each batch in
 the segment files says when the broker appended it, to the millisecond; "quiet" is the time
-from the last data batch before a commit marker to the first one after it.
+from the last data batch before a commit marker to the first one after it; and how fast the
+log grew while ``commit_transaction()`` ran beside how fast between commits (a pipeline that
+stays full while the application waits grows it as fast).
 
 Prints a Markdown table with the machine and the date.
 """
@@ -61,10 +63,20 @@ from pulllog.records.batch import iter_batches  # noqa: E402
 MODES = ("idempotent", "transactional")
 
 
+@dataclass(frozen=True)
+class CommitSample:
+    """What ``--breakdown`` notes at each commit (every ``--commit-ms`` for the idempotent
+    producer, which does not commit: ``seconds`` 0)."""
+
+    backlog: int  # bytes appended but not acknowledged when commit_transaction() was called
+    started: float  # when it was called, seconds since the epoch (the broker's clock too)
+    seconds: float  # until it returned
+
+
 def librdkafka_rate(bootstrap: str, topic: str, mode: str, seconds: float, size: int, commit_s: float,
-                    trace: list[tuple[float, float]] | None = None) -> float:
+                    trace: list[CommitSample] | None = None) -> float:
     """Records per second acknowledged (idempotent) or committed (transactional); with
-    ``trace``, (backlog bytes, seconds in commit_transaction()) per commit interval."""
+    ``trace``, a CommitSample per commit interval."""
     conf = {"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"}
     if mode == "transactional":
         conf["transactional.id"] = f"{topic}-tx"
@@ -82,12 +94,13 @@ def librdkafka_rate(bootstrap: str, topic: str, mode: str, seconds: float, size:
         now = time.monotonic()
         if mode == "transactional" and now >= next_commit:
             backlog = len(producer) * size  # records queued or in flight, not yet acknowledged
+            wall = time.time()
             producer.commit_transaction(60)
             counted += in_txn
             in_txn = 0
             next_commit = time.monotonic() + commit_s
             if trace is not None:
-                trace.append((backlog, next_commit - commit_s - now))
+                trace.append(CommitSample(backlog, wall, next_commit - commit_s - now))
             if now >= deadline:
                 break
             producer.begin_transaction()
@@ -95,7 +108,7 @@ def librdkafka_rate(bootstrap: str, topic: str, mode: str, seconds: float, size:
             producer.flush(60)
             break
         elif mode == "idempotent" and trace is not None and now >= next_commit:
-            trace.append((len(producer) * size, 0.0))  # what a commit would wait for here
+            trace.append(CommitSample(len(producer) * size, time.time(), 0.0))  # what a commit would wait for
             next_commit = now + commit_s
         try:
             producer.produce(topic, value, partition=0)
@@ -111,7 +124,7 @@ def librdkafka_rate(bootstrap: str, topic: str, mode: str, seconds: float, size:
 
 
 async def pulllog_rate(bootstrap: str, topic: str, mode: str, seconds: float, size: int, commit_s: float,
-                       trace: list[tuple[float, float]] | None = None) -> float:
+                       trace: list[CommitSample] | None = None) -> float:
     transactional_id = f"{topic}-tx" if mode == "transactional" else None
     value = b"x" * size
     async with Producer(bootstrap, transactional_id=transactional_id) as producer:
@@ -127,12 +140,13 @@ async def pulllog_rate(bootstrap: str, topic: str, mode: str, seconds: float, si
             now = time.monotonic()
             if transactional_id is not None and now >= next_commit:
                 backlog = unacknowledged_bytes(producer) if trace is not None else 0
+                wall = time.time()
                 await producer.commit_transaction()
                 counted += in_txn
                 in_txn = 0
                 next_commit = time.monotonic() + commit_s
                 if trace is not None:
-                    trace.append((backlog, next_commit - commit_s - now))
+                    trace.append(CommitSample(backlog, wall, next_commit - commit_s - now))
                 if now >= deadline:
                     break
                 producer.begin_transaction()
@@ -140,7 +154,7 @@ async def pulllog_rate(bootstrap: str, topic: str, mode: str, seconds: float, si
                 await producer.flush()
                 break
             elif transactional_id is None and trace is not None and now >= next_commit:
-                trace.append((unacknowledged_bytes(producer), 0.0))  # what a commit would wait for here
+                trace.append(CommitSample(unacknowledged_bytes(producer), time.time(), 0.0))  # what a commit would wait for
                 next_commit = now + commit_s
             for _ in range(100):  # the clock once per 100 records
                 await send(topic, value, partition=0)
@@ -162,7 +176,7 @@ async def _create(bootstrap: str, topic: str, configs: dict[str, str] | None = N
 
 
 def measure(bootstrap: str, client: str, mode: str, run: int, args: argparse.Namespace,
-            trace: list[tuple[float, float]] | None = None) -> float:
+            trace: list[CommitSample] | None = None) -> float:
     topic = f"txn-bench-{client}-{mode}-{run}"
     # the breakdown reads the broker's append times from the log: LogAppendTime batches
     asyncio.run(_create(bootstrap, topic, {"message.timestamp.type": "LogAppendTime"} if trace is not None else None))
@@ -205,10 +219,12 @@ class Breakdown:
     quiet_ms: float  # the log's last data batch before a marker until its first one after
     marker_to_data_ms: float  # the marker's append until the next transaction's first batch
     batch_interval_ms: float  # between data batches elsewhere (the pipeline's pace)
+    mib_s_in_commit: float  # data the log received while commit_transaction() ran, per second
+    mib_s_between: float  # ... and between commits
     transactions: int
 
 
-def breakdown(trace: list[tuple[float, float]], batches: list[Appended]) -> Breakdown:
+def breakdown(trace: list[CommitSample], batches: list[Appended]) -> Breakdown:
     quiet: list[float] = []
     after_marker: list[float] = []
     for i, b in enumerate(batches):
@@ -219,10 +235,26 @@ def breakdown(trace: list[tuple[float, float]], batches: list[Appended]) -> Brea
     intervals = [batches[i].append_ms - batches[i - 1].append_ms for i in range(2, len(batches) - 1)
                  if not markers & {i - 2, i - 1, i, i + 1}]  # data batches away from a commit
     return Breakdown(
-        commit_ms=_median([c * 1000 for _b, c in trace]),
-        backlog_mib=_median([b / 2**20 for b, _c in trace]),
+        commit_ms=_median([c.seconds * 1000 for c in trace]),
+        backlog_mib=_median([c.backlog / 2**20 for c in trace]),
         quiet_ms=_median(quiet), marker_to_data_ms=_median(after_marker),
-        batch_interval_ms=_median(intervals), transactions=len(quiet))
+        batch_interval_ms=_median(intervals), **_rates(trace, batches), transactions=len(quiet))
+
+
+def _rates(trace: list[CommitSample], batches: list[Appended]) -> dict[str, float]:
+    """MiB/s of data appended while commit_transaction() ran and between commits (the
+    pipeline's pace in both: does the broker idle while the application waits?)."""
+    windows = [(c.started * 1000, (c.started + c.seconds) * 1000) for c in trace if c.seconds > 0]
+    data = [b for b in batches if not b.marker]
+    if not windows or len(data) < 2:
+        return {"mib_s_in_commit": float("nan"), "mib_s_between": float("nan")}
+    span = max(data[-1].append_ms, windows[-1][1]) - min(data[0].append_ms, windows[0][0])
+    inside_ms = sum(end - start for start, end in windows)
+    inside = sum(b.size for b in data if any(start <= b.append_ms <= end for start, end in windows))
+    outside = sum(b.size for b in data) - inside
+    per_s = 1000 / 2**20
+    return {"mib_s_in_commit": inside / inside_ms * per_s,
+            "mib_s_between": outside / max(span - inside_ms, 1) * per_s}
 
 
 def _median(values: Sequence[float]) -> float:
@@ -244,7 +276,7 @@ def run_breakdown(args: argparse.Namespace, starters: dict[str, Callable[[Path],
                 for client in args.clients.split(","):
                     for run in range(args.runs):
                         for mode in MODES:
-                            trace: list[tuple[float, float]] = []
+                            trace: list[CommitSample] = []
                             rate = measure(served.bootstrap, client, mode, run, args, trace)
                             found = breakdown(trace, log_batches(data_dir, f"txn-bench-{client}-{mode}-{run}"))
                             rows.append((broker, client, mode, run, rate, found))
@@ -255,14 +287,17 @@ def run_breakdown(args: argparse.Namespace, starters: dict[str, Callable[[Path],
           f"{args.commit_ms} ms, {args.seconds:g} s per run; medians per transaction (per {args.commit_ms} ms "
           "for the idempotent producer)\n")
     print("| broker | client | mode | run | records/s | commit_transaction() ms | backlog at commit MiB "
-          "| log quiet around the marker ms | marker to next batch ms | batch interval ms |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| log quiet around the marker ms | marker to next batch ms | batch interval ms "
+          "| log MiB/s during commits / between |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for broker, client, mode, run, rate, b in rows:
-        quiet = "" if mode == "idempotent" else f"{b.quiet_ms:.0f}"
-        to_data = "" if mode == "idempotent" else f"{b.marker_to_data_ms:.0f}"
-        commit = "" if mode == "idempotent" else f"{b.commit_ms:.1f}"
+        txn = mode != "idempotent"
+        quiet = f"{b.quiet_ms:.0f}" if txn else ""
+        to_data = f"{b.marker_to_data_ms:.0f}" if txn else ""
+        commit = f"{b.commit_ms:.1f}" if txn else ""
+        during = f"{b.mib_s_in_commit:.0f} / {b.mib_s_between:.0f}" if txn else ""
         print(f"| {broker} | {client} | {mode} | {run} | {rate:,.0f} | {commit} | {b.backlog_mib:.1f} | {quiet} "
-              f"| {to_data} | {b.batch_interval_ms:.0f} |")
+              f"| {to_data} | {b.batch_interval_ms:.0f} | {during} |")
     return 0
 
 
