@@ -141,6 +141,8 @@ class BrokerProcess:
     zookeeper_connect: str
     host: str = ""
     overrides: tuple[str, ...] = ()
+    # Where its log goes (pulllog serve logs to stdout; rich's lines, not wrapped); None: nowhere.
+    log_file: Path | None = None
     proc: subprocess.Popen[str] | None = field(default=None, repr=False)
     bootstrap_servers: str = ""
     stderr_lines: list[str] = field(default_factory=list, repr=False)
@@ -178,8 +180,12 @@ class BrokerProcess:
         return args
 
     def spawn(self) -> subprocess.Popen[str]:
-        return subprocess.Popen(self.command(), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                stdin=subprocess.DEVNULL, text=True)
+        if self.log_file is None:
+            return subprocess.Popen(self.command(), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                    stdin=subprocess.DEVNULL, text=True)
+        with open(self.log_file, "a") as log:  # the child keeps its own descriptor
+            return subprocess.Popen(self.command(), stderr=subprocess.PIPE, stdout=log, stdin=subprocess.DEVNULL,
+                                    text=True, env={**os.environ, "COLUMNS": "400"})
 
     def kill(self) -> None:
         """SIGKILL: no clean shutdown, its ZooKeeper session ends only when it times out."""

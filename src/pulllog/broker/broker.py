@@ -23,7 +23,8 @@ leaving ``async with Broker()`` joins them all):
    shutdown task, and start the log cleaner's thread
    (compaction in its worker process, see log/cleaner.py); each accepted connection's
    task joins the same group;
-3. on :meth:`Broker.stop` (or a clean exit from the block): stop accepting, cancel long
+3. on :meth:`Broker.stop` (or a clean exit from the block): a cluster member first hands its
+   leaderships over (controlled shutdown, see broker/controlled_shutdown.py); stop accepting, cancel long
    polls, let each connection finish the request in hand (up to 5 s, then cancel it), stop
    housekeeping; a cluster member then closes its ZooKeeper session (its registration goes);
 4. after an error or a cancellation instead: cancel every task at once;
@@ -597,6 +598,10 @@ class Broker:
 
     async def _shutdown_when_stopped(self) -> None:
         await self._stop.wait()
+        if self.membership is not None and self.config.controlled_shutdown_enable:
+            from .controlled_shutdown import controlled_shutdown
+
+            await controlled_shutdown(self)  # while still serving: clients follow the new leaders
         await self._shutdown_connections()
         if self.replicas is not None:
             self.replicas.shutdown()

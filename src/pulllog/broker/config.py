@@ -69,8 +69,7 @@ _IGNORED_BY_REASON = {
         alter.log.dirs.replication.quota.window.size.seconds replica.alter.log.dirs.io.max.bytes.per.second
         unclean.leader.election.enable eligible.leader.replicas.enable transaction.state.log.min.isr
         transaction.state.log.replication.factor share.coordinator.state.topic.min.isr
-        share.coordinator.state.topic.replication.factor controlled.shutdown.enable
-        controlled.shutdown.max.retries controlled.shutdown.retry.backoff.ms
+        share.coordinator.state.topic.replication.factor
         inter.broker.listener.name inter.broker.protocol.version security.inter.broker.protocol
         reserved.broker.max.id broker.id.generation.enable""",
     "pulllog keeps its metadata itself: there is no ZooKeeper or KRaft quorum": """
@@ -364,6 +363,13 @@ class BrokerConfig:
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_check_interval_seconds: int = 300
     leader_imbalance_per_broker_percentage: int = 10
+    # Controlled shutdown (Kafka's names and defaults): on a clean stop a cluster member asks
+    # the controller to move the leadership of its partitions to other in-sync replicas and
+    # take it out of the ISRs first, up to max.retries times, retry.backoff.ms apart; then it
+    # stops anyway. False: it just leaves, and the controller elects once its session ends.
+    controlled_shutdown_enable: bool = True
+    controlled_shutdown_max_retries: int = 3
+    controlled_shutdown_retry_backoff_ms: int = 5_000
     # Replicas of the internal topics in a cluster (Kafka's ZooKeeper mode: their creation
     # fails until that many brokers are live). A single broker keeps one replica.
     offsets_topic_replication_factor: int = 3
@@ -491,6 +497,12 @@ class BrokerConfig:
                 kw["leader_imbalance_check_interval_seconds"] = _int(name, raw, 1, 2**31 - 1)
             elif name == "leader.imbalance.per.broker.percentage":
                 kw["leader_imbalance_per_broker_percentage"] = _int(name, raw, 0, 100)
+            elif name == "controlled.shutdown.enable":
+                kw["controlled_shutdown_enable"] = _bool(name, raw)
+            elif name == "controlled.shutdown.max.retries":
+                kw["controlled_shutdown_max_retries"] = _int(name, raw, 0, 2**31 - 1)
+            elif name == "controlled.shutdown.retry.backoff.ms":
+                kw["controlled_shutdown_retry_backoff_ms"] = _int(name, raw, 0, 2**31 - 1)
             elif name == "offsets.topic.replication.factor":
                 kw["offsets_topic_replication_factor"] = _int(name, raw, 1, 32767)
             elif name == "transaction.state.log.replication.factor":
@@ -539,6 +551,9 @@ class BrokerConfig:
         out["auto.leader.rebalance.enable"] = str(self.auto_leader_rebalance_enable).lower()
         out["leader.imbalance.check.interval.seconds"] = str(self.leader_imbalance_check_interval_seconds)
         out["leader.imbalance.per.broker.percentage"] = str(self.leader_imbalance_per_broker_percentage)
+        out["controlled.shutdown.enable"] = str(self.controlled_shutdown_enable).lower()
+        out["controlled.shutdown.max.retries"] = str(self.controlled_shutdown_max_retries)
+        out["controlled.shutdown.retry.backoff.ms"] = str(self.controlled_shutdown_retry_backoff_ms)
         out["offsets.topic.replication.factor"] = str(self.offsets_topic_replication_factor)
         out["transaction.state.log.replication.factor"] = str(self.transaction_state_log_replication_factor)
         for name, (field_name, _low, _high) in (*_TRANSACTION_INTS.items(), *_REPLICA_INTS.items()):

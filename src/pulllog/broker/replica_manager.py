@@ -182,6 +182,7 @@ class ReplicaManager:
         self._task_group: asyncio.TaskGroup | None = None
         self._last_hw_checkpoint = _now_ms()
         self._stopped = False
+        self._fetching_stopped = False  # a controlled shutdown is under way (stop_fetching)
         self._checkpoint_lock = threading.Lock()  # the housekeeping's worker thread and a clean stop
 
     # ------------------------------------------------------------------ lifecycle
@@ -199,6 +200,14 @@ class ReplicaManager:
         for fetcher in self.fetchers.values():
             fetcher.stop()
         self.produce_purgatory.shutdown()
+
+    def stop_fetching(self) -> None:
+        """A controlled shutdown begins: fetch no more as a follower, now or after a view makes
+        this broker one, so no leader adds it back to an ISR (the controller takes it out);
+        leading goes on until the views move the leadership."""
+        self._fetching_stopped = True
+        for fetcher in self.fetchers.values():
+            fetcher.stop()
 
     def close(self) -> None:
         """At a clean stop, before the logs close: checkpoint the high watermarks."""
@@ -324,7 +333,7 @@ class ReplicaManager:
         replica.log.become_follower()
         log.info("%s-%d: follower of %d in epoch %d", replica.topic, replica.index, state.leader, state.leader_epoch)
         self._wake(replica.key)  # waiting acks=all Produces answer NOT_LEADER_OR_FOLLOWER
-        if state.leader >= 0 and not self._stopped:
+        if state.leader >= 0 and not self._stopped and not self._fetching_stopped:
             self._fetcher(state.leader).add(replica)
 
     def _stop_replica(self, replica: PartitionReplica) -> None:

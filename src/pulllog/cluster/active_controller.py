@@ -50,7 +50,15 @@ from kazoo.exceptions import (
     RolledBackError,
 )
 
-from .controller import ElectionError, ElectionType, elect_by_request, reconcile
+from .controller import (
+    ElectionError,
+    ElectionType,
+    elect_by_request,
+    electable_brokers,
+    reconcile,
+    shutdown_decision,
+)
+from .errors import BrokerNotAvailableError, NotControllerError, StaleBrokerEpochError
 from .state import LeaderAndIsr
 from .znodes import (
     BROKER_IDS,
@@ -60,6 +68,7 @@ from .znodes import (
     PREFERRED_REPLICA_ELECTION,
     TopicAssignment,
     ZnodeFormatError,
+    broker_path,
     decode_partition_state,
     decode_preferred_election,
     decode_topic_config,
@@ -140,6 +149,10 @@ class ActiveController:
         self._next_rebalance = time.monotonic() + rebalance_interval_s
         self.passes = 0
         self.lost_transactions = 0  # transactions that lost to a newer state (decided again one by one)
+        # Brokers in a controlled shutdown -> the creation zxid of the registration that asked
+        # (its broker epoch): forgotten once that registration is gone. Read and written under
+        # _work only.
+        self._shutting_down: dict[int, int] = {}
         self._thread = threading.Thread(target=self._run, name=f"pulllog-controller-epoch-{epoch}", daemon=True)
 
     def _path(self, path: str) -> str:
@@ -198,6 +211,7 @@ class ActiveController:
     def _pass(self, *, rebalance: bool = False) -> None:
         self.passes += 1
         live = self.live_brokers()
+        self._forget_shut_down(live)
         deletions = set(self._children(DELETE_TOPICS))
         for topic in sorted(deletions):
             self._delete_topic(topic, live)
@@ -244,9 +258,10 @@ class ActiveController:
 
     def _decide(self, replicas: tuple[int, ...], state: LeaderAndIsr | None, live: Collection[int],
                 unclean: bool, preferred: bool) -> LeaderAndIsr | None:
-        decision = reconcile(replicas, state, live, self.epoch, unclean=unclean)
+        electable = electable_brokers(live, self._shutting_down, state)  # not one shutting down
+        decision = reconcile(replicas, state, electable, self.epoch, unclean=unclean)
         if decision is None and state is not None and preferred:
-            chosen = elect_by_request(state, replicas, live, self.epoch, ElectionType.PREFERRED)
+            chosen = elect_by_request(state, replicas, electable, self.epoch, ElectionType.PREFERRED)
             decision = chosen if isinstance(chosen, LeaderAndIsr) else None
         return decision
 
@@ -416,12 +431,72 @@ class ActiveController:
                     out[(topic, partition)] = None
                     continue
                 state = self._state(topic, partition)
-                chosen = elect_by_request(state, assignment.partitions[partition], live, self.epoch, election)
+                chosen = elect_by_request(state, assignment.partitions[partition],
+                                          electable_brokers(live, self._shutting_down, state), self.epoch, election)
                 if isinstance(chosen, LeaderAndIsr) and not self._write(topic, partition, chosen, create=False):
                     chosen = ElectionError("ELIGIBLE_LEADERS_NOT_AVAILABLE",
                                            "the partition's state changed during the election; try again")
                 out[(topic, partition)] = chosen
             return out
+
+    # ------------------------------------------------------------------ ControlledShutdown
+
+    def controlled_shutdown(self, broker_id: int, broker_epoch: int = -1) -> list[tuple[str, int]]:
+        """A broker stopping cleanly (blocking; call it off the event loop): mark it shutting
+        down, move the leadership of its partitions to other in-sync replicas and take it out
+        of the ISRs of those it follows, each write fenced as any other. Returns the partitions
+        (with more than one replica) it still leads. Raises BrokerNotAvailableError (not
+        registered), StaleBrokerEpochError (asked by an earlier registration) or
+        NotControllerError (a newer controller was elected)."""
+        with self._work:
+            stat = self._client.exists(self._path(broker_path(broker_id)))
+            if stat is None:
+                raise BrokerNotAvailableError(f"broker {broker_id} is not registered")
+            if 0 <= broker_epoch < stat.czxid:
+                raise StaleBrokerEpochError(f"broker epoch {broker_epoch} of broker {broker_id} is older than its "
+                                            f"registration's ({stat.czxid})")
+            self._shutting_down[broker_id] = stat.czxid
+            log.info("controller (epoch %d): controlled shutdown of broker %d", self.epoch, broker_id)
+            live = self.live_brokers()
+            remaining: list[tuple[str, int]] = []
+            deletions = set(self._children(DELETE_TOPICS))
+            try:
+                for topic in sorted(self._children(BROKER_TOPICS)):
+                    assignment = self._assignment(topic)
+                    if assignment is None or topic in deletions:
+                        continue  # Kafka leaves a topic queued for deletion alone too
+                    for partition, replicas in sorted(assignment.partitions.items()):
+                        if broker_id in replicas and self._shut_down_partition(topic, partition, replicas,
+                                                                              broker_id, live):
+                            remaining.append((topic, partition))
+            except FencedError:
+                self._stopped = True
+                self._dirty.set()
+                raise NotControllerError(f"broker {self.broker_id}'s controller epoch {self.epoch} was superseded") \
+                    from None
+            return remaining
+
+    def _shut_down_partition(self, topic: str, partition: int, replicas: tuple[int, ...], broker_id: int,
+                             live: Collection[int]) -> bool:
+        """One partition of a broker in a controlled shutdown; True when it still leads it."""
+        for _attempt in range(3):  # a lost race with the leader's own ISR change: read again
+            state = self._state(topic, partition)
+            if state is None:
+                return False
+            decision = shutdown_decision(state, replicas, broker_id, live, self._shutting_down, self.epoch)
+            if decision is None or self._write(topic, partition, decision, create=False):
+                leader = decision.leader if decision is not None else state.leader
+                return leader == broker_id and len(replicas) > 1
+        return True
+
+    def _forget_shut_down(self, live: Collection[int]) -> None:
+        """Drop the brokers whose registration that asked for a controlled shutdown is gone
+        (Kafka forgets a shutting-down broker when it dies); a registration that came back under
+        the same id is a new broker."""
+        for broker_id, czxid in list(self._shutting_down.items()):
+            stat = self._client.exists(self._path(broker_path(broker_id))) if broker_id in live else None
+            if stat is None or stat.czxid != czxid:
+                del self._shutting_down[broker_id]
 
     # ------------------------------------------------------------------ reads
 

@@ -29,9 +29,22 @@ half done)::
       or ElectLeaders PREFERRED            if it is live, in the ISR and not leading already
     ElectLeaders UNCLEAN                 a partition without a live leader: a live ISR replica,
                                            else the first live replica (ISR = [it])
+    ControlledShutdown from broker B     every partition with more than one replica: B led it: the
+      (a clean stop, see below)            first replica in assignment order that is in the ISR,
+                                           live and not shutting down leads, ISR minus the brokers
+                                           shutting down (none: B keeps it and it is "remaining");
+                                           B followed in the ISR: ISR minus B, same leader
     /admin/delete_topics/<t>             once every replica is live: the topic's znodes go (state,
                                            partitions, assignment, config), then the request;
                                            brokers drop its logs (a replica down: it waits)
+
+Controlled shutdown (Kafka's ``KafkaController.doControlledShutdown``): a broker stopping
+cleanly asks the controller first. The controller marks it *shutting down* for as long as its
+registration lasts: from then on no election (a death, a new partition, a preferred or unclean
+election) picks it as leader, and no ISR it decides includes it
+(:func:`electable_brokers`). Its answer names the partitions it still leads (no other in-sync
+replica could take them); the broker retries, then stops anyway. A broker shutting down stops
+fetching before it asks, so no leader adds it back to an ISR.
 
 Replica assignment at creation is Kafka's rack-unaware ``AdminUtils.assignReplicasToBrokers``:
 brokers sorted by id; partition *p*'s first replica is broker ``(p + start) % n``; the others
@@ -54,10 +67,12 @@ __all__ = [
     "InvalidReplicationFactorError",
     "assign_replicas",
     "elect",
+    "electable_brokers",
     "elect_by_request",
     "initial_state",
     "preferred_start_index",
     "reconcile",
+    "shutdown_decision",
 ]
 
 
@@ -184,3 +199,37 @@ def preferred_start_index(brokers: Collection[int], partition0_replicas: Sequenc
     first = partition0_replicas[0] if partition0_replicas else 0
     return next((i for i, b in enumerate(ids) if b >= first), 0)
 
+
+
+def shutdown_decision(state: LeaderAndIsr, replicas: Sequence[int], broker: int, live: Collection[int],
+                      shutting_down: Collection[int], controller_epoch: int) -> LeaderAndIsr | None:
+    """What a controlled shutdown of ``broker`` writes for one of its partitions, or None.
+
+    Kafka acts only on partitions with more than one replica. One ``broker`` leads: the first
+    replica in assignment order that is in the ISR, live and not shutting down (Kafka's
+    ControlledShutdownLeaderSelector), with the ISR minus every broker shutting down; none:
+    None (the broker keeps it, and the answer names it as remaining). One it follows in the
+    ISR: the ISR minus it, same leader. Either way the leader epoch goes up by one."""
+    if len(replicas) <= 1:
+        return None
+    if state.leader == broker:
+        candidates = [r for r in replicas
+                      if r != broker and r in state.isr and r in live and r not in shutting_down]
+        if not candidates:
+            return None
+        isr = tuple(r for r in state.isr if r not in shutting_down and r != broker)
+        return LeaderAndIsr(candidates[0], state.leader_epoch + 1, isr, controller_epoch, state.zk_version)
+    if broker in state.isr and len(state.isr) > 1:
+        isr = tuple(r for r in state.isr if r != broker)
+        return LeaderAndIsr(state.leader, state.leader_epoch + 1, isr, controller_epoch, state.zk_version)
+    return None
+
+
+def electable_brokers(live: Collection[int], shutting_down: Collection[int], state: LeaderAndIsr | None) -> set[int]:
+    """The brokers an election may count as live: the live ones not shutting down (Kafka's
+    ``liveBrokerIds``), plus the partition's current leader even when it is shutting down, so a
+    partition it could not hand over stays led by it rather than go offline."""
+    out = {b for b in live if b not in shutting_down}
+    if state is not None and state.leader in live:
+        out.add(state.leader)
+    return out

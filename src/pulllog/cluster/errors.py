@@ -3,7 +3,8 @@ reports these in one line)."""
 
 from __future__ import annotations
 
-__all__ = ["BrokerIdInUseError", "ClusterStartError", "NotControllerError", "TopicAlreadyExistsError"]
+__all__ = ["BrokerIdInUseError", "BrokerNotAvailableError", "ClusterStartError", "NotControllerError",
+           "StaleBrokerEpochError", "TopicAlreadyExistsError"]
 
 
 class ClusterStartError(Exception):
@@ -20,3 +21,11 @@ class TopicAlreadyExistsError(Exception):
 
 class NotControllerError(Exception):
     """A request only the controller serves reached another broker (NOT_CONTROLLER)."""
+
+
+class BrokerNotAvailableError(Exception):
+    """ControlledShutdown for a broker that is not registered (BROKER_NOT_AVAILABLE)."""
+
+
+class StaleBrokerEpochError(Exception):
+    """ControlledShutdown from an earlier registration of the broker (STALE_BROKER_EPOCH)."""

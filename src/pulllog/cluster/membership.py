@@ -446,6 +446,20 @@ class ClusterMembership:
             raise NotControllerError(f"broker {self.broker_id} is not the controller")
         return controller.elect_leaders(partitions, election)
 
+    def controlled_shutdown(self, broker_id: int, broker_epoch: int = -1) -> list[tuple[str, int]]:
+        """ControlledShutdown, run by the controller (blocking): the partitions ``broker_id``
+        still leads. NotControllerError elsewhere (see ActiveController.controlled_shutdown)."""
+        controller = self.controller
+        if controller is None or not controller.active:
+            raise NotControllerError(f"broker {self.broker_id} is not the controller")
+        return controller.controlled_shutdown(broker_id, broker_epoch)
+
+    def broker_epoch(self) -> int:
+        """This broker's epoch as Kafka's ZooKeeper mode defines it: the creation zxid of its
+        registration znode (blocking; -1 while it is not registered)."""
+        stat = self._client.exists(self._path(broker_path(self.broker_id)))
+        return stat.czxid if stat is not None else -1
+
     # ------------------------------------------------------------------ topics (kazoo's thread)
 
     def _on_topics(self, children: list[str]) -> None:

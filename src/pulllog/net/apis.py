@@ -30,6 +30,7 @@ class ApiKey(enum.IntEnum):
     FETCH = 1
     LIST_OFFSETS = 2
     METADATA = 3
+    CONTROLLED_SHUTDOWN = 7  # a cluster member's, to the controller (schemas: net/controlled_shutdown.py)
     OFFSET_COMMIT = 8
     OFFSET_FETCH = 9
     FIND_COORDINATOR = 10

@@ -29,8 +29,9 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
+
+from .protocol import load_request_schema, load_response_schema
 
 __all__ = ["build", "response_class", "request_class", "to_plain"]
 

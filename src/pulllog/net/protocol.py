@@ -51,7 +51,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, Final, NamedTuple, TypeVar, cast
 
-from kio.index import load_request_schema, load_response_schema
+from kio.index import load_request_schema as _kio_request_schema
+from kio.index import load_response_schema as _kio_response_schema
 from kio.schema.index import api_key_map, schema_name_map
 from kio.static.constants import EntityType
 from kio.serial import entity_reader, entity_writer
@@ -100,6 +101,40 @@ _INT32: Final = struct.Struct(">i")
 _METADATA: Final = int(ApiKey.METADATA)
 
 R = TypeVar("R", bound=ResponsePayload)
+
+_CONTROLLED_SHUTDOWN: Final = 7  # the one API whose schemas are pulllog's own (kio has none)
+
+
+def load_request_schema(api_key: int, api_version: int) -> Any:
+    """kio's request class, or pulllog's for ControlledShutdown (:mod:`.controlled_shutdown`)."""
+    if api_key == _CONTROLLED_SHUTDOWN:
+        return _own_schema(api_key, api_version, EntityType.request)
+    return _kio_request_schema(api_key, api_version)
+
+
+def load_response_schema(api_key: int, api_version: int) -> Any:
+    """kio's response class, or pulllog's for ControlledShutdown."""
+    if api_key == _CONTROLLED_SHUTDOWN:
+        return _own_schema(api_key, api_version, EntityType.response)
+    return _kio_response_schema(api_key, api_version)
+
+
+def _own_schema(api_key: int, api_version: int, entity_type: EntityType) -> Any:
+    from .controlled_shutdown import own_schema  # imported with the API's first use
+
+    found = own_schema(api_key, api_version, entity_type)
+    if found is None:
+        raise LookupError(f"{api_name(api_key)} v{api_version} has no {entity_type.name} schema")
+    return found
+
+
+def _has_schemas(api_key: int, version: int) -> bool:
+    if api_key == _CONTROLLED_SHUTDOWN:
+        from .controlled_shutdown import own_schema
+
+        return all(own_schema(api_key, version, t) is not None for t in (EntityType.request, EntityType.response))
+    entities = schema_name_map.get(api_key_map.get(api_key, ""), {}).get(version, {})
+    return EntityType.request in entities and EntityType.response in entities
 
 
 class InvalidResponseError(ProtocolError):
@@ -249,8 +284,7 @@ class RequestDecoder:
                     f"{api_name(api_key)}: bad version range v{min_version}-v{max_version}"
                 )
             for version in range(min_version, max_version + 1):
-                entities = schema_name_map.get(api_key_map.get(api_key, ""), {}).get(version, {})
-                if EntityType.request not in entities or EntityType.response not in entities:
+                if not _has_schemas(api_key, version):
                     raise ValueError(f"{api_name(api_key)} v{version} is advertised but kio has no schema for it")
 
     def _codec(self, api_key: int, api_version: int) -> _RequestCodec | None:
