@@ -22,6 +22,11 @@ At the end the producer flushes, the cluster settles (every ISR full) and:
 tests/cluster/test_cluster_faults.py runs this with 3 kills; by hand::
 
     python scripts/cluster_faults.py [--kills 10] [--partitions 3] [--seed N] [--session-timeout-ms 2000]
+    python scripts/cluster_faults.py --fault rolling-restart [--override controlled.shutdown.enable=false]
+
+A rolling restart also prints the longest time without an acknowledgement from the first stop
+to the last full ISR, and (with controlled shutdown, the default) checks that each broker led
+no partition and was in no ISR when its process exited.
 """
 
 from __future__ import annotations
@@ -70,6 +75,10 @@ class Acks:
     offsets: dict[tuple[int, int], int] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # The longest time between two acknowledgements while ``watching`` (set around a fault).
+    watching: bool = False
+    last_at: float = 0.0
+    longest_gap_s: float = 0.0
 
     def count(self) -> int:
         with self.lock:
@@ -103,8 +112,12 @@ class LoadProducer:
                 self.acks.errors.append(str(err))
             return
         partition, seq = (int(x) for x in msg.value().decode().split("-"))
+        now = time.monotonic()
         with self.acks.lock:
             self.acks.offsets[(partition, seq)] = msg.offset()
+            if self.acks.watching:
+                self.acks.longest_gap_s = max(self.acks.longest_gap_s, now - self.acks.last_at)
+            self.acks.last_at = now
 
     def _run(self) -> None:
         seqs = [0] * self.partitions
@@ -151,6 +164,22 @@ class FaultCluster:
 
     def registered(self, broker_id: int) -> bool:
         return self.zk.retry(self.zk.exists, f"{self.chroot}/brokers/ids/{broker_id}") is not None
+
+    def led_at_exit(self, broker_id: int, partitions: int) -> list[str]:
+        """Right after ``broker_id``'s process exited cleanly: the partitions it still led, or
+        whose last leadership write came after its registration went (ZooKeeper's order of
+        writes: the state's mzxid against /brokers/ids' pzxid, its last child change). With a
+        controlled shutdown every partition was handed over before it left."""
+        left_at = self.zk.retry(self.zk.exists, f"{self.chroot}/brokers/ids").pzxid
+        problems = []
+        for partition in range(partitions):
+            path = f"{self.chroot}/brokers/topics/{TOPIC}/partitions/{partition}/state"
+            data, stat = self.zk.retry(self.zk.get, path)
+            state = json.loads(data)
+            if state["leader"] == broker_id or broker_id in state["isr"] or stat.mzxid > left_at:
+                problems.append(f"partition {partition} was not handed over before broker {broker_id} exited: "
+                                f"{state} (written at zxid {stat.mzxid}, the broker left at {left_at})")
+        return problems
 
     def isr_full(self, partitions: int) -> bool:
         everyone = set(self.brokers)
@@ -294,20 +323,30 @@ def restart_zookeeper(cluster: FaultCluster, zookeeper: zk_cluster.ZooKeeper, lo
 
 
 def rolling_restart(cluster: FaultCluster, load: LoadProducer, rng: random.Random, min_acks: int,
-                    max_acks: int, log: Callable[[str], None] = print) -> list[tuple[int, int]]:
+                    max_acks: int, log: Callable[[str], None] = print,
+                    problems: list[str] | None = None) -> list[tuple[int, int]]:
     """Each broker in turn, after a random number of acks: a clean stop (SIGTERM), a restart,
-    and a full ISR everywhere before the next."""
+    and a full ISR everywhere before the next. Unless ``problems`` is None, what
+    :meth:`FaultCluster.led_at_exit` finds right after each exit goes there (a controlled
+    shutdown hands every partition over first). The longest time without an acknowledgement
+    from the first stop to the last full ISR is ``load.acks.longest_gap_s``."""
     stopped: list[tuple[int, int]] = []
     for broker_id, broker in sorted(cluster.brokers.items()):
         target = load.acks.count() + rng.randint(min_acks, max_acks)
         wait_for(lambda t=target: load.acks.count() >= t, f"{target} records are acknowledged")
+        with load.acks.lock:
+            load.acks.watching = True
         broker.stop()
         log(f"broker {broker_id} stopped at {load.acks.count()} acks")
+        if problems is not None:
+            problems += cluster.led_at_exit(broker_id, load.partitions)
         wait_for(lambda b=broker_id: not cluster.registered(b), f"broker {broker_id}'s registration is gone")
         broker.start()
         wait_for(lambda: cluster.isr_full(load.partitions), "every ISR is full again")
         log(f"broker {broker_id} back in every ISR at {load.acks.count()} acks")
         stopped.append((-1, broker_id))
+    with load.acks.lock:
+        load.acks.watching = False
     return stopped
 
 
@@ -499,14 +538,17 @@ class Outcome:
     acknowledged: int
     delivery_errors: tuple[str, ...]
     problems: tuple[str, ...]
+    longest_ack_gap_s: float = 0.0  # rolling-restart: from the first stop to the last full ISR
 
 
 def run(cluster: FaultCluster, partitions: int, kills: int, seed: int, min_acks: int, max_acks: int,
         log: Callable[[str], None] = print, fault: str = "leader-kill",
-        zookeeper: zk_cluster.ZooKeeper | None = None) -> Outcome:
+        zookeeper: zk_cluster.ZooKeeper | None = None, handover: bool = False) -> Outcome:
     """Create the topic, produce under the ``fault`` (``leader-kill``: ``kills`` leader kills;
-    ``zookeeper-restart``; ``rolling-restart``), and check what is left."""
+    ``zookeeper-restart``; ``rolling-restart``), and check what is left. ``handover``
+    (rolling-restart): also check that each broker led nothing when its process exited."""
     rng = random.Random(seed)
+    found: list[str] = []
     create_topic(cluster.bootstrap, partitions)
     load = LoadProducer(cluster.bootstrap, partitions).start()
     try:
@@ -516,12 +558,12 @@ def run(cluster: FaultCluster, partitions: int, kills: int, seed: int, min_acks:
             assert zookeeper is not None
             killed = restart_zookeeper(cluster, zookeeper, load, rng, min_acks, max_acks, log)
         else:
-            killed = rolling_restart(cluster, load, rng, min_acks, max_acks, log)
+            killed = rolling_restart(cluster, load, rng, min_acks, max_acks, log, found if handover else None)
         at = load.acks.count()
         wait_for(lambda: load.acks.count() >= at + min_acks, "more records are acknowledged after the last fault")
     finally:
         unreported = load.stop()
-    problems = [f"{unreported} records never had a delivery report"] if unreported else []
+    problems = found + ([f"{unreported} records never had a delivery report"] if unreported else [])
     wait_for(lambda: cluster.isr_full(partitions), "the cluster settles (every ISR full)")
     problems += check_acknowledged(load.acks, read_partitions(cluster.bootstrap, partitions))
     try:
@@ -529,7 +571,8 @@ def run(cluster: FaultCluster, partitions: int, kills: int, seed: int, min_acks:
                  timeout_s=60, interval_s=0.2)
     except AssertionError:
         problems.append(replicas_identical(cluster, partitions))
-    return Outcome(seed, tuple(killed), load.acks.count(), tuple(load.acks.errors[:20]), tuple(problems))
+    return Outcome(seed, tuple(killed), load.acks.count(), tuple(load.acks.errors[:20]), tuple(problems),
+                   load.acks.longest_gap_s)
 
 
 def main() -> None:
@@ -543,6 +586,8 @@ def main() -> None:
     parser.add_argument("--max-acks", type=int, default=5000, help="most acknowledged records between kills")
     parser.add_argument("--session-timeout-ms", type=int, default=2000,
                         help="the brokers' zookeeper.session.timeout.ms (how soon a kill is noticed)")
+    parser.add_argument("--override", action="append", default=[], metavar="NAME=VALUE",
+                        help="a broker setting for every broker, e.g. controlled.shutdown.enable=false (repeatable)")
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(2**32)
     print(f"seed {seed}", flush=True)
@@ -562,14 +607,19 @@ def main() -> None:
             print("OK" if not outcome.problems else f"FAILED (seed {seed})")
             sys.exit(1 if outcome.problems else 0)
         brokers = zk_cluster.start_brokers(zk.connect + "/faults", base, 3,
-                                           (f"zookeeper.session.timeout.ms={args.session_timeout_ms}",))
+                                           (f"zookeeper.session.timeout.ms={args.session_timeout_ms}",
+                                            *args.override))
         cluster = FaultCluster({b.broker_id: b for b in brokers}, client, "/faults")
         started = time.monotonic()
         outcome = run(cluster, args.partitions, args.kills, seed, args.min_acks, args.max_acks,
-                      lambda line: print(line, flush=True), args.fault, zk)
+                      lambda line: print(line, flush=True), args.fault, zk,
+                      handover="controlled.shutdown.enable=false" not in args.override)
         print(f"{args.fault}: {outcome.acknowledged} records acknowledged, {len(outcome.killed)} brokers stopped, "
               f"{len(outcome.delivery_errors)} delivery errors {list(outcome.delivery_errors)}, "
               f"{time.monotonic() - started:.0f} s")
+        if args.fault == "rolling-restart":
+            print(f"longest time without an acknowledgement during the restarts: "
+                  f"{outcome.longest_ack_gap_s * 1000:.0f} ms")
         for problem in outcome.problems:
             print("PROBLEM:", problem)
         print("OK" if not outcome.problems else f"FAILED (seed {seed})")

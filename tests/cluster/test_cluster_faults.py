@@ -4,7 +4,8 @@ sequence-numbered records to an RF=3, min.insync.replicas=2 topic of three parti
 * the leader of a random partition SIGKILLed at random moments (after a seeded random number of
   acknowledged records), three times, each broker restarted once its session is gone;
 * ZooKeeper SIGKILLed and restarted;
-* a rolling restart of the three brokers;
+* a rolling restart of the three brokers, each leading nothing and out of every ISR by the time
+  its process exits (controlled shutdown);
 * the leader cut off from the other brokers, the clients and ZooKeeper by blackholing proxies:
   another leader is elected without it, an acks=all Produce sent to it straight is not
   acknowledged, and it rejoins the ISR once the cut heals.
@@ -53,7 +54,7 @@ def test_acknowledged_records_survive_a_rolling_restart(own_cluster: Cluster, zk
     own_cluster.start(3)
     cluster = cluster_faults.FaultCluster(own_cluster.brokers, zk_client, own_cluster.chroot)
     outcome = cluster_faults.run(cluster, partitions=3, kills=0, seed=seed, min_acks=200, max_acks=3000,
-                                 fault="rolling-restart")
+                                 fault="rolling-restart", handover=True)
     assert [broker for _, broker in outcome.killed] == [1, 2, 3]
     assert outcome.problems == (), f"seed {seed}: {outcome.problems}"
 
