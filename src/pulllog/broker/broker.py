@@ -51,6 +51,7 @@ from ..log.cleaner import LogCleaner, run_on_loop
 from ..log import Log
 from ..log.handles import HANDLES
 from ..log.log import wall_clock_ms
+from ..net.apis import ApiKey
 from ..net.protocol import RequestDecoder
 from .config import BrokerConfig
 from .flusher import FlushResult, LogFlusher
@@ -125,6 +126,8 @@ class Broker:
         self.wait_for_fetch = self.fetch_purgatory.wait
         self.handlers = HandlerTable()  # a handler's module is imported with its API's first request
         self.supported_apis = self.handlers.supported
+        if self.config.zookeeper_connect is None:  # ControlledShutdown is a cluster member's, to its controller
+            self.supported_apis = {k: v for k, v in self.supported_apis.items() if k != ApiKey.CONTROLLED_SHUTDOWN}
         self.decoder = RequestDecoder(self.supported_apis)
         # injected failures and delays, for tests (none by default; built on first use)
         self.faults: Faults = _FaultsOnFirstUse(self)  # type: ignore[assignment]
@@ -601,7 +604,10 @@ class Broker:
         if self.membership is not None and self.config.controlled_shutdown_enable:
             from .controlled_shutdown import controlled_shutdown
 
-            await controlled_shutdown(self)  # while still serving: clients follow the new leaders
+            try:
+                await controlled_shutdown(self)  # while still serving: clients follow the new leaders
+            except Exception:  # a bug: the stop goes on
+                log.exception("controlled shutdown failed; stopping anyway")
         await self._shutdown_connections()
         if self.replicas is not None:
             self.replicas.shutdown()

@@ -63,7 +63,7 @@ async def controlled_shutdown(broker: "BrokerApi") -> bool:
     attempts = max(1, cfg.controlled_shutdown_max_retries)
     backoff_s = cfg.controlled_shutdown_retry_backoff_ms / 1000
     try:
-        broker_epoch = await asyncio.to_thread(membership.broker_epoch)
+        broker_epoch = await asyncio.wait_for(asyncio.to_thread(membership.broker_epoch), _REQUEST_TIMEOUT_S)
     except Exception as exc:  # noqa: BLE001 (ZooKeeper away: the controller checks nothing then)
         log.warning("cannot read this broker's epoch (%s); asking without it", exc)
         broker_epoch = -1

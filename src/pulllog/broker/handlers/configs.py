@@ -73,6 +73,8 @@ CONFIG_TYPES: dict[str, int] = {
     "transaction.partition.verification.enable": BOOLEAN,
     "zookeeper.connect": STRING, "zookeeper.session.timeout.ms": INT, "zookeeper.connection.timeout.ms": INT,
     "auto.leader.rebalance.enable": BOOLEAN,
+    "controlled.shutdown.enable": BOOLEAN, "controlled.shutdown.max.retries": INT,
+    "controlled.shutdown.retry.backoff.ms": LONG,
     "leader.imbalance.check.interval.seconds": LONG, "leader.imbalance.per.broker.percentage": INT,
     "offsets.topic.replication.factor": SHORT, "transaction.state.log.replication.factor": SHORT,
     "replica.lag.time.max.ms": LONG, "replica.fetch.wait.max.ms": INT, "replica.fetch.max.bytes": INT,

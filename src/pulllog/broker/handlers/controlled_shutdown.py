@@ -5,8 +5,8 @@ answer it): the controller moves the leadership of the asking broker's partition
 in-sync replicas and takes it out of the ISRs of the partitions it follows (see
 :meth:`pulllog.cluster.active_controller.ActiveController.controlled_shutdown`), then answers
 with the partitions the broker still leads. A broker that is not registered: BROKER_NOT_AVAILABLE;
-a broker epoch older than its registration (v2+): STALE_BROKER_EPOCH. A single broker has no
-controller: NOT_CONTROLLER. Schemas: :mod:`pulllog.net.controlled_shutdown` (kio has none).
+a broker epoch older than its registration (v2+): STALE_BROKER_EPOCH. A single broker does not
+serve it (it has no controller; its ApiVersions leaves it out). Schemas: :mod:`pulllog.net.controlled_shutdown` (kio has none).
 """
 
 from __future__ import annotations
