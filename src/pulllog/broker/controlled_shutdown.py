@@ -72,7 +72,7 @@ async def controlled_shutdown(broker: "BrokerApi") -> bool:
         asked = _controller(broker)
         try:
             remaining = await asyncio.wait_for(_ask(broker, broker_epoch), _REQUEST_TIMEOUT_S)
-        except (_AttemptFailed, OSError, EOFError, ValueError, TimeoutError) as exc:
+        except Exception as exc:  # noqa: BLE001 (no answer, a refusal, ZooKeeper away: the next attempt)
             log.warning("controlled shutdown attempt %d of %d failed: %s", attempt, attempts, exc or type(exc).__name__)
             remaining = None
         if remaining == []:
