@@ -200,7 +200,6 @@ def preferred_start_index(brokers: Collection[int], partition0_replicas: Sequenc
     return next((i for i, b in enumerate(ids) if b >= first), 0)
 
 
-
 def shutdown_decision(state: LeaderAndIsr, replicas: Sequence[int], broker: int, live: Collection[int],
                       shutting_down: Collection[int], controller_epoch: int) -> LeaderAndIsr | None:
     """What a controlled shutdown of ``broker`` writes for one of its partitions, or None.
