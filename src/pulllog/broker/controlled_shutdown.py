@@ -58,9 +58,12 @@ async def controlled_shutdown(broker: "BrokerApi") -> bool:
     cfg = broker.config
     membership = broker.membership
     assert membership is not None
+    attempts = cfg.controlled_shutdown_max_retries
+    if attempts <= 0:  # as Kafka's broker: no attempt at all
+        log.warning("controlled.shutdown.max.retries is 0: stopping without a controlled shutdown")
+        return False
     if broker.replicas is not None:
         broker.replicas.stop_fetching()
-    attempts = max(1, cfg.controlled_shutdown_max_retries)
     backoff_s = cfg.controlled_shutdown_retry_backoff_ms / 1000
     try:
         broker_epoch = await asyncio.wait_for(asyncio.to_thread(membership.broker_epoch), _REQUEST_TIMEOUT_S)
