@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,42 @@ def test_epoch_cache_drops_what_a_new_entry_contradicts(tmp_path: Path) -> None:
     assert LeaderEpochCache(tmp_path).entries == cache.entries
     (tmp_path / LEADER_EPOCH_CHECKPOINT_FILE).write_text("junk")
     assert LeaderEpochCache(tmp_path).entries == []  # damaged: as if there were none
+
+
+def test_a_new_leaders_epoch_counts_at_once_and_is_on_disk_after_a_clean_restart(tmp_path: Path) -> None:
+    log = Log.open(tmp_path / "t-0")
+    log.start_replication(0)
+    log.become_leader(1)
+    log.append(batch(2))
+    log.become_leader(4, flush=False)  # a failover's: written later, off the event loop
+    assert log.leader_epochs.entries == [(1, 0), (4, 2)] and log.leader_epochs.dirty
+    assert log.end_offset_for_epoch(1) == (1, 2)  # answered from memory already
+    log.append(batch(1))
+    log.close()  # nothing flushed it meanwhile: the close does
+    again = Log.open(tmp_path / "t-0")
+    assert again.leader_epochs.entries == [(1, 0), (4, 2)]
+
+
+def test_a_crash_before_the_epoch_checkpoint_is_written_leaves_an_older_history(tmp_path: Path) -> None:
+    log = Log.open(tmp_path / "t-0")
+    log.start_replication(0)
+    log.become_leader(1)
+    log.append(batch(2))
+    log.become_leader(4, flush=False)
+    log.append(batch(1))
+    log.flush()  # the batches of epoch 4 are on disk, its checkpoint entry is not
+    # 'crash': no close. The previous file is whole (the rename is atomic), so the cache is a
+    # prefix of the log's history: the replica asks its leader about epoch 1 and truncates
+    # at or before offset 2, never keeping a history the leader lacks.
+    again = Log.open(tmp_path / "t-0")
+    assert again.leader_epochs.entries == [(1, 0)]
+    stamped = [h.partition_leader_epoch for _p, h in iter_batches(raw_log(again))]
+    assert stamped == [1, 4]
+    assert not (tmp_path / "t-0" / (LEADER_EPOCH_CHECKPOINT_FILE + ".tmp")).exists()
+    # Written from another thread (the replica manager's worker), the newest entries win.
+    log.leader_epochs.assign(5, 3, flush=False)
+    worker = threading.Thread(target=log.flush_leader_epochs)
+    worker.start()
+    worker.join()
+    assert not log.leader_epochs.dirty
+    assert LeaderEpochCache(tmp_path / "t-0").entries == [(1, 0), (4, 2), (5, 3)]

@@ -80,6 +80,17 @@ Key = tuple[str, int]
 AlterIsr = Callable[["LeaderAndIsr", str, int], Awaitable["LeaderAndIsr | None"]]
 
 
+def _flush_leader_epochs(logs: list[Log]) -> None:
+    """In a worker thread: write the logs' leader-epoch checkpoints. A failed one stays
+    pending (the log's close tries again); a deleted partition's has nowhere to go."""
+    for partition_log in logs:
+        try:
+            partition_log.flush_leader_epochs()
+        except OSError as exc:
+            if partition_log.directory.exists():
+                log.error("%s: cannot write the leader-epoch checkpoint: %s", partition_log.directory.name, exc)
+
+
 def _now_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
@@ -184,6 +195,9 @@ class ReplicaManager:
         self._stopped = False
         self._fetching_stopped = False  # a controlled shutdown is under way (stop_fetching)
         self._checkpoint_lock = threading.Lock()  # the housekeeping's worker thread and a clean stop
+        # Logs whose new leader epoch is only in memory: written together, off the loop, once
+        # the views that arrived together are applied (``_write_leader_epochs``).
+        self._epochs_to_write: dict[Key, Log] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -316,7 +330,10 @@ class ReplicaManager:
         self._unfollow(replica)
         replica.state = state
         replica.is_leader = True
-        replica.log.become_leader(state.leader_epoch)
+        # The partition leads once its epoch is in memory; the checkpoint's fsync would take
+        # the loop for each of the ~50 partitions a failover moves (leader_epoch.py).
+        replica.log.become_leader(state.leader_epoch, flush=False)
+        self._write_leader_epoch_later(replica.key, replica.log)
         replica.epoch_start_offset = replica.log.log_end_offset
         now = _now_ms()
         replica.followers = {r: FollowerState(last_caught_up_ms=now) for r in replica.replicas if r != self.broker_id}
@@ -324,6 +341,22 @@ class ReplicaManager:
                  state.leader_epoch, list(state.isr), replica.log.log_end_offset)
         self._maybe_increment_hw(replica)
         self._wake(replica.key)
+
+    def _write_leader_epoch_later(self, key: Key, partition_log: Log) -> None:
+        """Queue the log's leader-epoch checkpoint for the worker thread; the first of a batch
+        of views schedules one write of them all after the loop's current callbacks."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not on a loop (a test driving the manager directly): write now
+            partition_log.flush_leader_epochs()
+            return
+        if not self._epochs_to_write:
+            loop.call_soon(self._write_leader_epochs, loop)
+        self._epochs_to_write[key] = partition_log
+
+    def _write_leader_epochs(self, loop: asyncio.AbstractEventLoop) -> None:
+        logs, self._epochs_to_write = list(self._epochs_to_write.values()), {}
+        loop.run_in_executor(None, _flush_leader_epochs, logs)
 
     def _become_follower(self, replica: PartitionReplica, state: "LeaderAndIsr") -> None:
         self._unfollow(replica)

@@ -22,6 +22,16 @@ Rules (Kafka's ``LeaderEpochFileCache``):
 * Every change rewrites the file (temporary file, fsync, rename): changes come with leader
   elections and truncations, never per append. A missing file reads as empty; a damaged
   one too (the replica then truncates to its high watermark, as Kafka does without a cache).
+* Except a new leader's own entry (``assign(..., flush=False)``): it counts once it is in
+  memory, and the file is written by ``flush()`` later, off the event loop (a broker that
+  takes over ~50 partitions at once must not do 50 fsyncs before the first one leads). Kafka
+  4.1 defers the write of a truncation the same way (KAFKA-15046: in memory at once, written
+  by the scheduler); its ``assign`` still writes in the caller's thread, which in Kafka is
+  not the one serving requests. The log's close flushes it too, so a clean restart has
+  it. A crash before the write leaves the previous
+  file (the rename is atomic): the cache then lacks the newest epoch, the replica asks its
+  leader about an older one and truncates to an earlier offset than it needed -- it fetches
+  again what it cut, and never keeps a history the leader does not have.
 * Single-broker logs never make one: their batches keep the producer's epoch (-1).
 """
 
@@ -29,6 +39,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from bisect import bisect_left, bisect_right
 from pathlib import Path
 
@@ -49,6 +60,11 @@ class LeaderEpochCache:
         self.path = directory / LEADER_EPOCH_CHECKPOINT_FILE
         self._epochs: list[int] = []
         self._starts: list[int] = []
+        self._dirty = False  # a change not written yet (assign with flush=False)
+        # ``_state`` guards the entries against a snapshot taken by a flushing thread;
+        # ``_writing`` keeps two writers from sharing the temporary file.
+        self._state = threading.Lock()
+        self._writing = threading.Lock()
         self._load()
 
     def _load(self) -> None:
@@ -78,25 +94,36 @@ class LeaderEpochCache:
     def latest_epoch(self) -> int:
         return self._epochs[-1] if self._epochs else UNDEFINED_EPOCH
 
-    def assign(self, epoch: int, start_offset: int) -> None:
-        """Epoch ``epoch`` begins at ``start_offset`` (a no-op when it is known already)."""
+    @property
+    def dirty(self) -> bool:
+        """A change is in memory but not in the file yet (``flush()`` writes it)."""
+        return self._dirty
+
+    def assign(self, epoch: int, start_offset: int, *, flush: bool = True) -> None:
+        """Epoch ``epoch`` begins at ``start_offset`` (a no-op when it is known already).
+        ``flush=False``: only in memory until ``flush()`` (module docstring)."""
         if epoch < 0 or (self._epochs and self._epochs[-1] == epoch and self._starts[-1] <= start_offset):
             return
-        # Drop what the new entry contradicts: a newer-or-equal epoch, or a start at or past its own.
-        keep = len(self._epochs)
-        while keep and (self._epochs[keep - 1] >= epoch or self._starts[keep - 1] >= start_offset):
-            keep -= 1
-        del self._epochs[keep:], self._starts[keep:]
-        self._epochs.append(epoch)
-        self._starts.append(start_offset)
-        self._write()
+        with self._state:
+            # Drop what the new entry contradicts: a newer-or-equal epoch, or a start at or past its own.
+            keep = len(self._epochs)
+            while keep and (self._epochs[keep - 1] >= epoch or self._starts[keep - 1] >= start_offset):
+                keep -= 1
+            del self._epochs[keep:], self._starts[keep:]
+            self._epochs.append(epoch)
+            self._starts.append(start_offset)
+            self._dirty = True
+        if flush:
+            self.flush()
 
     def truncate_from_end(self, end_offset: int) -> None:
         """The log was truncated to ``end_offset``: forget the epochs that start at or after it."""
         keep = bisect_left(self._starts, end_offset)
         if keep < len(self._starts):
-            del self._epochs[keep:], self._starts[keep:]
-            self._write()
+            with self._state:
+                del self._epochs[keep:], self._starts[keep:]
+                self._dirty = True
+            self.flush()
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
         """(epoch, end offset) as OffsetsForLeaderEpoch answers for ``epoch`` (module docstring)."""
@@ -113,12 +140,29 @@ class LeaderEpochCache:
 
     def clear(self) -> None:
         if self._epochs:
-            self._epochs.clear()
-            self._starts.clear()
-            self._write()
+            with self._state:
+                self._epochs.clear()
+                self._starts.clear()
+                self._dirty = True
+            self.flush()
 
-    def _write(self) -> None:
-        lines = [str(_VERSION), str(len(self._epochs))] + [f"{e} {s}" for e, s in zip(self._epochs, self._starts)]
+    def flush(self) -> None:
+        """Write the entries if a change is not in the file yet (temporary file, fsync,
+        rename). Safe from any thread: the newest entries win, whoever writes them."""
+        with self._writing:
+            with self._state:
+                if not self._dirty:
+                    return
+                entries = list(zip(self._epochs, self._starts))
+                self._dirty = False
+            try:
+                self._write(entries)
+            except BaseException:
+                self._dirty = True  # the next flush tries again
+                raise
+
+    def _write(self, entries: list[tuple[int, int]]) -> None:
+        lines = [str(_VERSION), str(len(entries))] + [f"{e} {s}" for e, s in entries]
         tmp = self.path.with_name(self.path.name + ".tmp")
         with open(tmp, "w") as out:
             out.write("\n".join(lines) + "\n")

@@ -555,11 +555,19 @@ class Log:
             cache = self._leader_epochs = LeaderEpochCache(self.directory)
         return cache
 
-    def become_leader(self, epoch: int) -> None:
+    def become_leader(self, epoch: int, *, flush: bool = True) -> None:
         """This replica leads in ``epoch``: the epoch starts at the log end offset, and every
-        append from now on is stamped with it (partitionLeaderEpoch, outside the CRC)."""
+        append from now on is stamped with it (partitionLeaderEpoch, outside the CRC).
+        ``flush=False``: the checkpoint is written by ``flush_leader_epochs()`` later, from
+        any thread (leader_epoch.py says why that is safe)."""
         self.leader_epoch = epoch
-        self.leader_epochs.assign(epoch, self.log_end_offset)
+        self.leader_epochs.assign(epoch, self.log_end_offset, flush=flush)
+
+    def flush_leader_epochs(self) -> None:
+        """Write the leader-epoch checkpoint if an entry is only in memory (thread-safe)."""
+        cache = self._leader_epochs
+        if cache is not None and cache.dirty:
+            cache.flush()
 
     def become_follower(self) -> None:
         self.leader_epoch = -1
@@ -1194,6 +1202,7 @@ class Log:
             return
         with self.cleaning.paused():
             self.flush()
+            self.flush_leader_epochs()
             if self._producers_loaded and not self._close_snapshot_synced:
                 # Not read since the open: the snapshots on disk still describe it.
                 self._snapshot_producers(self.log_end_offset, sync=True)
