@@ -3,6 +3,7 @@ with one warning per setting that does not apply; mistakes are one line naming t
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
@@ -132,3 +133,27 @@ def test_a_listen_host_that_does_not_resolve_says_so(tmp_path: Path) -> None:
     code, lines = serve_error("--data-dir", str(tmp_path), "--listen", "nohost.invalid:1")
     assert code == 2 and len(lines) == 1
     assert "'nohost.invalid' does not resolve" in lines[0] and "another broker" not in lines[0]
+
+
+def test_the_log_is_plain_timestamped_lines_when_stdout_is_not_a_terminal(tmp_path: Path) -> None:
+    # rich lays a record out to the console's width (~1 ms a line on the broker's loop): on a
+    # pipe or a file the lines are Kafka's log4j layout instead, "[date time,ms] LEVEL message (logger)".
+    proc = subprocess.Popen([*PULLLOG, "serve", "--data-dir", str(tmp_path / "data"), "--listen",
+                             f"127.0.0.1:{free_port()}", "--log-level", "info"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None and proc.stdout is not None
+        for line in proc.stderr:
+            if line.startswith("pulllog broker ready"):
+                break
+        proc.terminate()
+        out, _err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0
+    lines = out.splitlines()
+    assert any("SIGTERM received: shutting down cleanly (pulllog.broker)" in line for line in lines), out
+    plain = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\] (DEBUG|INFO|WARNING|ERROR|CRITICAL) \S.* \(pulllog[.\w]*\)$")
+    assert all(plain.match(line) for line in lines), out
