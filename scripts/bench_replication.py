@@ -134,7 +134,7 @@ class StampedBroker(zk_cluster.BrokerProcess):
     stamped: list[tuple[float, str]] = field(default_factory=list, repr=False)
 
     def spawn(self) -> subprocess.Popen[str]:
-        # The broker's log records go to its stdout (rich's console); its stderr has the ready line.
+        # The broker's log records go to its stdout (plain lines: not a terminal); its stderr has the ready line.
         proc = subprocess.Popen(self.command(), stderr=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stdin=subprocess.DEVNULL, text=True)
         threading.Thread(target=self._stamp, args=(proc.stdout,), daemon=True).start()

@@ -115,7 +115,8 @@ class _RichOnFirstRecord(logging.Handler):
                    "topic is never re-created. Without it such a start stops with one line naming the path "
                    "and the cause.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
-              show_default=True)
+              show_default=True,
+              help="Log lines go to stdout: rich's layout on a terminal, '[date time,ms] LEVEL message (logger)' otherwise.")
 @click.option("--loop", type=click.Choice(["asyncio", "uvloop"]), default="asyncio", show_default=True,
               help="Event loop. uvloop (pip install 'pulllog[uvloop]') has no sendfile: Fetch copies segment "
                    "bytes instead; scripts/bench_paper.py --broker-loop measures both.")
