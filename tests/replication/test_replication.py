@@ -4,6 +4,7 @@ leader epochs and truncation (the controller is the in-test stand-in of replica_
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from waits import wait_until
 
 from pulllog import Producer
 from pulllog.client.connection import KafkaConnection
+from pulllog.log.leader_epoch import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache
 from pulllog.records import build_batch
 
 TOPIC = "orders"
@@ -284,3 +286,21 @@ def _batches(records: bytes | None) -> list[Any]:
 
     data = records or b""
     return [RecordBatch.from_bytes(data, pos) for pos, _h in iter_batches(data)]
+
+
+async def test_a_new_leaders_epoch_checkpoint_is_written_off_the_loop_and_kept_over_a_restart(
+        cluster: TestController) -> None:
+    cluster.create(TOPIC, partitions=3)
+    # A failover's views arrive together: broker 2 leads the three partitions in epoch 1 at
+    # once (in memory), and one worker-thread write puts each epoch in its checkpoint file.
+    for p in range(3):
+        cluster.states[(TOPIC, p)] = replace(cluster.states[(TOPIC, p)], leader=2, leader_epoch=1, zk_version=1)
+    for p in range(3):
+        cluster.publish((TOPIC, p))
+    paths = [cluster.log(2, TOPIC, p).directory / LEADER_EPOCH_CHECKPOINT_FILE for p in range(3)]
+    assert all(cluster.log(2, TOPIC, p).leader_epochs.latest_epoch == 1 for p in range(3))
+    await wait_until(lambda: all(LeaderEpochCache(path.parent).entries == [(1, 0)] for path in paths),
+                     "broker 2's checkpoints hold epoch 1")
+    await cluster.stop(2)
+    await cluster.start(2)
+    assert [cluster.log(2, TOPIC, p).leader_epochs.entries for p in range(3)] == [[(1, 0)]] * 3
