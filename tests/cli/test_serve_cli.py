@@ -45,7 +45,6 @@ STOCK_KAFKA = {
 IGNORED = {"process.roles", "controller.quorum.voters", "inter.broker.listener.name", "controller.listener.names",
            "listener.security.protocol.map", "num.network.threads", "num.io.threads", "socket.send.buffer.bytes",
            "socket.receive.buffer.bytes", "num.recovery.threads.per.data.dir",
-           "transaction.state.log.min.isr",
            "share.coordinator.state.topic.replication.factor", "share.coordinator.state.topic.min.isr"}
 
 

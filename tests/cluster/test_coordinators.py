@@ -271,6 +271,13 @@ def test_every_broker_names_the_partition_leader_and_the_others_answer_not_coord
         assert heartbeat.error_code == (25 if ours else 16)  # UNKNOWN_MEMBER_ID / NOT_COORDINATOR
         assert fetched.error_code == (0 if ours else 16)
         assert init.error_code == (0 if broker.broker_id == txn_leader else 16)
+    # created as Kafka creates them: compacted, and __transaction_state with
+    # min.insync.replicas = transaction.state.log.min.isr (2 by default)
+    configs = {topic: json.loads(zk_client.get(own_cluster.path(f"/config/topics/{topic}"))[0])["config"]
+               for topic in ("__consumer_offsets", "__transaction_state")}
+    assert configs["__consumer_offsets"]["cleanup.policy"] == "compact"
+    assert "min.insync.replicas" not in configs["__consumer_offsets"]
+    assert configs["__transaction_state"]["min.insync.replicas"] == "2"
 
 
 def test_an_offset_commit_is_answered_once_the_isr_has_it(own_cluster: Cluster, zk_client: Any) -> None:

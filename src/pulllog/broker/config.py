@@ -144,7 +144,7 @@ _IGNORED_PREFIXES = {
 _CLUSTER = (
     "unclean.leader.election.enable", "auto.leader.rebalance.enable", "leader.imbalance.check.interval.seconds",
     "leader.imbalance.per.broker.percentage", "offsets.topic.replication.factor",
-    "transaction.state.log.replication.factor",
+    "transaction.state.log.replication.factor", "transaction.state.log.min.isr",
 )
 _IGNORED: dict[str, str] = {
     name: reason for reason, names in _IGNORED_BY_REASON.items() for name in names.split() if name not in _CLUSTER
@@ -374,6 +374,9 @@ class BrokerConfig:
     # fails until that many brokers are live). A single broker keeps one replica.
     offsets_topic_replication_factor: int = 3
     transaction_state_log_replication_factor: int = 3
+    # min.insync.replicas of __transaction_state in a cluster (Kafka's default 2): a
+    # coordinator's write with fewer replicas in sync fails rather than resting on one copy.
+    transaction_state_log_min_isr: int = 2
     # Replication (Kafka's names and defaults): a follower that has not caught up for
     # replica.lag.time.max.ms leaves the ISR; followers long-poll their leader for up to
     # replica.fetch.wait.max.ms, replica.fetch.max.bytes per partition, and retry a failed
@@ -507,6 +510,8 @@ class BrokerConfig:
                 kw["offsets_topic_replication_factor"] = _int(name, raw, 1, 32767)
             elif name == "transaction.state.log.replication.factor":
                 kw["transaction_state_log_replication_factor"] = _int(name, raw, 1, 32767)
+            elif name == "transaction.state.log.min.isr":
+                kw["transaction_state_log_min_isr"] = _int(name, raw, 1, 2**31 - 1)
             elif name == "log.max.open.files":
                 kw["max_open_files"] = _int(name, raw, 0, 2**31 - 1)
             elif (reason := _ignored_reason(name)) is not None:
@@ -556,6 +561,7 @@ class BrokerConfig:
         out["controlled.shutdown.retry.backoff.ms"] = str(self.controlled_shutdown_retry_backoff_ms)
         out["offsets.topic.replication.factor"] = str(self.offsets_topic_replication_factor)
         out["transaction.state.log.replication.factor"] = str(self.transaction_state_log_replication_factor)
+        out["transaction.state.log.min.isr"] = str(self.transaction_state_log_min_isr)
         for name, (field_name, _low, _high) in (*_TRANSACTION_INTS.items(), *_REPLICA_INTS.items()):
             out[name] = str(getattr(self, field_name))
         topic_values = self.log_defaults.to_kafka()
