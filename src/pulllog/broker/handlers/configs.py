@@ -77,6 +77,7 @@ CONFIG_TYPES: dict[str, int] = {
     "controlled.shutdown.retry.backoff.ms": LONG,
     "leader.imbalance.check.interval.seconds": LONG, "leader.imbalance.per.broker.percentage": INT,
     "offsets.topic.replication.factor": SHORT, "transaction.state.log.replication.factor": SHORT,
+    "transaction.state.log.min.isr": INT,
     "replica.lag.time.max.ms": LONG, "replica.fetch.wait.max.ms": INT, "replica.fetch.max.bytes": INT,
     "replica.fetch.backoff.ms": INT, "replica.high.watermark.checkpoint.interval.ms": LONG,
 }
