@@ -50,6 +50,7 @@ import os
 import platform
 import random
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -415,7 +416,10 @@ def main() -> None:
         for broker in brokers:
             broker.stop()
         zk.stop()
-    kafka = kafka_failovers(args.kafka_failovers, base) if args.kafka_failovers else []
+    try:
+        kafka = kafka_failovers(args.kafka_failovers, base) if args.kafka_failovers else []
+    finally:  # the brokers' and ZooKeeper's data: nothing in it is read after this
+        shutil.rmtree(base, ignore_errors=True)
     when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     print(f"\n# Replication's cost and failover on one machine\n\n{when}, {_cpu_name()}, {os.cpu_count()} cpu(s), "
           f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.1f} at the end; three "

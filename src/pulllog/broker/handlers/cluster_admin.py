@@ -379,14 +379,18 @@ async def delete_topics(broker: "BrokerApi", requested: Sequence[tuple[str | Non
 def internal_topic_settings(broker: "BrokerApi", topic: str) -> tuple[int, int, dict[str, str]]:
     """(partitions, replication factor, configs) a cluster creates ``topic`` with: Kafka's
     ``offsets.topic.*`` / ``transaction.state.log.*`` settings, compacted;
-    ``__transaction_state`` with ``min.insync.replicas`` = ``transaction.state.log.min.isr``."""
+    ``__transaction_state`` with ``min.insync.replicas`` = ``transaction.state.log.min.isr``
+    (at most its replication factor)."""
     cfg = broker.config
     if topic == OFFSETS_TOPIC:
         return (cfg.offsets_topic_num_partitions, cfg.offsets_topic_replication_factor,
                 {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)})
     return (cfg.transaction_state_log_num_partitions, cfg.transaction_state_log_replication_factor,
             {"cleanup.policy": "compact", "segment.bytes": str(cfg.transaction_state_log_segment_bytes),
-             "min.insync.replicas": str(cfg.transaction_state_log_min_isr)})
+             # capped at the replication factor: Kafka sets it as given, and an RF=1 topic with
+             # min.isr 2 then refuses every coordinator write (NOT_ENOUGH_REPLICAS) for good
+             "min.insync.replicas": str(min(cfg.transaction_state_log_min_isr,
+                                            cfg.transaction_state_log_replication_factor))})
 
 
 def _not_available(message: str) -> tuple[ErrorCode, str | None, int, str, int]:
