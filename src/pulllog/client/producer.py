@@ -635,16 +635,24 @@ class Producer:
         except TypeError as exc:
             pool.release(size)
             return _raise(_bad_record(key, value, exc))
-        if future.relative_offset == 0:
-            # it opened a batch: let the sender ship what is ready, unless the partition's
-            # slots are all in flight (then a turn only reads answers: _BUSY_YIELD_EVERY)
-            if acc.partition_busy((topic, partition)):
-                self._busy_batches += 1
-                if self._busy_batches < _BUSY_YIELD_EVERY:
-                    return ready(future)
-            self._busy_batches = 0
+        if future.relative_offset == 0 and self._yield_after_new_batch(topic, partition):
             return self._yield_with(future)
         return ready(future)
+
+    def _yield_after_new_batch(self, topic: str, partition: int) -> bool:
+        """Whether a record or set that opened a batch of ``partition`` yields to the loop:
+        yes, so the sender ships what is ready, unless the partition's in-flight slots are all
+        taken (the sender could ship nothing); then only every ``_BUSY_YIELD_EVERY``-th such
+        batch, so the answers that free the slots are read. One rule and counter for
+        ``send()``'s two paths and ``send_batch()``."""
+        acc = self._acc
+        assert acc is not None
+        if acc.partition_busy((topic, partition)):
+            self._busy_batches += 1
+            if self._busy_batches < _BUSY_YIELD_EVERY:
+                return False
+        self._busy_batches = 0
+        return True
 
     async def _yield_with(self, future: RecordFuture) -> RecordFuture:
         await asyncio.sleep(0)
@@ -718,14 +726,8 @@ class Producer:
             raise _bad_record(key, value, exc) from None
         offset = future.relative_offset
         if offset == 0:
-            # it opened a batch: let the sender ship what is ready, unless the partition's
-            # slots are all in flight (then a turn only reads answers: _BUSY_YIELD_EVERY)
-            if acc.partition_busy((topic, partition)):
-                self._busy_batches += 1
-                if self._busy_batches < _BUSY_YIELD_EVERY:
-                    return future
-            self._busy_batches = 0
-            await asyncio.sleep(0)
+            if self._yield_after_new_batch(topic, partition):
+                await asyncio.sleep(0)
         elif txn is not None and txn.starting_partitions and not offset % _STARTING_YIELD_EVERY:
             # the sender needs a few quick turns to start the transaction's pipeline
             # (pulllog.client.transactions)
@@ -806,14 +808,7 @@ class Producer:
                             "(key, value[, headers[, timestamp_ms]]) of bytes") from None
         if self._txn is not None and self._txn.starting_partitions:
             await asyncio.sleep(0)
-        elif outcome == NEW_BATCH:
-            # as send(): a turn for the sender to ship the set's batch, unless the partition's
-            # slots are all in flight (then only every _BUSY_YIELD_EVERY-th, to read answers)
-            if acc.partition_busy((topic, partition)):
-                self._busy_batches += 1
-                if self._busy_batches < _BUSY_YIELD_EVERY:
-                    return future
-            self._busy_batches = 0
+        elif outcome == NEW_BATCH and self._yield_after_new_batch(topic, partition):
             await asyncio.sleep(0)
         return future
 
