@@ -10,15 +10,25 @@ seconds. Run it under two PYTHONPATHs to A/B a change (the broker inherits it)::
 
     PYTHONPATH=src python scripts/bench_broker_request.py --window 1 --window 16 --runs 3
     PYTHONPATH=src python scripts/bench_broker_request.py --strace   # syscalls per request
+    PYTHONPATH=src python scripts/bench_broker_request.py --records 50 --window 5 --callgrind
 
 Reported per case: broker CPU µs per request (median and range over the runs) and, with
 ``--strace``, the broker's syscalls per request by name (strace -c -f attached for one run).
+
+``--callgrind`` counts the broker's CPU instructions per request instead, which other work
+on a shared machine does not change: the broker runs under valgrind's callgrind with
+instrumentation off until it is warm, then ``callgrind_control`` switches it on for a run
+of ``--requests // 5`` requests and again for a run of ``--requests``; the difference of the
+two counts divided by the difference of the requests is the cost of one request, with the
+fixed cost of switching and dumping taken out. The second run's profile is kept (``--keep``
+names a directory; ``callgrind_annotate`` reads it).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import socket
 import statistics
 import struct
@@ -27,6 +37,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 BROKER = textwrap.dedent(
@@ -35,6 +46,8 @@ BROKER = textwrap.dedent(
     from pulllog.broker import Broker
     async def main():
         async with Broker(data_dir=sys.argv[1], port=0) as broker:
+            if broker.topics.find("bench") is None:  # Produce does not create topics (only Metadata)
+                broker.topics.create("bench", 1)
             print("ready", broker.port, flush=True)
             await asyncio.Event().wait()  # until the benchmark terminates this process
     loop_factory = None
@@ -82,7 +95,17 @@ def recv_exactly(sock: socket.socket, n: int, buf: bytearray) -> None:
         got += r
 
 
-def run_case(port: int, request: bytes, requests: int, window: int, think_us: float = 0, sleep_us: float = 0) -> None:
+def partition_error_code(answer: bytearray, version: int) -> int:
+    """The error code of the one partition of a Produce answer to ``produce_request``."""
+    if version >= 9:  # correlation id, tags, topics (1), name, partitions (1), index, error code
+        name_length = answer[6] - 1
+        return struct.unpack_from(">h", answer, 4 + 1 + 1 + 1 + name_length + 1 + 4)[0]
+    (name_length,) = struct.unpack_from(">h", answer, 8)
+    return struct.unpack_from(">h", answer, 4 + 4 + 2 + name_length + 4 + 4)[0]
+
+
+def run_case(port: int, request: bytes, requests: int, window: int, think_us: float = 0, sleep_us: float = 0,
+             version: int = 9) -> None:
     with socket.create_connection(("127.0.0.1", port)) as sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         head = bytearray(4)
@@ -104,7 +127,8 @@ def run_case(port: int, request: bytes, requests: int, window: int, think_us: fl
             recv_exactly(sock, 4, head)
             (size,) = struct.unpack(">i", head)
             recv_exactly(sock, size, body)
-            # error code of the one partition: after corr id, (tags), counts, name, index
+            if done == 0 and (code := partition_error_code(body, version)):
+                raise SystemExit(f"the broker answered error code {code}: the requests are not appended")
             in_flight -= 1
             done += 1
 
@@ -139,6 +163,71 @@ def pulllog_client_case(port: int, requests: int, window: int) -> None:
     asyncio.run(produce())
 
 
+def _callgrind_instructions(pid: int, out: Path, run: Callable[[], None]) -> int:
+    """Instructions the broker executes during ``run()``: counted from zero, dumped after."""
+    subprocess.run(["callgrind_control", "-z", str(pid)], check=True, capture_output=True)
+    subprocess.run(["callgrind_control", "-i", "on", str(pid)], check=True, capture_output=True)
+    run()
+    subprocess.run(["callgrind_control", "-i", "off", str(pid)], check=True, capture_output=True)
+    before = set(out.parent.glob(out.name + "*"))
+    subprocess.run(["callgrind_control", "-d", str(pid)], check=True, capture_output=True)
+    dumps = sorted(set(out.parent.glob(out.name + "*")) - before, key=lambda p: p.stat().st_mtime)
+    if not dumps:
+        raise SystemExit("callgrind wrote no profile")
+    return _self_cost_total(dumps[-1].read_text(errors="replace"))
+
+
+def _self_cost_total(profile: str) -> int:
+    """The sum of a callgrind profile's self costs. Its ``summary`` line says 0 when
+    instrumentation was switched on by callgrind_control, so the cost lines are added up:
+    every ``position cost`` line except the inclusive cost that follows a ``calls=`` line."""
+    total = 0
+    after_calls = False
+    for line in profile.splitlines():
+        if line.startswith("calls="):
+            after_calls = True
+        elif line[:1].isdigit() or line[:1] in ("+", "-", "*"):
+            parts = line.split()
+            if not after_calls and len(parts) >= 2:
+                total += int(parts[1])
+            after_calls = False
+        else:
+            after_calls = False
+    return total
+
+
+def callgrind_case(args: argparse.Namespace, request: bytes, window: int) -> None:
+    """The broker's instructions per request (module docstring)."""
+    if shutil.which("valgrind") is None:
+        raise SystemExit("valgrind is not installed (apt-get install valgrind)")
+    with tempfile.TemporaryDirectory(prefix="bench-broker-") as tmp:
+        out_dir = Path(args.keep or tmp)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        out = out_dir / "callgrind.broker"
+        proc = subprocess.Popen(["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
+                                 sys.executable, "-c", BROKER, tmp, args.broker_loop],
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        try:
+            assert proc.stdout is not None
+            ready = proc.stdout.readline().split()
+            if len(ready) != 2 or ready[0] != "ready":
+                raise SystemExit("the broker did not start under valgrind")
+            port = int(ready[1])
+            run_case(port, request, 2000, window, version=args.version)  # warms up
+            small = max(1, args.requests // 5)
+            counts = {}
+            for n in (small, args.requests):
+                counts[n] = _callgrind_instructions(proc.pid, out, lambda n=n: run_case(port, request, n, window, version=args.version))
+        finally:
+            proc.terminate()
+            proc.wait()
+    per_request = (counts[args.requests] - counts[small]) / (args.requests - small)
+    import pulllog
+    print(f"pulllog from {Path(pulllog.__file__).parent}; Produce v{args.version}, {args.records} record(s) "
+          f"per request, window {window}, {args.broker_loop}: broker {per_request:,.0f} instructions per request "
+          f"(callgrind; {small} and {args.requests} requests: {counts[small]:,} and {counts[args.requests]:,})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=20_000)
@@ -153,6 +242,9 @@ def main() -> None:
     parser.add_argument("--think-us", type=float, default=0, help="raw client: busy-wait this long before each send")
     parser.add_argument("--sleep-us", type=float, default=0, help="raw client: sleep this long before each send")
     parser.add_argument("--strace", action="store_true", help="count the broker's syscalls (one extra run per case)")
+    parser.add_argument("--callgrind", action="store_true",
+                        help="count the broker's instructions per request with valgrind (window: the first given)")
+    parser.add_argument("--keep", metavar="DIR", help="--callgrind: keep the profiles in DIR")
     parser.add_argument("--py-spy", metavar="DIR", help="record a py-spy profile per case into DIR (one extra run)")
     args = parser.parse_args()
     windows = args.window or [1, 16]
@@ -161,6 +253,9 @@ def main() -> None:
 
     value = os.urandom(200)
     records = build_batch([(None, value)] * args.records)
+    if args.callgrind:
+        callgrind_case(args, produce_request(args.version, 1, "bench", records), windows[0])
+        return
     with tempfile.TemporaryDirectory(prefix="bench-broker-") as tmp:
         proc = subprocess.Popen([sys.executable, "-c", BROKER, tmp, args.broker_loop],
                                 stdout=subprocess.PIPE, text=True)
@@ -171,7 +266,7 @@ def main() -> None:
                 raise SystemExit("the broker did not start")
             port = int(ready[1])
             request = produce_request(args.version, 1, "bench", records)
-            run_case(port, request, 200, 1)  # auto-creates the topic, warms up
+            run_case(port, request, 200, 1, version=args.version)  # warms up
             if args.client == "pulllog":
                 windows = [1]
 
@@ -179,7 +274,7 @@ def main() -> None:
                 if args.client == "pulllog":
                     pulllog_client_case(port, args.requests, w)
                 else:
-                    run_case(port, request, args.requests, w, args.think_us, args.sleep_us)
+                    run_case(port, request, args.requests, w, args.think_us, args.sleep_us, args.version)
 
             results: dict[int, list[tuple[float, float]]] = {w: [] for w in windows}
             for _ in range(args.runs):
