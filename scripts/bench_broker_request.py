@@ -204,6 +204,8 @@ def callgrind_case(args: argparse.Namespace, request: bytes, window: int) -> Non
         out_dir = Path(args.keep or tmp)
         out_dir.mkdir(parents=True, exist_ok=True)
         out = out_dir / "callgrind.broker"
+        for old in out_dir.glob("callgrind.broker*"):  # a kept directory's earlier profiles
+            old.unlink()
         proc = subprocess.Popen(["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
                                  sys.executable, "-c", BROKER, tmp, args.broker_loop],
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)

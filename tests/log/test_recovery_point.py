@@ -103,3 +103,73 @@ def test_a_recovery_point_in_an_earlier_segment_checks_every_later_one(tmp_path:
     again = Log.open(d, config, recovery_point=recovery_point)
     assert again.recovery.batches_checked == 40  # the 10 flushed ones are trusted
     assert again.log_end_offset == 50 and len(all_values(again)) == 50
+
+
+# ---------------------------------------------------------------- index entries written in bulk
+
+INDEX = "00000000000000000000.index"
+TIMEINDEX = "00000000000000000000.timeindex"
+
+
+def file_entries(path: Path, entry_size: int) -> int:
+    size = path.stat().st_size
+    assert size % entry_size == 0
+    return size // entry_size
+
+
+def test_index_entries_wait_in_memory_until_a_flush_writes_them_all(tmp_path: Path) -> None:
+    d = tmp_path / "t-0"
+    log = Log.open(d, CONFIG)
+    append(log, 0, 40)  # every other batch passes index.interval.bytes: ~20 entries, fewer than a bulk write
+    index = log.active_segment.offset_index
+    assert index.entries >= 15
+    assert file_entries(d / INDEX, 8) == 0  # not one write per entry
+    log.flush()
+    assert file_entries(d / INDEX, 8) == index.entries
+    assert file_entries(d / TIMEINDEX, 12) == log.active_segment.time_index.entries
+    append(log, 40, 600)  # enough pending entries for a bulk write of their own
+    assert 0 < file_entries(d / INDEX, 8) < index.entries
+
+
+def test_a_handed_off_flush_writes_the_pending_entries_before_it_fsyncs(tmp_path: Path) -> None:
+    d = tmp_path / "t-0"
+    log = Log.open(d, CONFIG)
+    append(log, 0, 40)
+    pending = log.begin_flush()
+    assert pending is not None
+    assert file_entries(d / INDEX, 8) == log.active_segment.offset_index.entries
+    pending.sync()
+    assert log.complete_flush(pending) is None
+
+
+def test_a_crash_with_entries_pending_rebuilds_them_from_the_log(tmp_path: Path) -> None:
+    d = tmp_path / "t-0"
+    recovery_point, _ = crashed_log(d, flushed=30, unflushed=40)  # the last ones' entries never written
+    shutil.copytree(d, tmp_path / "copy")
+    again = Log.open(d, CONFIG, recovery_point=recovery_point)
+    full = Log.open(tmp_path / "copy", CONFIG, recovery_point=0)
+    assert again.log_end_offset == full.log_end_offset == 70
+    a, b = again.active_segment, full.active_segment
+    assert a.offset_index.items() == b.offset_index.items() and len(a.offset_index.items()) >= 30
+    assert a.time_index.items() == b.time_index.items()
+
+
+def test_truncation_through_pending_and_written_entries_keeps_file_and_memory_equal(tmp_path: Path) -> None:
+    d = tmp_path / "t-0"
+    log = Log.open(d, CONFIG)
+    append(log, 0, 40)
+    log.flush()  # entries of 0..39 on disk
+    append(log, 40, 40)  # entries of 40..79 pending
+    log.truncate_to(60)  # cuts pending entries only
+    log.flush()
+    assert file_entries(d / INDEX, 8) == log.active_segment.offset_index.entries
+    append(log, 60, 20)
+    log.truncate_to(20)  # cuts written entries and drops every pending one
+    kept = log.active_segment.offset_index.items()
+    append(log, 20, 30)
+    expected = log.active_segment.offset_index.items()
+    assert expected[: len(kept)] == kept
+    log.close()
+    again = Log.open(d, CONFIG)
+    assert again.active_segment.offset_index.items() == expected
+    assert again.log_end_offset == 50

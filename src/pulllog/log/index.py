@@ -24,7 +24,15 @@ Rules kept here:
   ``max_bytes`` (``segment.index.bytes``) only decides when the segment must roll.
 
 The entries live in memory (``array``) as well as on disk, so a lookup is a ``bisect``
-with no I/O.
+with no I/O. New entries are written in bulk, not one ``write`` per entry (a producer of
+batches over ``index.interval.bytes`` adds one with every request): they wait in memory
+until ``_WRITE_BEHIND`` bytes of them are pending, and every path that makes the file
+count (``flush``, ``take_dirty`` for a handed-off fsync, ``write_pending`` before the
+owner's sync of the file system, ``close``, a truncation) writes them first. So what is
+fsynced below a log's recovery point always has its entries on disk; entries of data past
+it may be missing after a crash, and recovery rebuilds those from the log, as it rebuilds
+entries a crash tore (Kafka's indexes are memory-mapped, so a process crash keeps them,
+but a machine crash can lose them the same way).
 """
 
 from __future__ import annotations
@@ -53,6 +61,10 @@ TIME_ENTRY = struct.Struct(">qi")
 """A time index entry: (timestamp, relative offset)."""
 
 
+_WRITE_BEHIND = 1024
+"""Pending entry bytes that make the next append write them out (128 offset entries)."""
+
+
 class IndexCorruptError(ValueError):
     """An index file does not satisfy its invariants; rebuild it from the log."""
 
@@ -67,6 +79,8 @@ class _Index:
         # the file is only needed to load, append, truncate or fsync.
         self._file = CachedFile(path, create=create)
         self._dirty = False
+        self._pending = bytearray()  # entries not written yet (module docstring), after those on disk
+        self._written: int | None = None  # entries in the file; None: not known yet (see _on_disk)
 
     @property
     def path(self) -> Path:
@@ -96,16 +110,50 @@ class _Index:
             raise IndexCorruptError(f"{self.path.name}: entry {slot}: {problem}")
 
     def _write(self, data: bytes) -> None:
+        if self._written is None:
+            self._on_disk()
+        pending = self._pending
+        pending += data
+        if len(pending) >= _WRITE_BEHIND:
+            self.write_pending()
+
+    def _on_disk(self) -> int:
+        """Entries in the file: known once it was loaded, truncated or written through this
+        object, else read from its size (an index appended to without a load). Known
+        whenever entries are pending."""
+        if self._written is None:
+            f = self._file.get_or_create()
+            self._written = os.fstat(f.fileno()).st_size // self.entry_size
+        return self._written
+
+    def write_pending(self) -> None:
+        """Write the entries still in memory only; the file then holds every entry."""
+        pending = self._pending
+        if not pending:
+            return
+        on_disk = self._on_disk()
         f = self._file.get_or_create()
-        os.write(f.fileno(), data)
+        written = os.write(f.fileno(), pending)
         self._dirty = True
+        if written != len(pending):  # a full disk: the file keeps its whole entries, the rest stays pending
+            os.ftruncate(f.fileno(), on_disk * self.entry_size)
+            raise OSError(f"short write to {self.path.name}: {written} of {len(pending)} bytes")
+        self._written = on_disk + len(pending) // self.entry_size
+        pending.clear()
 
     def _truncate_entries(self, n: int) -> None:
+        """Keep only the first ``n`` entries, in memory's pending ones and in the file."""
+        if self._written is not None and n >= self._written:  # only pending entries go
+            del self._pending[(n - self._written) * self.entry_size:]
+            return
+        self._pending.clear()
         f = self._file.get_or_create()
         os.ftruncate(f.fileno(), n * self.entry_size)
+        self._written = n
         self._dirty = True
 
     def flush(self) -> None:
+        self.write_pending()
         if self._dirty:
             f = self._file.get_or_create()
             os.fsync(f.fileno())
@@ -114,6 +162,7 @@ class _Index:
     def take_dirty(self) -> int | None:
         """A duplicate of the descriptor when entries were written since the last fsync, for
         another thread to fsync and close; the index counts as flushed from now on."""
+        self.write_pending()
         if not self._dirty:
             return None
         f = self._file.get_or_create()  # held while duplicating: the cache cannot close it under us
@@ -130,9 +179,11 @@ class _Index:
         self._dirty = True
 
     def close(self) -> None:
+        self.write_pending()
         self._file.forget(close=True)
 
     def delete(self) -> None:
+        self._pending.clear()
         self._file.forget()
         self.path.unlink(missing_ok=True)
 
@@ -160,6 +211,8 @@ class OffsetIndex(_Index):
         relative, positions = entries
         self._offsets = array("q", map(self.base_offset.__add__, relative))
         self._positions = array("q", positions)
+        self._pending.clear()
+        self._written = len(self._offsets)
 
     def append(self, offset: int, position: int) -> None:
         if self._offsets and (offset <= self._offsets[-1] or position <= self._positions[-1]):
@@ -225,6 +278,8 @@ class TimeIndex(_Index):
         timestamps, relative = entries
         self._timestamps = array("q", timestamps)
         self._offsets = array("q", map(self.base_offset.__add__, relative))
+        self._pending.clear()
+        self._written = len(self._timestamps)
 
     def maybe_append(self, timestamp: int, offset: int) -> None:
         if self._timestamps and timestamp <= self._timestamps[-1]:

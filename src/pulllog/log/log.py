@@ -962,7 +962,14 @@ class Log:
     def prepare_close(self) -> None:
         """Write what ``close()`` writes but without fsyncs (the producer snapshot), so that
         one sync of the whole file system covers it, then ``mark_synced``."""
-        if self._producers_loaded and not self._closed:
+        if self._closed:
+            return
+        for segment in self._unflushed_segments():
+            try:
+                segment.write_index_entries()  # entries still in memory (index.py): the sync must cover them
+            except OSError:  # they stay pending: close() writes and fsyncs them, or reports the error
+                pass
+        if self._producers_loaded:
             self._snapshot_producers(self.log_end_offset, sync=False)
 
     def mark_synced(self) -> None:

@@ -305,6 +305,12 @@ class LogSegment:
             raise
         return fds
 
+    def write_index_entries(self) -> None:
+        """Write the index entries still held in memory (index.py), without an fsync."""
+        if self.loaded:
+            self.offset_index.write_pending()
+            self.time_index.write_pending()
+
     def mark_flushed(self) -> None:
         """Its files were made durable another way (the owner's sync of the file system)."""
         if self.loaded:
