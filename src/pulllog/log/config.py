@@ -21,7 +21,7 @@ Three settings need a word:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 __all__ = ["LogConfig", "ConfigError", "TOPIC_CONFIG_KEYS"]
@@ -141,25 +141,24 @@ class LogConfig:
     preallocate: bool = False
     unclean_leader_election_enable: bool = False
     min_insync_replicas: int = 1
+    # Derived from the settings above once, not on every read: the Produce path reads them
+    # with every request (not settings: no init, not compared, not in fields' Kafka names).
+    compact: bool = field(init=False, repr=False, compare=False)
+    delete: bool = field(init=False, repr=False, compare=False)
+    roll_ms: int = field(init=False, repr=False, compare=False)
+    """The segment age that rolls the active segment (Kafka's ``maxSegmentMs``)."""
+    log_append_time: bool = field(init=False, repr=False, compare=False)
 
-    @property
-    def compact(self) -> bool:
-        return "compact" in self.cleanup_policy.split(",")
-
-    @property
-    def delete(self) -> bool:
-        return "delete" in self.cleanup_policy.split(",")
-
-    @property
-    def roll_ms(self) -> int:
-        """The segment age that rolls the active segment (Kafka's ``maxSegmentMs``)."""
-        if self.compact and self.max_compaction_lag_ms > 0:
-            return min(self.segment_ms, self.max_compaction_lag_ms)
-        return self.segment_ms
-
-    @property
-    def log_append_time(self) -> bool:
-        return self.message_timestamp_type == "LogAppendTime"
+    def __post_init__(self) -> None:
+        policies = self.cleanup_policy.split(",")
+        compact = "compact" in policies
+        object.__setattr__(self, "compact", compact)
+        object.__setattr__(self, "delete", "delete" in policies)
+        roll_ms = self.segment_ms
+        if compact and self.max_compaction_lag_ms > 0:
+            roll_ms = min(roll_ms, self.max_compaction_lag_ms)
+        object.__setattr__(self, "roll_ms", roll_ms)
+        object.__setattr__(self, "log_append_time", self.message_timestamp_type == "LogAppendTime")
 
     @classmethod
     def from_kafka(cls, values: Mapping[str, Any], base: "LogConfig | None" = None) -> "LogConfig":
@@ -186,4 +185,4 @@ class LogConfig:
         return {k: v for k, v in mine.items() if theirs[k] != v}
 
 
-assert {a for a, _ in _SPEC.values()} == {f.name for f in fields(LogConfig)}
+assert {a for a, _ in _SPEC.values()} == {f.name for f in fields(LogConfig) if f.init}

@@ -99,6 +99,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from .swap import SWAP_SUFFIX, complete_interrupted_swaps
 from .config import LogConfig
@@ -108,6 +109,7 @@ from .producer_state import SNAPSHOT_SUFFIX, BatchMetadata, MarkerReader, Produc
 from ..records.control import ControlRecord, build_control_batch, read_control_record
 from ..records.batch import (
     CONTROL_MASK,
+    LOG_OVERHEAD,
     BatchHeader,
     InvalidRecordError,
     RecordBatch,
@@ -142,6 +144,7 @@ _MAX_RELATIVE_OFFSET = 2**31 - 1
 
 
 _GUARD_LOCK = threading.Lock()
+_new_tuple = tuple.__new__  # a named tuple from its fields in order, without its Python __new__
 
 
 def wall_clock_ms() -> int:
@@ -176,8 +179,10 @@ class RecordErrors(InvalidRecordError):
         self.errors = errors
 
 
-@dataclass(frozen=True, slots=True)
-class AppendInfo:
+class AppendInfo(NamedTuple):
+    """What an append did. A named tuple: one is made per Produce request, and a frozen
+    dataclass's ``__init__`` sets each field through ``object.__setattr__``."""
+
     first_offset: int
     last_offset: int
     records: int
@@ -598,20 +603,21 @@ class Log:
         end = len(data)
         if end == 0:
             raise InvalidRecordError("the request holds no record batch")
+        config = self.config
+        max_bytes = config.max_message_bytes
         while pos < end:
             header = validate_batch(data, pos)
-            if header.size > self.config.max_message_bytes:
-                raise RecordTooLargeError(
-                    f"batch of {header.size} bytes exceeds max.message.bytes={self.config.max_message_bytes}"
-                )
+            size = LOG_OVERHEAD + header.batch_length
+            if size > max_bytes:
+                raise RecordTooLargeError(f"batch of {size} bytes exceeds max.message.bytes={max_bytes}")
             if header.records_count != header.last_offset_delta + 1 and header.records_count > 0:
                 # Producers always send dense batches; only compaction leaves holes.
                 raise InvalidRecordError(
                     f"batch claims {header.records_count} records but lastOffsetDelta {header.last_offset_delta}"
                 )
             batches.append((pos, header))
-            pos += header.size
-        if self.config.compact:
+            pos += size
+        if config.compact:
             self._check_keys(data, batches)
         return batches
 
@@ -654,14 +660,15 @@ class Log:
                     return self._duplicate_info(duplicate)
                 idempotent = True
                 break
-        target = self.config.compression_type
+        config = self.config
+        target = config.compression_type
         if target != "producer" and any(
             not h.is_control and h.compression != Compression.parse(target) for _, h in batches
         ):
             data, batches = _recompress(data, batches, Compression.parse(target))
         buf = data if isinstance(data, bytearray) else bytearray(data)
         now = self.clock()
-        log_append_time = self.config.log_append_time
+        log_append_time = config.log_append_time
         first_offset = next_offset = self.log_end_offset
         records = 0
         max_timestamp = -1
@@ -675,9 +682,10 @@ class Log:
                 set_log_append_time(buf, pos, now)
             header = read_header(buf, pos)
             patched.append((pos, header))
-            next_offset = header.next_offset
+            next_offset = header.base_offset + header.last_offset_delta + 1
             records += header.records_count
-            max_timestamp = max(max_timestamp, header.max_timestamp)
+            if header.max_timestamp > max_timestamp:
+                max_timestamp = header.max_timestamp
         segment = self._maybe_roll(len(buf), now, next_offset - 1, max_timestamp)
         segment.append(buf, patched)
         if idempotent:
@@ -686,16 +694,10 @@ class Log:
             else:  # positions may have moved (recompression): read the markers where they are now
                 self.producer_state.record_append(patched, _marker_reader(buf), segment.txn_index.append)
         self._unflushed_records += records
-        if not defer_flush and self._unflushed_records >= self.config.flush_messages:
+        if not defer_flush and self._unflushed_records >= config.flush_messages:
             self.flush()  # flush.ms is the scheduler's: a time-based fsync never runs in an append
-        return AppendInfo(
-            first_offset=first_offset,
-            last_offset=next_offset - 1,
-            records=records,
-            max_timestamp=max_timestamp,
-            log_append_time=now if log_append_time else -1,
-            log_start_offset=self.log_start_offset,
-        )
+        return _new_tuple(AppendInfo, (first_offset, next_offset - 1, records, max_timestamp,
+                                       now if log_append_time else -1, self.log_start_offset, False))
 
     def write_txn_marker(
         self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, now_ms: int | None = None,
@@ -823,7 +825,7 @@ class Log:
         )
 
     def _maybe_roll(self, incoming: int, now: int, last_offset: int, max_timestamp: int) -> LogSegment:
-        active = self.active_segment
+        active = self._view[0][-1]
         overflow = last_offset - active.base_offset > _MAX_RELATIVE_OFFSET
         if active.should_roll(incoming, now, max_timestamp) or (overflow and not active.is_empty):
             return self.roll(now)

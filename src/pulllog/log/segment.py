@@ -243,19 +243,22 @@ class LogSegment:
             self._track_batch(start + rel_pos, header)
 
     def _track_batch(self, position: int, header: BatchHeader) -> None:
+        # Fields read once, no properties: this runs for every batch of every Produce request.
+        max_timestamp = header.max_timestamp
+        last_offset = header.base_offset + header.last_offset_delta
         if not self._first_batch_seen:
             self._first_batch_seen = True
-            if header.max_timestamp >= 0:
-                self.rolling_based_ms = header.max_timestamp
-        if header.max_timestamp > self.max_timestamp:
-            self.max_timestamp = header.max_timestamp
-            self.offset_of_max_timestamp = header.last_offset
-        self.next_offset = header.next_offset
+            if max_timestamp >= 0:
+                self.rolling_based_ms = max_timestamp
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp = max_timestamp
+            self.offset_of_max_timestamp = last_offset
+        self.next_offset = last_offset + 1
         if self._bytes_since_index_entry > self.config.index_interval_bytes:
-            self.offset_index.append(header.last_offset, position)
+            self.offset_index.append(last_offset, position)
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
             self._bytes_since_index_entry = 0
-        self._bytes_since_index_entry += header.size
+        self._bytes_since_index_entry += LOG_OVERHEAD + header.batch_length
 
     def should_roll(self, incoming_bytes: int, now_ms: int, incoming_max_timestamp: int) -> bool:
         if self.size == 0:
@@ -270,7 +273,8 @@ class LogSegment:
             waited = now_ms - self.created_ms
         if waited > self.config.roll_ms:
             return True
-        return self.offset_index.is_full or self.time_index.is_full
+        offsets, times = self.offset_index, self.time_index
+        return offsets.entries >= offsets.max_entries or times.entries >= times.max_entries  # is_full, inlined
 
     def flush(self) -> None:
         if not self.loaded:

@@ -198,7 +198,7 @@ def validate_batch(
         raise CorruptRecordError(
             f"batchLength {header.batch_length} is smaller than the header itself"
         )
-    end = pos + header.size
+    end = pos + LOG_OVERHEAD + header.batch_length  # header.size, without the property's call
     if end > len(buf):
         raise CorruptRecordError(
             f"batch of {header.size} bytes runs past the end ({len(buf) - pos} bytes remain)"

@@ -38,6 +38,7 @@ from ...log import RecordErrors
 from ...net.apis import ApiKey
 from ...net.produce import PartitionProduceResponse, TopicProduceResponse, encode_produce_response
 from ...records import InvalidRecordError
+from ...records.batch import CONTROL_MASK, TRANSACTIONAL_MASK
 from ..topics import INTERNAL_TOPICS, InvalidTopicError, PartitionError, validate_topic_name
 from . import Deferred, RequestContext, handler
 from .errors import error_code_for
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from ..flusher import FlushResult
 
 log = logging.getLogger(__name__)
+_new_tuple = tuple.__new__  # a named tuple from all its fields, without its Python __new__
 
 
 def _partition_error(index: int, code: ErrorCode, message: str | None = None,
@@ -184,13 +186,17 @@ def append_partition(broker: "BrokerApi", topic_name: str, index: int, records: 
         return _partition_error(index, ErrorCode.corrupt_message, "the request carries no records for this partition")
     try:
         batches = partition_log.validate(records)
-        if any(header.is_control for _pos, header in batches):
+        control = empty = False
+        for _pos, header in batches:  # one pass, read once: this runs with every request
+            control = control or bool(header.attributes & CONTROL_MASK)
+            empty = empty or header.records_count == 0
+        if control:
             # Only the broker writes transaction markers (Kafka: INVALID_RECORD).
             return _partition_error(index, ErrorCode.invalid_record, "clients may not produce control batches")
-        if any(header.records_count == 0 for _pos, header in batches):
+        if empty:
             # Kafka refuses a batch of no records (INVALID_RECORD): it would take no offset.
             return _partition_error(index, ErrorCode.invalid_record, "a record batch must hold at least one record")
-        if batches[0][1].is_transactional:
+        if batches[0][1].attributes & TRANSACTIONAL_MASK:
             if transactional_id is None:
                 # Kafka refuses transactional records from a request without a transactional id.
                 return _partition_error(index, ErrorCode.transactional_id_authorization_failed,
@@ -213,4 +219,5 @@ def append_partition(broker: "BrokerApi", topic_name: str, index: int, records: 
         acks_all.append((topic_name, index, info.last_offset + 1))
     if partition_log.flush_messages_due:
         flushes.append((topic_name, index, partition_log))
-    return PartitionProduceResponse(index, 0, info.first_offset, info.log_append_time, info.log_start_offset)
+    return _new_tuple(PartitionProduceResponse,
+                      (index, 0, info.first_offset, info.log_append_time, info.log_start_offset, (), None))
