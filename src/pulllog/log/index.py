@@ -182,6 +182,10 @@ class _Index:
         self.write_pending()
         self._file.forget(close=True)
 
+    def discard_pending(self) -> None:
+        """Forget the entries not written yet (the index is about to be deleted)."""
+        self._pending.clear()
+
     def delete(self) -> None:
         self._pending.clear()
         self._file.forget()

@@ -362,7 +362,7 @@ class Log:
             segment = LogSegment(self.directory, base, self.config, created_ms=now)
             if damaged:
                 # Everything after a truncation point is unreachable: offsets must be contiguous.
-                segment.close()
+                segment.close(deleting=True)
                 segment.delete()
                 report.deleted_segments += 1
                 continue
@@ -383,7 +383,7 @@ class Log:
                 report.problems.append(f"{segment.log_path.name}: {result.error}")
                 damaged = True
             if segment.is_empty and segments:
-                segment.close()
+                segment.close(deleting=True)
                 segment.delete()
                 report.deleted_segments += 1
                 continue
@@ -770,7 +770,7 @@ class Log:
         end is below the leader's log start offset: nothing of its log can be kept)."""
         with self.cleaning.paused():
             for segment in self._segments:
-                segment.close()
+                segment.close(deleting=True)
                 segment.delete()
             self._set_segments([LogSegment(self.directory, offset, self.config, created_ms=self.clock())])
         self.log_start_offset = offset
@@ -1164,7 +1164,7 @@ class Log:
         with self.cleaning.paused():
             keep = [s for s in self._segments if s.base_offset < offset] or [self._segments[0]]
             for segment in self._segments[len(keep):]:
-                segment.close()
+                segment.close(deleting=True)
                 segment.delete()
             keep[-1].truncate_to(offset)
             self._set_segments(keep)
@@ -1224,7 +1224,7 @@ class Log:
     def delete(self) -> None:
         with self.cleaning.paused():
             for segment in self._segments:
-                segment.close()
+                segment.close(deleting=True)
             self._closed = True
         shutil.rmtree(self.directory, ignore_errors=True)
 

@@ -593,8 +593,13 @@ class LogSegment:
     def is_empty(self) -> bool:
         return self.size == 0
 
-    def close(self) -> None:
+    def close(self, *, deleting: bool = False) -> None:
+        """Flush and close the files; ``deleting``: the files go next, so the index entries
+        still in memory are dropped, not written (a full disk must not stop a deletion)."""
         if self.loaded:
+            if deleting:
+                self.offset_index.discard_pending()
+                self.time_index.discard_pending()
             self.flush()
             self.offset_index.close()
             self.time_index.close()
@@ -624,6 +629,8 @@ class LogSegment:
         reading, as with ``delete``."""
         moved: list[Path] = []
         if self.loaded:
+            self.offset_index.discard_pending()  # going away: not worth a write (nor a full disk's error)
+            self.time_index.discard_pending()
             self.offset_index.close()
             self.time_index.close()
             for index in (self.offset_index, self.time_index):
