@@ -359,3 +359,36 @@ def test_topic_compression_producer_keeps_the_batch_as_sent(tmp_path: Path) -> N
     raw = build_batch([(b"k", b"v" * 100)], compression=Compression.LZ4)
     log.append(raw)
     assert log.read_batches(0)[0].raw == raw
+
+
+@pytest.mark.parametrize("leader_epoch", [-1, 7])
+def test_a_single_batch_written_without_a_copy_is_the_same_bytes_as_one_patched_in_a_copy(
+        tmp_path: Path, leader_epoch: int) -> None:
+    """A request's one batch as bytes goes out as its patched first 16 bytes plus a view of
+    the rest (writev); a bytearray is patched in place: the two logs must hold the same bytes,
+    headers and answers."""
+    # Sizes on both sides of the smallest batch written without a copy (4 KiB).
+    batches = [build_batch([(b"k%d" % i, b"v" * (i * 379 % 3000), 1_000 + i)] * (1 + i % 4)) for i in range(30)]
+    assert min(map(len, batches)) < 4096 < max(map(len, batches))
+    logs = []
+    for kind in (bytes, bytearray):
+        log = Log.open(tmp_path / kind.__name__ / "t-0", cfg(index_interval_bytes=300))
+        if leader_epoch >= 0:
+            log.become_leader(leader_epoch)
+        infos = [log.append(kind(b)) for b in batches]
+        log.append(kind(batches[0] + batches[1]))  # two batches: always patched in a copy
+        logs.append((log, infos))
+    (a, infos_a), (b, infos_b) = logs
+    assert infos_a == infos_b
+    assert (tmp_path / "bytes" / "t-0" / "00000000000000000000.log").read_bytes() == \
+        (tmp_path / "bytearray" / "t-0" / "00000000000000000000.log").read_bytes()
+    sa, sb = a.active_segment, b.active_segment
+    assert [h for _, h in sa.headers()] == [h for _, h in sb.headers()]
+    assert all(h.partition_leader_epoch == (leader_epoch if leader_epoch >= 0 else -1) for _, h in sa.headers())
+    assert sa.offset_index.items() == sb.offset_index.items() and sa.offset_index.items()
+    assert (sa.next_offset, sa.max_timestamp, sa.offset_of_max_timestamp) == (
+        sb.next_offset, sb.max_timestamp, sb.offset_of_max_timestamp)
+    a.close()
+    again = Log.open(tmp_path / "bytes" / "t-0", cfg(index_interval_bytes=300))
+    assert again.log_end_offset == b.log_end_offset
+    assert [r.value for batch in again.read_batches(0, 1 << 20) for r in batch.records()][:3] == [b"", b"v" * 379, b"v" * 379]

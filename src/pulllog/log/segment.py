@@ -226,17 +226,24 @@ class LogSegment:
 
     # ------------------------------------------------------------------ writing
 
-    def append(self, data: bytes | bytearray | memoryview, batches: list[tuple[int, BatchHeader]]) -> None:
-        """Write already-validated batches whose offsets are assigned.
+    def append(self, data: bytes | bytearray | memoryview | tuple[bytes | memoryview, ...],
+               batches: list[tuple[int, BatchHeader]]) -> None:
+        """Write already-validated batches whose offsets are assigned: ``data`` in one piece,
+        or a tuple of pieces written back to back (one ``writev``).
 
         ``batches`` gives each batch's position within ``data`` and its header.
         """
         start = self.size
         f = self.file
-        written = os.write(f.fileno(), data)
-        if written != len(data):  # a short write on a regular file means a full disk
+        if type(data) is tuple:
+            length = sum(map(len, data))
+            written = os.writev(f.fileno(), data)
+        else:
+            length = len(data)
+            written = os.write(f.fileno(), data)
+        if written != length:  # a short write on a regular file means a full disk
             os.ftruncate(f.fileno(), start)
-            raise OSError(f"short write to {self.log_path.name}: {written} of {len(data)} bytes")
+            raise OSError(f"short write to {self.log_path.name}: {written} of {length} bytes")
         self.size += written
         self._unflushed = True
         for rel_pos, header in batches:
