@@ -76,6 +76,27 @@ def test_a_partition_new_to_the_transaction_is_starting_until_a_batch_of_it_is_a
     assert not txn.starting_partitions  # in the transaction already
 
 
+def test_send_may_skip_the_check_only_for_the_running_partition_it_passed_last() -> None:
+    txn = ready()
+    txn.begin()
+    txn.check_send("t", 0)
+    assert txn.fast_topic is None  # starting: send() yields every few records
+    txn.partitions_added([("t", 0)])
+    txn.batch_acknowledged(("t", 0))
+    assert (txn.fast_topic, txn.fast_partition) == ("t", 0)
+    txn.check_send("t", 1)  # a new partition starts: every send() is checked again
+    assert txn.fast_topic is None
+    txn.partitions_added([("t", 1)])
+    txn.batch_acknowledged(("t", 1))
+    assert (txn.fast_topic, txn.fast_partition) == ("t", 1)
+    txn.fail(Outcome.ABORTABLE, KafkaError(ErrorCode.invalid_record))
+    assert txn.fast_topic is None  # the next send() must raise the error
+    txn.start_abort()
+    txn.completed()
+    txn.begin()
+    assert txn.fast_topic is None  # a new transaction adds its partitions again
+
+
 def test_a_partitions_first_batch_of_the_epoch_goes_alone_and_later_transactions_pipeline() -> None:
     txn = ready()
     txn.begin()

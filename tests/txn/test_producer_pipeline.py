@@ -11,6 +11,7 @@ anything but ``send()`` itself.
 
 from __future__ import annotations
 
+import inspect
 import socket
 import subprocess
 import sys
@@ -30,7 +31,9 @@ from pulllog.client.transactions import (
     ProducerFencedError,
     TransactionAbortedError,
     TransactionState,
+    TransactionStateError,
 )
+from pulllog.client.errors import KafkaError
 
 # A batch far bigger than the loops below fill: a batch that waited until it was full (or
 # until the application yielded for another reason) is never acknowledged inside them.
@@ -248,3 +251,38 @@ async def test_a_later_transactions_batches_pipeline_behind_its_first(pulllog_br
     assert all(f.exception() is None for f in before + futures)
     sent = [b"first-%d" % i for i in range(100)] + values[:len(futures)]
     assert await read_committed(bootstrap, topic) == sent
+
+
+async def test_a_running_partitions_records_take_the_fast_path_and_still_see_the_transaction_fail(
+        pulllog_broker: Any) -> None:
+    """Once a partition's pipeline runs in the transaction, send() to it appends at once, as an
+    idempotent producer's does (no coroutine: it cost a third of a record's time); a record
+    that failed still makes the next send() to that partition raise, and after the abort a
+    send() outside a transaction is refused."""
+    bootstrap = pulllog_broker.bootstrap_servers
+    topic = "fast-path"
+    await _create(bootstrap, topic)
+    async with Producer(bootstrap, transactional_id="fast-path-tx", batch_size=4096) as producer:
+        await producer.init_transactions()
+        producer.begin_transaction()
+        await (await producer.send(topic, b"first", partition=0))  # acknowledged: the pipeline runs
+        at_once = 0
+        for i in range(200):  # a record that opens a batch yields to the sender; the others need not
+            sending = producer.send(topic, b"more-%d" % i, partition=0)
+            at_once += not inspect.iscoroutine(sending)
+            await sending
+        assert at_once, "every record to the transaction's running partition went through the coroutine"
+        refused = pulllog_broker.faults.fail(PRODUCE, ErrorCode.invalid_record, topic=topic)
+        failed = await producer.send(topic, b"x" * 5000, partition=0)  # a batch of its own
+        with pytest.raises(KafkaError):
+            await failed
+        assert refused.fired == 1
+        with pytest.raises(AbortableTransactionError):
+            await producer.send(topic, b"after the failure", partition=0)
+        await producer.abort_transaction()
+        with pytest.raises(TransactionStateError):
+            await producer.send(topic, b"outside a transaction", partition=0)
+        async with producer.transaction():
+            for i in range(100):
+                await producer.send(topic, b"kept-%d" % i, partition=0)
+    assert await read_committed(bootstrap, topic) == [b"kept-%d" % i for i in range(100)]

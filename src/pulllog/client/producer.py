@@ -588,9 +588,13 @@ class Producer:
         ``await`` either way.
         """
         # The hot path of per-record sending: keep it free of calls that are not needed.
-        # Anything unusual (a wait, a transaction, an error to raise) takes _send, the
-        # coroutine, before anything of the record is taken: it does all of it again.
-        if not self._accepting or self._txn is not None:
+        # Anything unusual (a wait, a transaction's check or its new partition, an error to
+        # raise) takes _send, the coroutine, before anything of the record is taken: it does
+        # all of it again. A transaction's record to the partition it passed last, with no
+        # partition starting (TransactionManager.fast_topic), needs nothing more.
+        txn = self._txn
+        if not self._accepting or (txn is not None and (
+                topic is not txn.fast_topic or partition != txn.fast_partition)):
             return self._send(topic, value, key, headers, partition, timestamp)
         parts = self._partitions.get(topic)
         if parts is None:

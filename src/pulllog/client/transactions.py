@@ -288,6 +288,12 @@ class TransactionManager(IdempotenceManager):
         # forgets it). check_send() runs once per record; the full check cost several times more.
         self._passed_topic: str | None = None
         self._passed_partition = -1
+        # The same partition while no partition of the transaction is starting: a send() to it
+        # needs neither the check nor the yield every few records, so Producer.send() takes
+        # its fast path (no coroutine) as for an idempotent producer; None otherwise. The
+        # coroutine cost about 0.3 us of the 1.4-1.7 us a send() took (README, bench_txn).
+        self.fast_topic: str | None = None
+        self.fast_partition = -1
 
     # ------------------------------------------------------------ states
 
@@ -296,7 +302,7 @@ class TransactionManager(IdempotenceManager):
             raise TransactionStateError(f"cannot move from {self.state.value} to {target.value}")
         self.state = target
         if target is not S.IN_TRANSACTION:
-            self._passed_topic = None
+            self._passed_topic = self.fast_topic = None
         if error is not None:
             self.last_error = error
         elif target in (S.INITIALIZING, S.READY, S.IN_TRANSACTION):
@@ -373,6 +379,13 @@ class TransactionManager(IdempotenceManager):
             self.to_add.add(key)
             self.starting_partitions.add(key)
         self._passed_topic, self._passed_partition = topic, partition
+        self._update_fast_path()
+
+    def _update_fast_path(self) -> None:
+        if self.starting_partitions:
+            self.fast_topic = None
+        else:
+            self.fast_topic, self.fast_partition = self._passed_topic, self._passed_partition
 
     def partitions_to_add(self) -> list[tuple[str, int]]:
         """The partitions to put in the next AddPartitionsToTxn (none while an error stands)."""
@@ -399,6 +412,8 @@ class TransactionManager(IdempotenceManager):
         once every new partition's does, ``send()`` goes back to yielding once per batch."""
         if self.starting_partitions:
             self.starting_partitions.discard(key)
+            if not self.starting_partitions and self.state is S.IN_TRANSACTION:
+                self._update_fast_path()
         self.acknowledged_in_epoch.add(key)
 
     def sends_alone(self, key: tuple[str, int]) -> bool:
@@ -428,6 +443,7 @@ class TransactionManager(IdempotenceManager):
         self.to_add.clear()
         self.transaction_started = False
         self.starting_partitions.clear()
+        self._passed_topic = self.fast_topic = None
 
     # ------------------------------------------------------------ InitProducerId
 
