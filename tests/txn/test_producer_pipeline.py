@@ -286,3 +286,40 @@ async def test_a_running_partitions_records_take_the_fast_path_and_still_see_the
             for i in range(100):
                 await producer.send(topic, b"kept-%d" % i, partition=0)
     assert await read_committed(bootstrap, topic) == [b"kept-%d" % i for i in range(100)]
+
+
+async def test_a_transaction_with_every_in_flight_slot_taken_yields_after_each_full_batch(pulllog_broker: Any) -> None:
+    """A transaction starts with an empty buffer, so send() never waits for buffer space in
+    it. While the partition's in-flight slots are all taken, a record that opens a batch of
+    the default size (256 KiB) still yields to the loop, so the answers that free the slots
+    are read at once, not after the application filled many more batches; and requests that
+    are never answered (timed out, resent) change nothing of what the transaction commits."""
+    bootstrap = pulllog_broker.bootstrap_servers
+    topic = "busy-slots"
+    await _create(bootstrap, topic)
+    value = b"v" * 1000
+    async with Producer(bootstrap, transactional_id="busy-slots-tx", request_timeout_ms=1000,
+                        retry_backoff_ms=10) as producer:
+        await producer.init_transactions()
+        producer.begin_transaction()
+        await (await producer.send(topic, b"first", partition=0))  # the partition's pipeline runs
+        sender = producer._sender  # whether the slots are taken is the point
+        assert sender is not None
+        lost = pulllog_broker.faults.lose_request(PRODUCE, topic=topic, times=5)  # every slot stays taken
+        sent = [b"first"]
+        opened_while_busy = yielded = 0
+        while opened_while_busy < 6:
+            busy = sender.partition_busy((topic, 0))
+            value = b"%06d" % len(sent) + b"v" * 1000
+            sending = producer.send(topic, value, partition=0)
+            took_turn = inspect.iscoroutine(sending)
+            future = await sending
+            sent.append(value)
+            if busy and future.relative_offset == 0:
+                opened_while_busy += 1
+                yielded += took_turn
+        assert yielded == opened_while_busy, (
+            f"only {yielded} of {opened_while_busy} full batches opened while every slot was taken yielded")
+        await producer.commit_transaction()
+    assert lost.fired == 5
+    assert await read_committed(bootstrap, topic) == sent

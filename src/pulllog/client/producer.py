@@ -170,6 +170,12 @@ _STARTING_YIELD_EVERY = 16
 # such batches does send() (or send_batch()) yield, for the loop to read the answers (a batch_size=1 producer
 # otherwise spent a loop turn per record that did nothing but poll the socket)
 _BUSY_YIELD_EVERY = 16
+# ... but never more than this many bytes of batches (batch_size each) between two such turns:
+# every batch at the default 256 KiB. Meanwhile the broker works off the batches in flight and
+# then waits for the answers to be read; a producer whose send() never waits for buffer
+# space (a transaction starts with an empty buffer and gains 1-4 MiB in 100 ms) otherwise
+# appended 16 full batches, 4 MiB and milliseconds, between the turns that refill the slots.
+_BUSY_YIELD_BYTES = 256 * 1024
 
 
 class BufferExhaustedError(TimeoutError):
@@ -253,6 +259,7 @@ class Producer:
         self._state = _NEW
         self._accepting = False  # running, and the sender is healthy: send() may queue
         self._busy_batches = 0  # batches opened without a yield since the last (_BUSY_YIELD_EVERY)
+        self._busy_yield_every = max(1, min(_BUSY_YIELD_EVERY, _BUSY_YIELD_BYTES // max(self.batch_size, 1)))
         self._max_record_size = config.max_record_size
         self._loop: asyncio.AbstractEventLoop | None = None
         self._acc: RecordAccumulator | None = None
@@ -647,13 +654,13 @@ class Producer:
         """Whether a record or set that opened a batch of ``partition`` yields to the loop:
         yes, so the sender ships what is ready, unless the partition's in-flight slots are all
         taken (the sender could ship nothing); then only every ``_BUSY_YIELD_EVERY``-th such
-        batch, so the answers that free the slots are read. One rule and counter for
-        ``send()``'s two paths and ``send_batch()``."""
+        batch, or sooner for big batches (``_BUSY_YIELD_BYTES``), so the answers that free the
+        slots are read. One rule and counter for ``send()``'s two paths and ``send_batch()``."""
         acc = self._acc
         assert acc is not None
         if acc.partition_busy((topic, partition)):
             self._busy_batches += 1
-            if self._busy_batches < _BUSY_YIELD_EVERY:
+            if self._busy_batches < self._busy_yield_every:
                 return False
         self._busy_batches = 0
         return True
