@@ -26,7 +26,9 @@ Produce out, its answer in) would wait for the application to fill a batch: mill
 per turn, with nothing of the transaction on the wire. So while a partition new to the
 transaction has no acknowledged batch yet (``starting_partitions``), ``send()`` yields every
 16 records (a fraction of a millisecond), and the pipeline runs again about two round trips
-after the first ``send()``.
+after the first ``send()``. Once none is starting, a record to the partition ``check_send()``
+passed last needs no check (``fast_topic``, ``fast_partition``): ``send()`` appends it in
+the call, as for an idempotent producer, with no coroutine.
 
 A partition's first batch under the producer's epoch also goes alone: its later batches
 wait until it is acknowledged (``sends_alone``). A broker with no state for a producer takes
