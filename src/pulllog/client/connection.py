@@ -23,7 +23,11 @@ A request can also be sent without a coroutine: ``send()`` writes a frame encode
 caller (correlation id from ``next_correlation_id()``) and the reader calls its
 ``on_response`` with the response frame, or with the error that ended the connection first.
 The producer's sender sends every Produce request so: no task, no future and no event-loop
-hop per request between the socket and the batches' completion.
+hop per request between the socket and the batches' completion. ``after_frames``, if set, is
+called once after each read's frames were handed on (even if one of them failed): the
+sender then writes the requests for the slots those answers freed in the same turn, before
+it completes the answered batches, so the broker has the next requests while the client
+finishes the last ones.
 
 On connect the connection asks ApiVersions (v3, falling back to v0 as KIP-511 says) and
 ``version(api, lo, hi)`` then picks the highest version both sides speak.
@@ -117,8 +121,19 @@ class _ResponseReader(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         self._end += nbytes
-        buf, start, end = self._buf, self._start, self._end
         conn = self._conn
+        after = conn.after_frames
+        if after is None:
+            self._frames(conn)
+            return
+        try:
+            self._frames(conn)
+        finally:  # whatever happened to the frames: their handlers may have work left for it
+            after()
+
+    def _frames(self, conn: "KafkaConnection") -> None:
+        """Hand on every complete frame in the buffer."""
+        buf, start, end = self._buf, self._start, self._end
         cap = conn.max_response_size
         while end - start >= 4:
             (size,) = _SIZE.unpack_from(buf, start)
@@ -192,6 +207,9 @@ class KafkaConnection:
         self._closed = False
         self._error: BaseException | None = None
         self._outgoing: list[bytes] = []  # frames written in this turn of the event loop (_write)
+        # Called once after the frames of one read were handed on (module docstring): None, or
+        # the producer's sender, which refills the in-flight slots its answers freed at once.
+        self.after_frames: Callable[[], None] | None = None
 
     @property
     def address(self) -> str:

@@ -127,6 +127,12 @@ class Sender:
         self._encoders: dict[int, tuple[KafkaConnection, ProduceRequestEncoder]] = {}  # node -> for its connection
         self._callback_error: BaseException | None = None  # a bug in handling an answer (_Request)
         self._held: list[KafkaConnection] = []  # connections with requests to write at the turn's end
+        self._tg: asyncio.TaskGroup | None = None  # run()'s, while it runs (_after_answers passes in it)
+        # batches acknowledged by the answers of the read being handled, completed by
+        # _after_answers once it wrote the requests for the slots they freed: (batch, base
+        # offset, log append time)
+        self._acked: list[tuple[ProducerBatch, int, int]] = []
+        self._answers_read = False  # a read brought answers: _after_answers has a pass to make
         # a transactional producer: its coordinator's requests, and the AddPartitionsToTxn running
         self.txn_coordinator: TxnCoordinatorClient | None = None
         self._transactional_id: str | None = getattr(idempotence, "transactional_id", None)
@@ -153,6 +159,7 @@ class Sender:
         try:
             try:
                 async with asyncio.TaskGroup() as tg:
+                    self._tg = tg
                     while not self._stopping:
                         if self._callback_error is not None:
                             raise self._callback_error
@@ -183,6 +190,7 @@ class Sender:
             self._on_failure(exc)
             self.abort(ProducerClosedError(f"the producer's sender failed: {exc!r}"))
         finally:
+            self._tg = None
             if self._timer is not None:
                 self._timer.cancel()
             self._fail_requests(ProducerClosedError("the producer was closed while the record was in flight"))
@@ -534,6 +542,7 @@ class Sender:
                 version = conn.version("produce", 3, 9)
                 encoder = self._encoders[node] = (conn, ProduceRequestEncoder(
                     version, conn.client_id, self._transactional_id, config.acks, config.request_timeout_ms))
+                conn.after_frames = self._after_answers
             correlation_id = conn.next_correlation_id()
             if len(batches) == 1:
                 batch = batches[0]
@@ -587,15 +596,17 @@ class Sender:
             conn.abort(ConnectionClosedError(f"no answer within request_timeout_ms={self.config.request_timeout_ms}"))
         return None
 
-    def _request_done(self, request: _Request) -> bool:
+    def _request_done(self, request: _Request, wake: bool = True) -> bool:
         """Take ``request`` off the requests in flight; False if it was already (timed out,
-        or failed at close) and its answer is to be ignored."""
+        or failed at close) and its answer is to be ignored. ``wake``: the sender's loop
+        makes its next pass (else the caller sees to it)."""
         requests = self._requests
         if request not in requests:
             return False
         del requests[request]
         self._in_flight_by_node[request.node] -= 1
-        self._wakeup.set()
+        if wake:
+            self._wakeup.set()
         return True
 
     def _fail_requests(self, error: BaseException) -> None:
@@ -606,19 +617,31 @@ class Sender:
                 self._fail(batch, error)
 
     def _answered(self, request: _Request, frame: bytes | None, error: BaseException | None) -> None:
-        """The connection's answer to ``request``: its response frame, or why it has none."""
-        if not self._request_done(request):
-            return
+        """The connection's answer to ``request``: its response frame, or why it has none.
+
+        A batch acknowledged without error (the usual answer) leaves its in-flight slot at
+        once but is completed by ``_after_answers``, after the requests for the freed slots
+        were written: the broker works on those while the client completes these."""
         batches = request.batches
         if error is not None:  # the connection ended (ConnectionClosedError)
-            self._retry_or_fail(batches, error, retriable=True, stale=True)
+            if self._request_done(request):
+                self._retry_or_fail(batches, error, retriable=True, stale=True)
+            return
+        if not self._request_done(request, wake=False):
             return
         if len(batches) == 1:
             batch = batches[0]
             result = request.encoder.one_partition_answer(frame, batch.topic)  # type: ignore[arg-type]
             if result is not None and result.index == batch.partition:
+                if result.error_code == 0 and self._transactional_id is None:
+                    self._landed(batch)
+                    self._acked.append((batch, result.base_offset, result.log_append_time_ms))
+                    self._answers_read = True
+                    return
+                self._wakeup.set()
                 self._batch_answered(batch, result)
                 return
+        self._wakeup.set()
         try:
             _correlation_id, topics, _throttle_ms = decode_produce_response(frame, request.version)  # type: ignore[arg-type]
         except (MalformedError, UnicodeDecodeError) as exc:
@@ -643,6 +666,39 @@ class Sender:
                     retriable=False)
             else:
                 self._batch_answered(batch, found)
+
+    def _after_answers(self) -> None:
+        """After a read's answers were handled (``KafkaConnection.after_frames``): fill the
+        in-flight slots they freed and write those requests, in this same turn of the event
+        loop (the sender's loop would take a turn more), then complete the acknowledged
+        batches (``_answered``)."""
+        if not self._answers_read:
+            return
+        self._answers_read = False
+        try:
+            tg = self._tg
+            if tg is None or self._stopping or self._callback_error is not None:
+                self._wakeup.set()  # the loop sees to it (or leaves)
+            else:
+                delay = self._pass(tg)
+                for _ in range(_PASSES_PER_TURN):
+                    if delay is None or delay > 0:
+                        break
+                    delay = self._pass(tg)
+                self._flush_held()
+                if delay is not None:
+                    if delay <= 0:
+                        self._wakeup.set()
+                    else:
+                        self._wake_within(delay)
+        except BaseException as exc:  # a bug: run() raises it
+            if self._callback_error is None:
+                self._callback_error = exc
+            self._wakeup.set()
+        finally:
+            acked, self._acked = self._acked, []
+            for batch, base_offset, log_append_time in acked:
+                self._acknowledged(batch, base_offset, log_append_time)
 
     def _batch_answered(self, batch: ProducerBatch, result: PartitionProduceResponse) -> None:
         code = result.error_code
@@ -734,6 +790,12 @@ class Sender:
         if batch.done.done():
             return  # failed meanwhile (closed): its outcome is told already
         self._landed(batch)
+        self._acknowledged(batch, base_offset, log_append_time)
+
+    def _acknowledged(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:
+        """``batch`` (no longer in flight) was acknowledged: tell its records' futures."""
+        if batch.done.done():
+            return
         if self._transactional_id is not None:
             self._idempotence.batch_acknowledged((batch.topic, batch.partition))  # type: ignore[attr-defined]
         self._acc.deallocate(batch)
