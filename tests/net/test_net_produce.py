@@ -239,3 +239,48 @@ def test_an_answer_of_another_shape_is_left_to_the_generic_decoder(version: int)
 
     for frame in others:
         assert encoder.one_partition_answer(frame, "topic") is None
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("partition", [
+    PartitionProduceResponse(3, 0, base_offset=9),
+    PartitionProduceResponse(3, 0, base_offset=2**40, log_append_time_ms=1_700_000_000_123),
+    PartitionProduceResponse(3, ErrorCode.not_leader_or_follower.value),
+    PartitionProduceResponse(4, 0, base_offset=9),
+], ids=["appended", "log-append-time", "error", "another-partition"])
+def test_the_acknowledgement_fast_path_agrees_with_the_generic_decoder(
+        version: int, partition: PartitionProduceResponse) -> None:
+    """The producer's hot path (one_partition_ack) reads an error-free answer for its
+    partition as the generic decoder does, and leaves anything else to the slower paths."""
+    encoder = ProduceRequestEncoder(version, "c", None, 1, 1000)
+    frame = _answer(version, [TopicProduceResponse("t" * 130, [partition])], throttle_ms=250)
+
+    ack = encoder.one_partition_ack(frame, "t" * 130, 3)
+
+    (generic,) = decode_produce_response(frame, version)[1][0].partitions
+    if generic.error_code == 0 and generic.index == 3:
+        assert ack == (generic.base_offset, generic.log_append_time_ms)
+    else:
+        assert ack is None
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_an_answer_of_another_shape_is_no_acknowledgement_on_the_fast_path(version: int) -> None:
+    encoder = ProduceRequestEncoder(version, "c", None, 1, 1000)
+    one = [PartitionProduceResponse(0, 0, 5)]
+    others = [
+        _answer(version, [TopicProduceResponse("other", one)]),  # another topic of the same length
+        _answer(version, [TopicProduceResponse("topic", one * 2)]),
+        _answer(version, [TopicProduceResponse("topic", one), TopicProduceResponse("more", one)]),
+        _answer(version, [TopicProduceResponse("topic", one)])[:-1],
+        _answer(version, [TopicProduceResponse("topic", one)]) + b"\x00",
+    ]
+    if version >= 8:  # fields an answer may fill, error or not
+        others.append(_answer(version, [TopicProduceResponse("topic", [
+            PartitionProduceResponse(0, 0, 5, error_message="no")])]))
+        others.append(_answer(version, [TopicProduceResponse("topic", [
+            PartitionProduceResponse(0, 0, 5, record_errors=[(0, None)])])]))
+
+    assert encoder.one_partition_ack(_answer(version, [TopicProduceResponse("topic", one)]), "topic", 0) == (5, -1)
+    for frame in others:
+        assert encoder.one_partition_ack(frame, "topic", 0) is None

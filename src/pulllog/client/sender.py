@@ -631,14 +631,16 @@ class Sender:
             return
         if len(batches) == 1:
             batch = batches[0]
-            result = request.encoder.one_partition_answer(frame, batch.topic)  # type: ignore[arg-type]
-            if result is not None and result.index == batch.partition:
-                if result.error_code == 0 and self._transactional_id is None:
+            if self._transactional_id is None:
+                ack = request.encoder.one_partition_ack(frame, batch.topic, batch.partition)  # type: ignore[arg-type]
+                if ack is not None:
                     self._landed(batch)
-                    self._acked.append((batch, result.base_offset, result.log_append_time_ms))
+                    self._acked.append((batch, *ack))
                     self._answers_read = True
                     return
-                self._wakeup.set()
+            self._wakeup.set()
+            result = request.encoder.one_partition_answer(frame, batch.topic)  # type: ignore[arg-type]
+            if result is not None and result.index == batch.partition:
                 self._batch_answered(batch, result)
                 return
         self._wakeup.set()

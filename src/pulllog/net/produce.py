@@ -230,7 +230,7 @@ class ProduceRequestEncoder:
     fields before the topic data are encoded once, and each topic's name once."""
 
     __slots__ = ("version", "client_id", "transactional_id", "acks", "timeout_ms", "_flexible", "_fixed",
-                 "_one_partition", "_answers", "_partition_at", "_answer_tail")
+                 "_one_partition", "_answers", "_partition_at", "_answer_tail", "_acks")
 
     def __init__(self, version: int, client_id: str | None, transactional_id: str | None, acks: int,
                  timeout_ms: int) -> None:
@@ -249,6 +249,9 @@ class ProduceRequestEncoder:
         # and a null error message, [v9] the partition's and the topic's tag buffers
         self._answer_tail = (b"\x01\x00\x00\x00" if flexible else b"\x00\x00\x00\x00\xff\xff" if version >= 8
                              else b"")
+        # topic -> (an error-free one-partition answer's size, its bytes up to the partition,
+        # where its tail starts) for one_partition_ack
+        self._acks: dict[str, tuple[int, bytes, int]] = {}
 
     def frame(self, correlation_id: int, topic_data: Sequence[tuple[str, Sequence[tuple[int, bytes | None]]]]) -> bytes:
         """The whole frame, size prefix included; ``topic_data`` as for :func:`encode_produce_frame`."""
@@ -282,6 +285,27 @@ class ProduceRequestEncoder:
         head = _REQUEST_HEAD.pack(8 + len(prefix) + len(middle) + size + len(tail), 0, self.version, correlation_id)
         return b"".join((head, prefix, middle, records, tail))
 
+    def one_partition_ack(self, frame: bytes, topic: str, partition: int) -> tuple[int, int] | None:
+        """(base offset, log append time) if ``frame`` (size prefix off) acknowledges a
+        one-partition request of ``topic``'s ``partition`` without error, in the usual shape
+        (as ``one_partition_answer``'s); None otherwise, and then ``one_partition_answer``
+        or :func:`decode_produce_response` reads it. The producer's hot path: the answer's
+        size and its bytes around the partition's fields are compared whole, then one unpack."""
+        shape = self._acks.get(topic)
+        if shape is None:
+            answer_head = b"\x00" if self._flexible else b""
+            head = answer_head + _count(1, self._flexible) + _string(topic, self._flexible) + _count(1, self._flexible)
+            tail_at = 4 + len(head) + (30 if self.version >= 5 else 22)
+            shape = self._acks[topic] = (tail_at + len(self._answer_tail) + 4 + (1 if self._flexible else 0),
+                                         head, tail_at)
+        size, head, tail_at = shape
+        if (len(frame) != size or not frame.startswith(head, 4) or not frame.startswith(self._answer_tail, tail_at)
+                or self._flexible and frame[-1]):
+            return None
+        index, error_code, base_offset, log_append_time = _PARTITION_AT(frame, 4 + len(head))
+        if error_code or index != partition:
+            return None
+        return base_offset, log_append_time
 
     def one_partition_answer(self, frame: bytes, topic: str) -> PartitionProduceResponse | None:
         """The answer to a one-partition request of ``topic`` (size prefix off), if it has the
