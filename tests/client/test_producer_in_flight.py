@@ -262,3 +262,39 @@ async def test_send_skips_the_loop_turn_while_the_partitions_slots_are_all_in_fl
         ticking = False
         pulllog_broker.faults.clear()
         await producer.close(timeout=0)  # the lost requests will never be answered
+
+
+async def test_an_answer_that_frees_a_slot_has_the_next_request_written_in_the_same_turn(
+        pulllog_broker, monkeypatch: pytest.MonkeyPatch) -> None:
+    # With a backlog of one-record batches and 5 in flight, the read that brings answers
+    # writes the requests for the slots they freed itself (KafkaConnection.after_frames),
+    # rather than waking the sender for a loop turn more; the window is full again after it.
+    from pulllog.client import connection
+
+    pulllog_broker.call(pulllog_broker.broker.topics.create, "refill", 1, {})
+    reading = False
+    writes: list[tuple[bool, int]] = []  # (written while handling a read, requests in flight after)
+    buffer_updated, flush = connection._ResponseReader.buffer_updated, connection.KafkaConnection.flush
+
+    def reading_buffer_updated(self: connection._ResponseReader, nbytes: int) -> None:
+        nonlocal reading
+        reading = True
+        try:
+            buffer_updated(self, nbytes)
+        finally:
+            reading = False
+
+    def recording_flush(self: connection.KafkaConnection) -> None:
+        flush(self)
+        writes.append((reading, self.in_flight))
+
+    monkeypatch.setattr(connection._ResponseReader, "buffer_updated", reading_buffer_updated)
+    monkeypatch.setattr(connection.KafkaConnection, "flush", recording_flush)
+    async with Producer(pulllog_broker.bootstrap_servers, batch_size=1, acks=1) as producer:
+        await producer.partitions_for("refill")
+        futures = [await producer.send("refill", b"%d" % i, partition=0) for i in range(200)]
+        offsets = [(await f).offset for f in futures]
+    assert offsets == list(range(200))
+    in_reads = [in_flight for in_read, in_flight in writes if in_read]
+    assert in_reads, "no request was written by the read that freed its slot"
+    assert max(in_reads) == 5
