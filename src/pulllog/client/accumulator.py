@@ -105,6 +105,10 @@ _PRODUCER_FIELDS = struct.Struct(">qhi")
 _PRODUCER_FIELDS_AT = 43
 _MAGIC = 2
 _TRANSACTIONAL = 0x10  # attributes bit 4: the batch belongs to a transaction
+# seal()'s codec test and attributes without an enum lookup or int() per batch (each cost
+# about as much as packing the header)
+_UNCOMPRESSED = Compression.NONE
+_CODEC_BITS = {codec: int(codec) for codec in Compression}
 
 # The record encoder below looks small sizes and deltas up in records.varint's ZIGZAG table
 # (``vt[n] if n < size else encode_varint(n)``) rather than calling encode_varint, which does
@@ -326,10 +330,10 @@ class ProducerBatch:
         count = records.records_count
         max_timestamp = records.max_timestamp
         # uncompressed, the records go into the wire bytes straight from the builder: one copy
-        payload = compress(compression, bytes(records)) if compression is not Compression.NONE else records
+        payload = compress(compression, bytes(records)) if compression is not _UNCOMPRESSED else records
         # the header after the crc field, packed once: the crc covers it and then the records
         tail = _HEADER_TAIL.pack(
-            int(compression) | (_TRANSACTIONAL if transactional else 0),  # attributes: codec; CreateTime; not control
+            _CODEC_BITS[compression] | (_TRANSACTIONAL if transactional else 0),  # attributes: codec; CreateTime; not control
             count - 1, self.base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence, count)
         crc = crc32c(payload, crc32c(tail))
         # baseOffset 0 (the broker assigns it), partitionLeaderEpoch -1 (the broker's to set)
