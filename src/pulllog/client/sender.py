@@ -21,7 +21,11 @@ with ``KafkaConnection.send`` and goes on; the connection's reader calls the req
 with the response frame (or the error that closed the connection), which is decoded by hand
 and completes, retries or fails its batches right there, without a task, a future or a loop
 hop per request. A batch-1 producer makes one request per record, so each of those had cost
-more than the record. Requests wait in ``_requests``, oldest first: one unanswered after
+more than the record. When a read has brought answers (``KafkaConnection.after_frames``), the
+sender passes at once, in that same turn, and writes the requests for the slots they freed
+before it completes the batches they acknowledged: the broker has the next requests while the
+client finishes the last ones (with five in flight, client and broker otherwise take strict
+turns, and the sender's loop took a turn more to write). Requests wait in ``_requests``, oldest first: one unanswered after
 ``request_timeout_ms`` closes its connection and is retried (every pass checks the oldest),
 and leaving ``run()`` fails the requests in flight with ``ProducerClosedError``. Metadata
 refreshes, connecting and epoch bumps run as tasks of the sender's own ``asyncio.TaskGroup``:
