@@ -16,7 +16,14 @@ then makes one pass over the whole cluster:
 3. for every partition, decide what :func:`pulllog.cluster.controller.reconcile` says (a new
    partition's first leader, an election after a death or a return), plus the preferred
    elections asked for and, with ``auto.leader.rebalance.enable``, those the periodic
-   imbalance check wants; write every decision in one ZooKeeper transaction.
+   imbalance check wants; write every decision in one ZooKeeper transaction;
+4. finish each partition reassignment whose target replicas are all in the ISR: the topic's
+   assignment (read again, with its version) and the partition's state in one transaction.
+
+AlterPartitionReassignments and ListPartitionReassignments (:meth:`alter_reassignments`,
+:meth:`list_reassignments`) run on the caller's thread under the same lock as a pass: a new
+reassignment is written into the topic znode (RS, ``adding_replicas``, ``removing_replicas``,
+conditional on the znode's version and fenced by the epoch) before the request is answered.
 
 One pass decides from what it knows, so a new controller finishes whatever its predecessor
 left (a partition still led by a dead broker, a half-deleted topic), and triggers that come
@@ -38,7 +45,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient
@@ -53,10 +60,14 @@ from kazoo.exceptions import (
 from .controller import (
     ElectionError,
     ElectionType,
+    ReplicaAssignment,
     elect_by_request,
     electable_brokers,
+    finish_reassignment,
     reconcile,
+    restrict_to_replicas,
     shutdown_decision,
+    validate_reassignment,
 )
 from .errors import BrokerNotAvailableError, NotControllerError, StaleBrokerEpochError
 from .state import LeaderAndIsr
@@ -80,7 +91,7 @@ from .znodes import (
     topic_path,
 )
 
-__all__ = ["ActiveController", "ElectionResult", "KnownTopic"]
+__all__ = ["ActiveController", "ElectionResult", "KnownTopic", "ReassignmentError", "replica_assignment"]
 
 log = logging.getLogger("pulllog.cluster.controller")
 
@@ -116,6 +127,31 @@ class _Decision:
 
     def leader_changed(self) -> bool:
         return self.before is None or self.before.leader != self.state.leader
+
+
+@dataclass(frozen=True)
+class ReassignmentError:
+    """Why AlterPartitionReassignments changed nothing for a partition (Kafka's error name)."""
+
+    code: str  # "UNKNOWN_TOPIC_OR_PARTITION", "INVALID_REPLICA_ASSIGNMENT", "NO_REASSIGNMENT_IN_PROGRESS"
+    message: str
+
+
+def replica_assignment(assignment: TopicAssignment, partition: int) -> ReplicaAssignment:
+    """One partition's replicas, adding and removing replicas, from its topic's znode."""
+    return ReplicaAssignment(tuple(assignment.partitions[partition]), tuple(assignment.adding.get(partition, ())),
+                             tuple(assignment.removing.get(partition, ())))
+
+
+def _with_partition(assignment: TopicAssignment, partition: int, new: ReplicaAssignment) -> TopicAssignment:
+    adding = {p: r for p, r in assignment.adding.items() if p != partition}
+    removing = {p: r for p, r in assignment.removing.items() if p != partition}
+    if new.adding:
+        adding[partition] = new.adding
+    if new.removing:
+        removing[partition] = new.removing
+    return TopicAssignment(assignment.topic, assignment.topic_id, {**assignment.partitions, partition: new.replicas},
+                           adding, removing)
 
 
 class FencedError(Exception):
@@ -239,6 +275,174 @@ class ActiveController:
             self._write_all(decisions[start:start + _WRITES_PER_TXN], live, preferred)
         if preferred:
             self._delete_quietly(PREFERRED_REPLICA_ELECTION)
+        self._follow_reassignments(known, deletions, live)
+
+    # ------------------------------------------------------------------ reassignments (KIP-455)
+
+    def _follow_reassignments(self, known: Mapping[str, KnownTopic], deletions: Collection[str],
+                              live: Collection[int]) -> None:
+        """Finish every reassignment whose target replicas are all in sync (controller.py's
+        table). Decided from the watches' cache; each is decided again from a fresh read of
+        its topic's assignment and its state, and written with both at the versions read."""
+        for topic, found in sorted(known.items()):
+            assignment = found.assignment
+            if topic in deletions or not (assignment.adding or assignment.removing):
+                continue
+            for partition in sorted(assignment.partitions):
+                if partition not in found.states:
+                    continue
+                state = self._newest(topic, partition, found.states[partition])
+                current = replica_assignment(assignment, partition)
+                if not current.reassigning:
+                    continue
+                electable = electable_brokers(live, self._shutting_down, state)
+                if finish_reassignment(current, state, electable, self.epoch) is not None:
+                    self._finish_reassignment(topic, partition, live)
+
+    def _finish_reassignment(self, topic: str, partition: int, live: Collection[int]) -> None:
+        found = self._versioned_assignment(topic)
+        if found is None or partition not in found[0].partitions:
+            return
+        assignment, version = found
+        state = self._state(topic, partition)
+        done = finish_reassignment(replica_assignment(assignment, partition), state,
+                                   electable_brokers(live, self._shutting_down, state), self.epoch)
+        if done is None:
+            return
+        new, decision = done
+        if self._write_assignment(_with_partition(assignment, partition, new), version, {partition: decision}):
+            log.info("controller (epoch %d): reassignment of %s-%d done: replicas %s, leader %d, leader epoch %d, "
+                     "ISR %s", self.epoch, topic, partition, list(new.replicas), decision.leader,
+                     decision.leader_epoch, list(decision.isr))
+        else:
+            self._dirty.set()
+
+    def _write_assignment(self, assignment: TopicAssignment, version: int,
+                          states: Mapping[int, LeaderAndIsr]) -> bool:
+        """Write a topic's assignment (at ``version``) and some of its partitions' states (each
+        at its ``zk_version``) in one transaction, fenced by the controller epoch. False when the
+        assignment or a state moved meanwhile; FencedError when a newer controller exists."""
+        txn = self._client.transaction()
+        txn.check(self._path(CONTROLLER_EPOCH), self._epoch_version)
+        txn.set_data(self._path(topic_path(assignment.topic)), assignment.encode(), version=version)
+        for partition, state in sorted(states.items()):
+            txn.set_data(self._path(partition_state_path(assignment.topic, partition)), encode_partition_state(state),
+                         version=state.zk_version)
+        results = txn.commit()
+        if isinstance(results[0], Exception) and not isinstance(results[0], RolledBackError):
+            raise FencedError()
+        if any(isinstance(r, Exception) for r in results):
+            log.debug("assignment of %s changed while deciding (%s)", assignment.topic,
+                      [type(r).__name__ for r in results])
+            return False
+        for (partition, state), result in zip(sorted(states.items()), results[2:], strict=True):
+            self._remember(assignment.topic, partition, state, result)
+        return True
+
+    def alter_reassignments(self, requests: Mapping[tuple[str, int], Sequence[int] | None]
+                            ) -> dict[tuple[str, int], ReassignmentError | None]:
+        """AlterPartitionReassignments (blocking; call it off the event loop): per partition a
+        target replica list, or None to cancel the reassignment under way. Each accepted one
+        is written (RS, adding and removing replicas in the topic znode; one already complete,
+        as a cancel is, finished at once with its state) before the answer: None for it, else
+        why not. NotControllerError when a newer controller was elected."""
+        out: dict[tuple[str, int], ReassignmentError | None] = {}
+        by_topic: dict[str, dict[int, Sequence[int] | None]] = {}
+        for (topic, partition), target in requests.items():
+            by_topic.setdefault(topic, {})[partition] = target
+        with self._work:
+            try:
+                live = self.live_brokers()
+                deletions = set(self._children(DELETE_TOPICS))
+                for topic, wanted in sorted(by_topic.items()):
+                    out.update(self._reassign_topic(topic, wanted, live, topic in deletions))
+            except FencedError:
+                self._stopped = True
+                self._dirty.set()
+                raise NotControllerError(f"broker {self.broker_id}'s controller epoch {self.epoch} was superseded") \
+                    from None
+        self._dirty.set()  # the next pass finishes what is complete meanwhile
+        return out
+
+    def _reassign_topic(self, topic: str, wanted: Mapping[int, Sequence[int] | None], live: Collection[int],
+                        deleting: bool) -> dict[tuple[str, int], ReassignmentError | None]:
+        for _attempt in range(5):  # a lost race with another write of the topic znode: read again
+            results: dict[tuple[str, int], ReassignmentError | None] = {}
+            found = None if deleting else self._versioned_assignment(topic)
+            if found is None:
+                return {(topic, p): ReassignmentError("UNKNOWN_TOPIC_OR_PARTITION", "The partition does not exist.")
+                        for p in wanted}
+            assignment, version = found
+            states: dict[int, LeaderAndIsr] = {}
+            for partition, target in sorted(wanted.items()):
+                outcome = self._reassign_partition(assignment, partition, target, live)
+                if isinstance(outcome, ReassignmentError):
+                    results[(topic, partition)] = outcome
+                    continue
+                new, state = outcome
+                assignment = _with_partition(assignment, partition, new)
+                if state is not None:
+                    states[partition] = state
+                results[(topic, partition)] = None
+            if all(r is not None for r in results.values()) or self._write_assignment(assignment, version, states):
+                for (_t, partition), r in sorted(results.items()):
+                    if r is None:
+                        log.info("controller (epoch %d): %s-%d reassigned: replicas %s, adding %s, removing %s",
+                                 self.epoch, topic, partition, list(assignment.partitions[partition]),
+                                 list(assignment.adding.get(partition, ())),
+                                 list(assignment.removing.get(partition, ())))
+                return results
+        return {(topic, p): ReassignmentError("REQUEST_TIMED_OUT", "the topic's assignment kept changing; try again")
+                for p in wanted}
+
+    def _reassign_partition(self, assignment: TopicAssignment, partition: int, target: Sequence[int] | None,
+                            live: Collection[int]) -> ReassignmentError | tuple[ReplicaAssignment, LeaderAndIsr | None]:
+        """One partition's new assignment and the state to write with it (None: unchanged)."""
+        if partition not in assignment.partitions:
+            return ReassignmentError("UNKNOWN_TOPIC_OR_PARTITION", "The partition does not exist.")
+        current = replica_assignment(assignment, partition)
+        alive = set(live) - set(self._shutting_down)
+        if target is None:
+            if not current.reassigning:
+                return ReassignmentError("NO_REASSIGNMENT_IN_PROGRESS",
+                                         f"no reassignment of {assignment.topic}-{partition} is in progress")
+            target = current.origin
+        else:
+            why = validate_reassignment(target, current, alive)
+            if why is not None:
+                return ReassignmentError("INVALID_REPLICA_ASSIGNMENT", why)
+        new = current.reassign_to(target)
+        state = self._state(assignment.topic, partition)
+        if state is None:
+            return new, None
+        electable = electable_brokers(live, self._shutting_down, state)
+        done = finish_reassignment(new, state, electable, self.epoch)
+        if done is not None:
+            return done
+        # Replicas of an earlier target that the new one drops leave the ISR now, with their copy.
+        return new, restrict_to_replicas(state, new.replicas, electable, self.epoch)
+
+    def list_reassignments(self, partitions: Iterable[tuple[str, int]] | None
+                           ) -> dict[tuple[str, int], ReplicaAssignment]:
+        """ListPartitionReassignments (blocking): the partitions under reassignment, of those
+        asked (None: all), read from ZooKeeper; one not reassigning or not existing is left out."""
+        wanted: dict[str, set[int] | None] = {}
+        if partitions is None:
+            wanted = {topic: None for topic in self._children(BROKER_TOPICS)}
+        else:
+            for topic, partition in partitions:
+                chosen = wanted.setdefault(topic, set())
+                assert chosen is not None
+                chosen.add(partition)
+        out: dict[tuple[str, int], ReplicaAssignment] = {}
+        for topic, chosen in sorted(wanted.items()):
+            assignment = self._assignment(topic)
+            if assignment is None:
+                continue
+            for partition in sorted(assignment.partitions):
+                if (chosen is None or partition in chosen) and assignment.reassigning(partition):
+                    out[(topic, partition)] = replica_assignment(assignment, partition)
+        return out
 
     def _newest(self, topic: str, partition: int, cached: LeaderAndIsr | None) -> LeaderAndIsr | None:
         """The cache's state, or this controller's own later write of it."""
@@ -510,6 +714,16 @@ class ActiveController:
         try:
             data, _stat = self._client.get(self._path(topic_path(topic)))
             return TopicAssignment.decode(topic, data)
+        except NoNodeError:
+            return None
+        except ZnodeFormatError as exc:
+            log.warning("ignoring topic %s: %s", topic, exc)
+            return None
+
+    def _versioned_assignment(self, topic: str) -> tuple[TopicAssignment, int] | None:
+        try:
+            data, stat = self._client.get(self._path(topic_path(topic)))
+            return TopicAssignment.decode(topic, data), stat.version
         except NoNodeError:
             return None
         except ZnodeFormatError as exc:

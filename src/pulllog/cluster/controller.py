@@ -37,6 +37,18 @@ half done)::
     /admin/delete_topics/<t>             once every replica is live: the topic's znodes go (state,
                                            partitions, assignment, config), then the request;
                                            brokers drop its logs (a replica down: it waits)
+    AlterPartitionReassignments          the assignment becomes RS = target + origin with the
+      (a target, or null to cancel)        adding and removing replicas recorded in the topic
+                                           znode; the new replicas follow the leader (brokers see
+                                           themselves in RS); already complete (the target all
+                                           in the ISR, as after a cancel): finished at once (below)
+    a reassigning partition's target     finished: the leader stays if it is in the target and
+      all in its ISR (any pass)            live, else the first live target replica in the ISR
+                                           leads; ISR = ISR & target; the assignment becomes the
+                                           target, written with the state in one transaction;
+                                           the removed replicas' brokers delete their copies
+                                           (a leader drops a removed replica from its followers
+                                           and, were it back in the ISR, from the ISR too)
 
 Controlled shutdown (Kafka's ``KafkaController.doControlledShutdown``): a broker stopping
 cleanly asks the controller first. The controller marks it *shutting down* for as long as its
@@ -70,9 +82,13 @@ __all__ = [
     "electable_brokers",
     "elect_by_request",
     "initial_state",
+    "ReplicaAssignment",
+    "finish_reassignment",
     "preferred_start_index",
     "reconcile",
+    "restrict_to_replicas",
     "shutdown_decision",
+    "validate_reassignment",
 ]
 
 
@@ -232,3 +248,92 @@ def electable_brokers(live: Collection[int], shutting_down: Collection[int], sta
     if state is not None and state.leader in live:
         out.add(state.leader)
     return out
+
+
+# ---------------------------------------------------------------------- reassignment (KIP-455)
+
+
+@dataclass(frozen=True)
+class ReplicaAssignment:
+    """One partition's assignment, reassignment included (Kafka's ``ReplicaAssignment``):
+    ``replicas`` is the full set RS, ``adding`` / ``removing`` are empty unless a reassignment
+    is under way (see :mod:`pulllog.cluster.znodes` for how ZooKeeper keeps them)."""
+
+    replicas: tuple[int, ...]
+    adding: tuple[int, ...] = ()
+    removing: tuple[int, ...] = ()
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding or self.removing)
+
+    @property
+    def origin(self) -> tuple[int, ...]:
+        """The replicas before the reassignment (ORS)."""
+        return tuple(r for r in self.replicas if r not in self.adding)
+
+    @property
+    def target(self) -> tuple[int, ...]:
+        """The replicas the reassignment moves to (TRS)."""
+        return tuple(r for r in self.replicas if r not in self.removing)
+
+    def reassign_to(self, target: Sequence[int]) -> ReplicaAssignment:
+        """A reassignment to ``target`` from the origin (a new target replaces one under way,
+        and the origin as target is a cancel): RS = target + origin, distinct, target first."""
+        origin = self.origin
+        full = tuple(dict.fromkeys((*target, *origin)))
+        return ReplicaAssignment(full, tuple(r for r in full if r not in origin),
+                                 tuple(r for r in full if r not in target))
+
+
+def validate_reassignment(target: Sequence[int], current: ReplicaAssignment, live: Collection[int]) -> str | None:
+    """Why Kafka's controller refuses ``target`` (INVALID_REPLICA_ASSIGNMENT), or None: an empty
+    list, a broker twice, a negative id, or a replica to add that is not a live broker."""
+    if not target:
+        return "Empty replica list specified in partition reassignment."
+    if len(set(target)) != len(target):
+        return f"Duplicate replica ids in partition reassignment replica list: {list(target)}"
+    if any(r < 0 for r in target):
+        return f"Invalid broker id in replica list: {list(target)}"
+    adding = current.reassign_to(target).adding
+    if not set(adding) <= set(live):
+        return (f"Replica assignment has brokers that are not alive. Replica list: {list(adding)}, "
+                f"live broker list: {sorted(live)}")
+    return None
+
+
+def finish_reassignment(assignment: ReplicaAssignment, state: LeaderAndIsr | None, live: Collection[int],
+                        controller_epoch: int) -> tuple[ReplicaAssignment, LeaderAndIsr] | None:
+    """The end of a reassignment once every target replica is in the ISR (Kafka's
+    ``isReassignmentComplete``): the assignment becomes the target and the state is
+    :func:`restrict_to_replicas`'s for it (the leader epoch goes up by one even when the
+    leader stays, as Kafka's controller bumps it). None while it must wait: not reassigning,
+    no state yet, a target replica not in sync, or no live target replica in sync to lead."""
+    if not assignment.reassigning or state is None:
+        return None
+    target = assignment.target
+    if not set(target) <= set(state.isr):
+        return None
+    chosen = restrict_to_replicas(state, target, live, controller_epoch, bump=True)
+    if chosen is None or chosen.leader not in target:
+        return None
+    return ReplicaAssignment(target), chosen
+
+
+def restrict_to_replicas(state: LeaderAndIsr, replicas: Sequence[int], live: Collection[int],
+                         controller_epoch: int, *, bump: bool = False) -> LeaderAndIsr | None:
+    """The state with its ISR (and leader) inside ``replicas``, or None when nothing changes
+    (unless ``bump``) or nothing could: no replica of the ISR is left (Kafka never writes an
+    empty ISR). A leader outside ``replicas``, or down, gives way to the first live replica in
+    assignment order that is in the ISR (Kafka's ReassignPartitionLeaderElectionStrategy)."""
+    isr = tuple(r for r in state.isr if r in replicas)
+    if not isr:
+        return None
+    leader = state.leader
+    if leader not in replicas or leader not in live:
+        leader = next((r for r in replicas if r in isr and r in live), NO_LEADER)
+        if leader == NO_LEADER:
+            return None
+    if not bump and isr == state.isr and leader == state.leader:
+        return None
+    return LeaderAndIsr(leader, state.leader_epoch + 1, isr, controller_epoch, state.zk_version)

@@ -53,7 +53,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient, KazooState
@@ -66,8 +66,8 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
-from .active_controller import ActiveController, ElectionResult, KnownTopic
-from .controller import ElectionType
+from .active_controller import ActiveController, ElectionResult, KnownTopic, ReassignmentError
+from .controller import ElectionType, ReplicaAssignment
 from .errors import (
     BrokerIdInUseError,
     ClusterStartError,
@@ -445,6 +445,23 @@ class ClusterMembership:
         if controller is None or not controller.active:
             raise NotControllerError(f"broker {self.broker_id} is not the controller")
         return controller.elect_leaders(partitions, election)
+
+    def alter_partition_reassignments(self, requests: Mapping[tuple[str, int], Sequence[int] | None]
+                                      ) -> dict[tuple[str, int], ReassignmentError | None]:
+        """AlterPartitionReassignments, run by the controller (blocking). NotControllerError
+        elsewhere (see ActiveController.alter_reassignments)."""
+        return self._active_controller().alter_reassignments(requests)
+
+    def list_partition_reassignments(self, partitions: Iterable[tuple[str, int]] | None
+                                     ) -> dict[tuple[str, int], ReplicaAssignment]:
+        """ListPartitionReassignments, run by the controller (blocking). NotControllerError elsewhere."""
+        return self._active_controller().list_reassignments(partitions)
+
+    def _active_controller(self) -> ActiveController:
+        controller = self.controller
+        if controller is None or not controller.active:
+            raise NotControllerError(f"broker {self.broker_id} is not the controller")
+        return controller
 
     def controlled_shutdown(self, broker_id: int, broker_epoch: int = -1) -> list[tuple[str, int]]:
         """ControlledShutdown, run by the controller (blocking): the partitions ``broker_id``

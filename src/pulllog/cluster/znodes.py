@@ -37,6 +37,16 @@ padding; ``adding_replicas`` / ``removing_replicas`` name partitions under reass
      "adding_replicas": {}, "removing_replicas": {}, "topic_id": "yU3VbXWkR9a8C7sEr1Z4lA"}
 
   Replica lists are in assignment order: the first is the partition's preferred leader.
+  A partition under reassignment (KIP-455) lists its full replica set RS = target + origin
+  (distinct, target first) under ``partitions``, the replicas being added (RS - origin)
+  under ``adding_replicas`` and those being removed (RS - target) under
+  ``removing_replicas``, e.g. a move of partition 0 from [1, 2] to [2, 3]::
+
+    {"version": 3, "partitions": {"0": [2, 3, 1]}, "adding_replicas": {"0": [3]},
+     "removing_replicas": {"0": [1]}, "topic_id": "yU3VbXWkR9a8C7sEr1Z4lA"}
+
+  The origin is RS minus the adding replicas, the target RS minus the removing ones: what a
+  controller elected later needs to finish (or cancel) the reassignment.
 
 ``/brokers/topics/<topic>/partitions/<p>/state``: persistent, the partition's leadership,
 written by the controller (elections) and the leader (ISR changes), every write conditional on
@@ -278,16 +288,22 @@ class TopicAssignment:
     topic: str
     topic_id: uuid.UUID
     partitions: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    # Partitions under reassignment only (KIP-455): the replicas being added / removed.
+    adding: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    removing: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
 
     def encode(self) -> bytes:
         data = {
             "version": 3,
             "partitions": {str(p): list(replicas) for p, replicas in sorted(self.partitions.items())},
-            "adding_replicas": {},
-            "removing_replicas": {},
+            "adding_replicas": {str(p): list(r) for p, r in sorted(self.adding.items()) if r},
+            "removing_replicas": {str(p): list(r) for p, r in sorted(self.removing.items()) if r},
             "topic_id": encode_topic_id(self.topic_id),
         }
         return json.dumps(data, separators=(",", ":")).encode()
+
+    def reassigning(self, partition: int) -> bool:
+        return bool(self.adding.get(partition) or self.removing.get(partition))
 
     @classmethod
     def decode(cls, topic: str, raw: bytes) -> TopicAssignment:
@@ -298,15 +314,27 @@ class TopicAssignment:
         parts = data.get("partitions")
         if not isinstance(parts, dict):
             raise ZnodeFormatError(f"{path}: no 'partitions' object in {raw!r}")
-        partitions: dict[int, tuple[int, ...]] = {}
-        for key, replicas in parts.items():
-            if not key.isdigit() or not isinstance(replicas, list) or not all(isinstance(r, int) for r in replicas):
-                raise ZnodeFormatError(f"{path}: partition {key!r} is not a list of broker ids: {replicas!r}")
-            partitions[int(key)] = tuple(replicas)
+        partitions = _replica_lists(path, "partitions", parts, raw)
+        # Version 1 znodes have neither (no reassignment could be under way in their format).
+        adding = _replica_lists(path, "adding_replicas", data.get("adding_replicas") or {}, raw)
+        removing = _replica_lists(path, "removing_replicas", data.get("removing_replicas") or {}, raw)
         text = data.get("topic_id")
         topic_id = (decode_topic_id(text) if isinstance(text, str)
                     else uuid.uuid5(uuid.NAMESPACE_URL, f"kafka-topic:{topic}"))
-        return cls(topic, topic_id, partitions)
+        return cls(topic, topic_id, partitions,
+                   {p: r for p, r in adding.items() if r and p in partitions},
+                   {p: r for p, r in removing.items() if r and p in partitions})
+
+
+def _replica_lists(path: str, name: str, parts: object, raw: bytes) -> dict[int, tuple[int, ...]]:
+    if not isinstance(parts, dict):
+        raise ZnodeFormatError(f"{path}: {name!r} is not an object in {raw!r}")
+    out: dict[int, tuple[int, ...]] = {}
+    for key, replicas in parts.items():
+        if not key.isdigit() or not isinstance(replicas, list) or not all(isinstance(r, int) for r in replicas):
+            raise ZnodeFormatError(f"{path}: {name} of partition {key!r} is not a list of broker ids: {replicas!r}")
+        out[int(key)] = tuple(replicas)
+    return out
 
 
 def encode_partition_state(state: LeaderAndIsr) -> bytes:

@@ -331,7 +331,7 @@ async def _grow_topic(broker: "BrokerApi", membership: "ClusterMembership", name
             return {"error_code": ErrorCode.invalid_replication_factor, "error_message": str(exc)}
     if validate_only:
         return {"error_code": ErrorCode.none, "error_message": None}
-    grown = TopicAssignment(name, current.topic_id, {**current.partitions, **new})
+    grown = TopicAssignment(name, current.topic_id, {**current.partitions, **new}, current.adding, current.removing)
     if not await asyncio.to_thread(membership.write_assignment, grown, version):
         return None
     return existing
