@@ -15,6 +15,7 @@ from waits import wait_until
 
 from pulllog import Producer
 from pulllog.client.connection import KafkaConnection
+from pulllog.cluster.state import LeaderAndIsr
 from pulllog.log.leader_epoch import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache
 from pulllog.records import build_batch
 
@@ -304,3 +305,37 @@ async def test_a_new_leaders_epoch_checkpoint_is_written_off_the_loop_and_kept_o
     await cluster.stop(2)
     await cluster.start(2)
     assert [cluster.log(2, TOPIC, p).leader_epochs.entries for p in range(3)] == [[(1, 0)]] * 3
+
+
+async def test_a_replica_reassigned_away_is_refused_by_the_leader_and_deletes_its_copy(cluster: TestController) -> None:
+    cluster.create(TOPIC)
+    key = (TOPIC, 0)
+    cluster.elect(key, 1)
+    await asyncio.to_thread(rd_produce, f"{HOSTS[1]}:{cluster.brokers[1].port}", TOPIC, 50)
+    await wait_until(lambda: replicas_equal(cluster, TOPIC), "the three replicas agree")
+    directory = cluster.log(3, TOPIC).directory
+    # The controller's end of a reassignment to (1, 2): the ISR without 3 and the assignment
+    # without it, one write; the brokers' watches may bring the state first (leader epoch + 1,
+    # the followers rebuilt from the old assignment), then the assignment.
+    old = cluster.states[key]
+    state = LeaderAndIsr(1, old.leader_epoch + 1, (1, 2), old.controller_epoch, old.zk_version + 1)
+    cluster.states[key] = state
+    cluster.publish(key, only=(1, 2))
+    cluster.assignments[key] = (1, 2)
+    cluster.publish(key)
+    cluster.brokers[3].replicas.apply(cluster.view(key))  # type: ignore[union-attr]
+    assert not directory.exists() and cluster.brokers[3].topics.hosted_log(TOPIC, 0) is None
+    assert TOPIC not in cluster.brokers[3].topics.names()  # its only partition: the local topic went too
+    # broker 3 fetching as a follower (as before it saw its removal) is refused, not taken back in sync
+    leader = await connect(cluster, 1)
+    try:
+        response = await leader.request("fetch", 12, {
+            "replica_id": 3, "max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20, "isolation_level": 0,
+            "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
+            "topics": [{"topic": TOPIC, "partitions": [{
+                "partition": 0, "current_leader_epoch": state.leader_epoch, "fetch_offset": 50,
+                "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}]})
+    finally:
+        await leader.close()
+    assert response.responses[0].partitions[0].error_code == ErrorCode.not_leader_or_follower
+    assert cluster.states[key].isr == (1, 2)

@@ -458,7 +458,11 @@ class Broker:
         for view in views:
             key = (view.topic, view.partition)
             mine = node in view.replicas
-            if view.state is None or not (mine or key in self._replica_of):
+            if not mine and key not in self._replica_of:
+                if replicas is not None:  # a copy left from before a reassignment moved it away
+                    replicas.drop_copy(view.topic, view.partition)
+                continue
+            if view.state is None:
                 continue
             if mine:
                 self._replica_of.add(key)

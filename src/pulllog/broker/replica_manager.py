@@ -46,6 +46,15 @@ clean stop; a replica starts from it (never past its log end).
 
 Only the partitions hosted here have local logs (``TopicManager.host_partition``); the
 topic's others answer NOT_LEADER_OR_FOLLOWER.
+
+Reassignment: a view whose replicas no longer include this broker stops the replica (no
+more fetching, no more leading) and deletes its local copy (``TopicManager.drop_partition``,
+as Kafka's StopReplica with delete); a copy found at start for a partition the broker is no
+longer a replica of goes the same way (``drop_copy``). A leader drops a replica that left the
+assignment from its followers even within one leader epoch (the controller's end of a
+reassignment writes the state and the assignment together, but the watches may deliver the
+state first): its fetches are refused, it never rejoins the ISR, and were it in the ISR the
+next shrink takes it out.
 """
 
 from __future__ import annotations
@@ -274,6 +283,7 @@ class ReplicaManager:
         if self.broker_id not in view.replicas:
             if current is not None:
                 self._stop_replica(current)
+            self.drop_copy(view.topic, view.partition)
             return
         self.replicated_topics.add(view.topic)
         partition_log = current.log if current is not None else self._ensure_log(view)
@@ -303,12 +313,32 @@ class ReplicaManager:
                 for replica_id in view.replicas:
                     if replica_id != self.broker_id:
                         current.followers.setdefault(replica_id, FollowerState(last_caught_up_ms=_now_ms()))
+                for gone in [r for r in current.followers if r not in view.replicas]:
+                    del current.followers[gone]  # reassigned away: its fetches are refused from now on
                 self._maybe_increment_hw(current)
                 self.produce_purgatory.check_and_complete(key)
         elif changed or current.is_leader:
             self._become_follower(current, state)
         else:
             current.state = state
+
+    def drop_copy(self, topic: str, index: int) -> None:
+        """This broker is not (or no longer) a replica of the partition: its local copy goes,
+        so it neither serves nor keeps it (a reassignment moved it away, perhaps while this
+        broker was down). Fetches parked on it are answered first."""
+        if not self._holds(topic, index):
+            return
+        self.broker.fetch_purgatory.check_and_complete((topic, index))
+        try:
+            self.broker.topics.drop_partition(topic, index)
+        except OSError as exc:  # the copy stays (not served: not a replica); the next view tries again
+            log.error("%s-%d: cannot delete this broker's copy: %s", topic, index, exc)
+
+    def _holds(self, topic: str, index: int) -> bool:
+        """A copy of the partition in a cluster member's local copy of the topic (a topic of a
+        single broker's, not hosted_only, is never dropped here)."""
+        found = self.broker.topics.find(topic)
+        return found is not None and found.hosted_only and index in found.partitions
 
     def remove_topic(self, name: str) -> None:
         """The topic was deleted cluster-wide: stop replicating it and delete the local copy."""
@@ -485,7 +515,7 @@ class ReplicaManager:
         follower.log_end_offset = fetch_offset
         follower.leader_end_at_last_fetch = leader_end
         follower.last_fetch_ms = now
-        if (replica_id not in replica.isr and not replica.isr_change_pending
+        if (replica_id not in replica.isr and not replica.isr_change_pending and replica_id in replica.replicas
                 and fetch_offset >= replica.log.high_watermark and fetch_offset >= replica.epoch_start_offset):
             self._change_isr(replica, replica.isr + (replica_id,))
         self._maybe_increment_hw(replica)
@@ -494,7 +524,9 @@ class ReplicaManager:
         partition_log = replica.log
         new_hw = partition_log.log_end_offset
         for replica_id in replica.isr:
-            if replica_id != self.broker_id:
+            # A replica reassigned away may linger in the ISR until the next shrink; no
+            # election can pick it (they pick from the assignment), so it holds nothing back.
+            if replica_id != self.broker_id and replica_id in replica.replicas:
                 follower = replica.followers.get(replica_id)
                 new_hw = min(new_hw, follower.log_end_offset if follower is not None else -1)
         if new_hw > partition_log.high_watermark and partition_log.update_high_watermark(new_hw):

@@ -640,6 +640,42 @@ class TopicManager:
         log.info("deleted topic %s", name)
         return topic
 
+    def drop_partition(self, name: str, index: int) -> bool:
+        """A cluster member is no longer a replica of partition ``index`` of ``name`` (it was
+        reassigned away): delete this broker's copy of it, as Kafka's StopReplica with delete.
+        The topic file without the partition is the commit point (a pending file names the
+        partition, so a crash before its directory is gone removes it at the next start); the
+        copy's last partition takes the whole local topic with it. False when it holds none."""
+        topic = self.topics.get(name)
+        if topic is None or not topic.hosted_only or index not in topic.partitions:
+            return False
+        remaining = [i for i in topic.partitions if i != index]
+        if not remaining:
+            self.delete(name)
+            return True
+        pending = self._begin(topic, index, index + 1)
+        try:
+            self._write_meta(topic, remaining)
+        except OSError:
+            _unlink_quietly(pending)
+            raise
+        partition = topic.partitions.pop(index)
+        if partition.log is not None:
+            partition.log.delete()
+        else:
+            shutil.rmtree(self._partition_dir(name, index), ignore_errors=True)
+        if not self._partition_dir(name, index).exists():
+            _unlink_quietly(pending)
+        key = (name, index)
+        for points in (self._carried_points, self._carried_starts, self._clean_at_start):
+            points.pop(key, None)
+        try:  # the partition's recovery point must not outlive its copy (as in delete)
+            self.write_recovery_checkpoint()
+        except OSError as exc:
+            log.error("cannot write %s: %s", RECOVERY_POINT_CHECKPOINT_FILE, exc)
+        log.info("deleted the local copy of %s-%d (this broker is no longer one of its replicas)", name, index)
+        return True
+
     def delete_offline(self, name: str) -> OfflineTopic:
         """Delete a topic that is offline (a degraded start), as Kafka deletes a topic whose log
         dir is offline: the topic file goes now (the commit point: OSError if it cannot, and
