@@ -6,8 +6,8 @@
         for p in topic.partitions:
             print(p.partition, p.leader, p.log_start_offset, p.log_end_offset, p.size_bytes)
 
-Where each request goes, as Kafka wants it: CreateTopics, DeleteTopics, CreatePartitions and
-ElectLeaders to the controller (after a lost connection or NOT_CONTROLLER, as when the
+Where each request goes, as Kafka wants it: CreateTopics, DeleteTopics, CreatePartitions,
+ElectLeaders and Alter/ListPartitionReassignments to the controller (after a lost connection or NOT_CONTROLLER, as when the
 controller's broker died, the controller is found again from Metadata and the request sent
 again, every ``retry_backoff_ms``, until the request timeout); ListOffsets, DeleteRecords and
 DescribeLogDirs to each partition's leader, one request per broker, all brokers at once;
@@ -67,6 +67,7 @@ __all__ = [
     "NewTopic",
     "OffsetSpec",
     "PartitionDescription",
+    "PartitionReassignment",
     "PartitionReplicas",
     "ProducerState",
     "ResourceType",
@@ -274,6 +275,16 @@ class ElectionType(enum.IntEnum):
 
     PREFERRED = 0  # the first replica of the assignment, if it is in sync
     UNCLEAN = 1  # a live replica out of sync, only for a partition without a leader: may lose records
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionReassignment:
+    """A reassignment under way (ListPartitionReassignments): the full replica set (target
+    and origin), and the replicas being added and removed."""
+
+    replicas: tuple[int, ...]
+    adding_replicas: tuple[int, ...]
+    removing_replicas: tuple[int, ...]
 
 
 class ResourceType(enum.IntEnum):
@@ -609,6 +620,51 @@ class Admin:
         for name in {tp.topic for tp in out}:
             self._cluster.invalidate(name)
         return out
+
+    async def alter_partition_reassignments(self, reassignments: Mapping[TopicPartition, Sequence[int] | None]
+                                            ) -> dict[TopicPartition, KafkaError | None]:
+        """AlterPartitionReassignments (KIP-455): move each partition to the brokers given (the
+        first becomes its preferred leader), or with None cancel the reassignment under way.
+        The controller starts them and answers; the data moves afterwards (see
+        ``list_partition_reassignments``). Each partition's outcome: None when accepted, else a
+        KafkaError (INVALID_REPLICA_ASSIGNMENT, NO_REASSIGNMENT_IN_PROGRESS, ...). A
+        request-level error is raised."""
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for tp, replicas in reassignments.items():
+            by_topic.setdefault(tp.topic, []).append(
+                {"partition_index": tp.partition, "replicas": None if replicas is None else list(replicas)})
+        data = {"timeout": self.request_timeout_ms,
+                "topics": [{"name": t, "partitions": parts} for t, parts in by_topic.items()]}
+        resp = await self._controller_call("alter_partition_reassignments", 0, 0, data, lambda r: [r.error_code])
+        if resp.error_code != ErrorCode.none:
+            raise error_for(resp.error_code, f"{resp.error_code.name.upper()}: the cluster refused the reassignment"
+                                             + (f": {resp.error_message}" if resp.error_message else ""))
+        out: dict[TopicPartition, KafkaError | None] = {}
+        for t in resp.responses:
+            for p in t.partitions:
+                tp = TopicPartition(t.name, int(p.partition_index))
+                code = p.error_code
+                out[tp] = None if code == ErrorCode.none else error_for(
+                    code, f"{code.name.upper()}: {p.error_message or 'not reassigned'} ({tp.topic}-{tp.partition})")
+        for name in {tp.topic for tp in out}:
+            self._cluster.invalidate(name)
+        return out
+
+    async def list_partition_reassignments(self, partitions: Iterable[TopicPartition] | None = None
+                                           ) -> dict[TopicPartition, PartitionReassignment]:
+        """ListPartitionReassignments: the reassignments under way (of ``partitions``, or all)."""
+        wanted = None if partitions is None else list(dict.fromkeys(partitions))
+        data = {"timeout": self.request_timeout_ms, "topics": None if wanted is None else [
+            {"name": t, "partition_indexes": [tp.partition for tp in wanted if tp.topic == t]}
+            for t in dict.fromkeys(tp.topic for tp in wanted)]}
+        resp = await self._controller_call("list_partition_reassignments", 0, 0, data, lambda r: [r.error_code])
+        if resp.error_code != ErrorCode.none:
+            raise error_for(resp.error_code, f"{resp.error_code.name.upper()}: the cluster did not list its "
+                                             "reassignments" + (f": {resp.error_message}" if resp.error_message else ""))
+        return {TopicPartition(t.name, int(p.partition_index)): PartitionReassignment(
+                    tuple(int(r) for r in p.replicas), tuple(int(r) for r in p.adding_replicas),
+                    tuple(int(r) for r in p.removing_replicas))
+                for t in resp.topics for p in t.partitions}
 
     async def _refresh_topics(self, names: list[str]) -> None:
         await self._cluster.refresh(names)

@@ -64,6 +64,8 @@ _API_KEYS = {
 }
 # a transactional producer's requests (pulllog.client.txn_coordinator)
 _API_KEYS.update({"add_partitions_to_txn": 24, "add_offsets_to_txn": 25, "end_txn": 26, "txn_offset_commit": 28})
+# partition reassignment (KIP-455; pulllog.client.admin)
+_API_KEYS.update({"alter_partition_reassignments": 45, "list_partition_reassignments": 46})
 _SIZE = struct.Struct(">i")
 _INITIAL_BUFFER = 256 << 10  # the read buffer's size, and what a recv_into may fill at once
 _MIN_READ = 64 << 10  # room to leave for the next recv_into, compacting the buffer if needed
