@@ -5,6 +5,7 @@ no leader election is needed. Through click's runner, in-process."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from click.testing import CliRunner, Result
 
@@ -71,3 +72,44 @@ def test_leader_election_on_one_broker_is_not_needed(pulllog_broker: BrokerThrea
     assert "--partition needs --topic" in one_line_error(
         pulllog(pulllog_broker, "leader-election", "--election-type", "preferred", "--all-topic-partitions",
                 "--partition", "0"), 2)
+
+
+def test_reassignment_on_one_broker(pulllog_broker: BrokerThread, tmp_path: Path) -> None:
+    ok(pulllog(pulllog_broker, "topic", "create", "staying", "--partitions", "1"))
+    # a one-broker cluster: its own id is the only replica set there is
+    assert ok(pulllog(pulllog_broker, "topic", "reassign", "staying", "--partition", "0", "--replicas", "0")) == \
+        "Successfully started partition reassignment for staying-0\n"
+    error = one_line_error(pulllog(pulllog_broker, "topic", "reassign", "staying", "--partition", "0",
+                                   "--replicas", "0,7"), 1)
+    assert error.startswith("error: staying-0: INVALID_REPLICA_ASSIGNMENT: ") and "not alive" in error
+    error = one_line_error(pulllog(pulllog_broker, "topic", "reassign", "staying", "--partition", "0", "--cancel"), 1)
+    assert error.startswith("error: staying-0: NO_REASSIGNMENT_IN_PROGRESS: ")
+    error = one_line_error(pulllog(pulllog_broker, "topic", "reassign", "nowhere", "--partition", "0",
+                                   "--replicas", "0"), 1)
+    assert error.startswith("error: nowhere-0: UNKNOWN_TOPIC_OR_PARTITION: ")
+    assert ok(pulllog(pulllog_broker, "topic", "reassignments")) == "no partition reassignment is in progress\n"
+    moves = tmp_path / "moves.json"
+    moves.write_text(json.dumps({"version": 1, "partitions": [{"topic": "staying", "partition": 0, "replicas": [0],
+                                                               "log_dirs": ["any"]}]}))
+    assert ok(pulllog(pulllog_broker, "topic", "reassign", "--reassignment-json-file", str(moves))) == \
+        "Successfully started partition reassignment for staying-0\n"
+
+
+def test_reassignment_usage_errors(pulllog_broker: BrokerThread, tmp_path: Path) -> None:
+    for args, says in [
+        (["staying"], "NAME --partition P --replicas"),
+        (["staying", "--partition", "0"], "exactly one of --replicas B,B,... and --cancel"),
+        (["staying", "--partition", "0", "--replicas", "1", "--cancel"], "exactly one of"),
+        (["staying", "--partition", "0", "--replicas", "1,x"], "expected broker ids separated by commas"),
+        (["--reassignment-json-file", str(tmp_path / "missing.json")], "--reassignment-json-file"),
+    ]:
+        error = one_line_error(pulllog(pulllog_broker, "topic", "reassign", *args), 2)
+        assert says in error, (args, error)
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text('{"partitions": [{"topic": "t"}]}')
+    error = one_line_error(pulllog(pulllog_broker, "topic", "reassign", "--reassignment-json-file", str(wrong)), 2)
+    assert "expected {\"version\": 1" in error
+    dirs = tmp_path / "dirs.json"
+    dirs.write_text('{"partitions": [{"topic": "t", "partition": 0, "replicas": [1], "log_dirs": ["/data/a"]}]}')
+    error = one_line_error(pulllog(pulllog_broker, "topic", "reassign", "--reassignment-json-file", str(dirs)), 2)
+    assert "log_dirs" in error

@@ -42,7 +42,7 @@ _CONFIG_EXAMPLE = "retention.ms=86400000"
     "pulllog topic delete orders",
 ))
 def topic() -> None:
-    """Create, list, describe, alter and delete topics."""
+    """Create, list, describe, alter, delete and reassign topics."""
 
 
 # ---------------------------------------------------------------------------- create
@@ -325,3 +325,15 @@ def delete(names: tuple[str, ...], if_exists: bool, bootstrap_server: str) -> No
                 click.echo(f"deleted topic {name!r}")
 
     run_async(body)
+
+
+# ---------------------------------------------------------------------------- reassign (cli/reassign.py)
+
+def _add_reassignment_commands() -> None:
+    from .reassign import reassign, reassignments
+
+    topic.add_command(reassign)
+    topic.add_command(reassignments)
+
+
+_add_reassignment_commands()
