@@ -381,6 +381,10 @@ class PartitionQueue:
 class BufferPool:
     """``buffer_memory`` with first-come-first-served waiting when it runs out."""
 
+    # slots: the producer's C send path (records.encoding.SendPath) reads and lowers
+    # ``available`` and checks ``waiters`` is empty through them
+    __slots__ = ("total", "available", "waiters")
+
     def __init__(self, total: int) -> None:
         self.total = total
         self.available = total
@@ -458,6 +462,11 @@ class RecordAccumulator:
         # a batch of such a partition cannot be sent before an answer, which wakes the sender
         # anyway, so it is not woken for it (a batch-1 producer would wake it per record).
         self.partition_busy: Callable[[tuple[str, int]], bool] = lambda key: False
+
+    @property
+    def room(self) -> int:
+        """The bound ``append()`` checks ``len(records) + reserved`` against (the C send path's too)."""
+        return self._room
 
     def queue(self, topic: str, partition: int) -> PartitionQueue:
         q = self.queues.get((topic, partition))

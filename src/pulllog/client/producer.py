@@ -98,10 +98,11 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ..records.compression import Compression
-from ..records.encoding import now_ms, ready
+from ..records.encoding import SendPath, now_ms, ready
 from .connection import BrokerUnreachableError
 from .accumulator import (
     NEW_BATCH,
+    PartitionQueue,
     ProducerBatch,
     RECORD_OVERHEAD,
     REROUTE,
@@ -185,6 +186,10 @@ class BufferExhaustedError(TimeoutError):
 class Producer:
     """An asyncio Kafka producer; see the module docstring for how it batches and retries."""
 
+    # send()'s common case in C where the extension is built (``_install_send_path``); the
+    # tests that compare it with the Python path turn it off here
+    use_send_path = True
+
     def __init__(
         self,
         bootstrap_servers: str | Iterable[str] = DEFAULT_BOOTSTRAP,
@@ -245,6 +250,12 @@ class Producer:
         self.metadata_max_age_s = config.metadata_max_age_s
         self._partitioner = make_partitioner(partitioner)
         self._sticky = isinstance(self._partitioner, StickyPartitioner)
+        # the C send path may take partition=None as the sticky partition it was armed with:
+        # only the built-in partitioner's choice is known not to move until a batch closes
+        self._sticky_known = type(self._partitioner) is StickyPartitioner
+        # send()'s common case in C (records.encoding.SendPath), installed by start() as the
+        # instance's ``send``; None without the extension or for a transactional producer
+        self._fast: Any = None
         self._cluster = Cluster(bootstrap_servers, client_id=client_id, request_timeout_ms=request_timeout_ms,
                                 metadata_max_age_ms=metadata_max_age_ms)
         # a transactional producer's state (None otherwise), the same object as _idempotence
@@ -323,7 +334,30 @@ class Producer:
         self._pool = self._acc.pool
         self._state = _RUNNING
         self._accepting = True
+        self._install_send_path()
         self._sender_task = self._tasks.spawn(self._run_sender(), name=f"pulllog-producer-sender[{self.client_id}]")
+
+    def _install_send_path(self) -> None:
+        """send()'s common case in C: ``self.send`` becomes a ``SendPath`` that appends a record
+        to the partition it was armed for (by the Python ``send()`` that appended there last)
+        and calls the Python ``send()`` for everything else. Not for a transactional
+        producer (its sends are checked against the transaction), nor for a subclass that
+        overrides ``send``; ``use_send_path = False`` on the class keeps the Python path."""
+        acc = self._acc
+        if (SendPath is None or not self.use_send_path or self._txn is not None or acc is None
+                or type(self).send is not Producer.send):
+            return
+        self._fast = SendPath(Producer.send.__get__(self, type(self)), acc.pool, acc.close, PartitionQueue,
+                              ProducerBatch, acc.batch_size, acc.room, self._max_record_size, _PLAIN_RECORD_SIZE)
+        self.send = self._fast  # type: ignore[method-assign]
+
+    def _disarm(self) -> None:
+        """Stop the C send path appending until the Python send() arms it again: called whenever
+        what it was armed with may have changed (a batch closed, so the sticky partition may
+        have moved; metadata changed; the producer stopped accepting)."""
+        fast = self._fast
+        if fast is not None:
+            fast.disarm()
 
     async def _run_sender(self) -> None:
         """The supervisor's one child: run the sender (its task group owns every request) until
@@ -349,6 +383,7 @@ class Producer:
     def _sender_failed(self, error: BaseException) -> None:
         self._sender_error = error
         self._accepting = False
+        self._disarm()
 
     async def flush(self, timeout: float | None = None) -> None:
         """Send every record queued so far, now (ignoring linger_ms), and wait for the outcomes.
@@ -393,6 +428,7 @@ class Producer:
             await self._abort_on_close(timeout)
         self._state = _CLOSING
         self._accepting = False
+        self._disarm()
         try:
             if self._sender is not None:
                 self._sender.closing = True  # open batches go now, linger or not
@@ -646,6 +682,9 @@ class Producer:
         except TypeError as exc:
             pool.release(size)
             return _raise(_bad_record(key, value, exc))
+        fast = self._fast
+        if fast is not None:  # the C send path takes this partition's next records (an arm per batch)
+            fast.arm(acc.queue(topic, partition), topic, partition, sticky and self._sticky_known)
         if future.relative_offset == 0 and self._yield_after_new_batch(topic, partition):
             return self._yield_with(future)
         return ready(future)
@@ -893,6 +932,7 @@ class Producer:
         raise error
 
     def _update_partitions(self, topics: Iterable[str]) -> None:
+        self._disarm()
         for topic in topics:
             info = self._cluster.topics.get(topic)
             if info is None or not info.partitions:
@@ -902,6 +942,7 @@ class Producer:
             self._partitions[topic] = (everything, available)
 
     def _batch_closed(self, topic: str, partition: int) -> None:
+        self._disarm()  # the sticky partition may move, and the C send path found the open batch gone anyway
         parts = self._partitions.get(topic)
         if parts is not None:
             self._partitioner.batch_closed(topic, partition, parts[0], parts[1])

@@ -1343,6 +1343,397 @@ static PyTypeObject ReadyType = {
     .tp_vectorcall = ready_vectorcall,
 };
 
+/* ----------------------------------------------------------------------------- SendPath
+ *
+ * SendPath(fallback, pool, close, queue_type, batch_type, batch_size, room, max_record_size,
+ * plain_size): the producer's per-record send() in C for its common case, installed as the
+ * producer's ``send`` attribute (pulllog.client.producer). Called as send(topic, value,
+ * key=None, headers=None, partition=None, timestamp=None), it either appends the record
+ * itself and returns a Ready of the record's future, or calls ``fallback`` (the Python
+ * send(), which handles every case) with the very same arguments, having changed nothing.
+ *
+ * It appends only to the one partition it is armed for (``arm(queue, topic, partition,
+ * sticky)``: the Python send() arms it after it appended a record there; ``disarm()``: the
+ * producer disarms it whenever that could have become wrong, e.g. at every batch close), and
+ * only when all of these hold; otherwise it falls back:
+ *
+ * - topic is the armed topic; partition is the armed one, or None with ``sticky`` (the
+ *   sticky partitioner chose the armed partition, and it only moves when a batch closes);
+ * - no headers; the key is None, or bytes with an explicit partition; the value None or
+ *   bytes; the timestamp None (now, CLOCK_REALTIME in ms) or an int within int64;
+ * - the queue's open batch (slot ``open`` of queue_type) has a C RecordsBuilder (slot
+ *   ``records`` of batch_type) holding records, and the record fits its ``room`` as
+ *   RecordsBuilder.add() decides;
+ * - the record's buffer_memory size (value + key + plain_size) is at most max_record_size
+ *   and at most the pool's ``available`` slot (an int), with its ``waiters`` slot empty.
+ *
+ * Then it does what the Python send() does there: the record encoded (RecordsBuilder.add:
+ * counted, its size held, its future made), ``pool.available`` lowered by the size, and
+ * ``close(queue)`` once the records reach ``batch_size``.
+ */
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *fallback;
+    PyObject *pool;
+    PyObject *close;
+    PyObject *queue;            /* armed: the partition's queue; NULL when disarmed */
+    PyObject *topic;
+    long long partition;
+    int sticky;
+    Py_ssize_t batch_size, room, max_record_size, plain_size;
+    Py_ssize_t off_open, off_records, off_available, off_waiters;
+} SendPath;
+
+static PyObject *sendpath_names[6];  /* "topic", "value", "key", "headers", "partition", "timestamp" */
+
+static int
+sendpath_traverse(SendPath *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->fallback);
+    Py_VISIT(self->pool);
+    Py_VISIT(self->close);
+    Py_VISIT(self->queue);
+    Py_VISIT(self->topic);
+    return 0;
+}
+
+static int
+sendpath_clear(SendPath *self)
+{
+    Py_CLEAR(self->fallback);
+    Py_CLEAR(self->pool);
+    Py_CLEAR(self->close);
+    Py_CLEAR(self->queue);
+    Py_CLEAR(self->topic);
+    return 0;
+}
+
+static void
+sendpath_dealloc(SendPath *self)
+{
+    PyObject_GC_UnTrack(self);
+    sendpath_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *sendpath_call(SendPath *self, PyObject *const *args, size_t nargsf, PyObject *kwnames);
+
+static PyObject *
+sendpath_new(PyTypeObject *subtype, PyObject *args, PyObject *kwargs)
+{
+    PyObject *fallback, *pool, *close;
+    PyTypeObject *queue_type, *batch_type;
+    Py_ssize_t batch_size, room, max_record_size, plain_size;
+    static char *kwlist[] = {"fallback", "pool", "close", "queue_type", "batch_type", "batch_size", "room",
+                             "max_record_size", "plain_size", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOO!O!nnnn:SendPath", kwlist, &fallback, &pool, &close,
+                                     &PyType_Type, &queue_type, &PyType_Type, &batch_type, &batch_size, &room,
+                                     &max_record_size, &plain_size)) {
+        return NULL;
+    }
+    if (!PyCallable_Check(fallback) || !PyCallable_Check(close)) {
+        PyErr_SetString(PyExc_TypeError, "SendPath: fallback and close must be callable");
+        return NULL;
+    }
+    PyObject *name;
+    Py_ssize_t off_open, off_records, off_available, off_waiters;
+    if ((name = PyUnicode_InternFromString("open")) == NULL) {
+        return NULL;
+    }
+    off_open = slot_offset(queue_type, name);
+    Py_DECREF(name);
+    if (off_open < 0 || (name = PyUnicode_InternFromString("records")) == NULL) {
+        return NULL;
+    }
+    off_records = slot_offset(batch_type, name);
+    Py_DECREF(name);
+    if (off_records < 0 || (name = PyUnicode_InternFromString("available")) == NULL) {
+        return NULL;
+    }
+    off_available = slot_offset(Py_TYPE(pool), name);
+    Py_DECREF(name);
+    if (off_available < 0 || (name = PyUnicode_InternFromString("waiters")) == NULL) {
+        return NULL;
+    }
+    off_waiters = slot_offset(Py_TYPE(pool), name);
+    Py_DECREF(name);
+    if (off_waiters < 0) {
+        return NULL;
+    }
+    SendPath *self = (SendPath *)subtype->tp_alloc(subtype, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    Py_INCREF(fallback);
+    self->fallback = fallback;
+    Py_INCREF(pool);
+    self->pool = pool;
+    Py_INCREF(close);
+    self->close = close;
+    self->batch_size = batch_size;
+    self->room = room;
+    self->max_record_size = max_record_size;
+    self->plain_size = plain_size;
+    self->off_open = off_open;
+    self->off_records = off_records;
+    self->off_available = off_available;
+    self->off_waiters = off_waiters;
+    self->vectorcall = (vectorcallfunc)sendpath_call;
+    return (PyObject *)self;
+}
+
+static inline PyObject *
+slot_at(PyObject *obj, Py_ssize_t offset)
+{
+    return *(PyObject **)((char *)obj + offset);
+}
+
+/* args[] (positional, then the keyword values named by kwnames) into send()'s six
+ * parameters; 0 when they do not map one to one (the Python send() then raises what is wrong). */
+static int
+sendpath_parse(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject **a)
+{
+    if (nargs > 6) {
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        a[i] = args[i];
+    }
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    for (Py_ssize_t j = 0; j < nkw; j++) {
+        PyObject *kw = PyTuple_GET_ITEM(kwnames, j);
+        int found = -1;
+        for (int i = 0; i < 6 && found < 0; i++) {
+            if (kw == sendpath_names[i]) {
+                found = i;
+            }
+        }
+        for (int i = 0; i < 6 && found < 0; i++) {
+            if (PyUnicode_Compare(kw, sendpath_names[i]) == 0) {
+                found = i;
+            }
+        }
+        if (found < nargs || a[found] != NULL) {  /* unknown, or given twice */
+            return 0;
+        }
+        a[found] = args[nargs + j];
+    }
+    return a[0] != NULL && a[1] != NULL;
+}
+
+static PyObject *
+sendpath_call(SendPath *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *a[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
+    if (self->queue == NULL || !sendpath_parse(args, nargs, kwnames, a)) {
+        goto fallback;
+    }
+    PyObject *topic = a[0], *value = a[1], *key = a[2], *partition = a[4], *timestamp = a[5];
+    if ((a[3] != NULL && a[3] != Py_None) || (value != Py_None && !PyBytes_CheckExact(value))) {
+        goto fallback;
+    }
+    if (topic != self->topic && (!PyUnicode_CheckExact(topic) || PyUnicode_Compare(topic, self->topic) != 0)) {
+        goto fallback;
+    }
+    if (key == Py_None) {
+        key = NULL;
+    } else if (key != NULL && (!PyBytes_CheckExact(key) || partition == NULL || partition == Py_None)) {
+        goto fallback;  /* a key that is not bytes, or one the partitioner hashes */
+    }
+    if (partition == NULL || partition == Py_None) {
+        if (!self->sticky) {
+            goto fallback;
+        }
+    } else {
+        int overflow;
+        if (!PyLong_CheckExact(partition) ||
+            PyLong_AsLongLongAndOverflow(partition, &overflow) != self->partition || overflow) {
+            goto fallback;
+        }
+    }
+    int64_t ts;
+    if (timestamp == NULL || timestamp == Py_None) {
+        struct timespec now;
+        if (clock_gettime(CLOCK_REALTIME, &now) != 0) {
+            goto fallback;
+        }
+        ts = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+        timestamp = NULL;
+    } else if (!PyLong_CheckExact(timestamp) || get_int64(timestamp, &ts) < 0) {
+        PyErr_Clear();
+        goto fallback;
+    }
+    PyObject *batch = slot_at(self->queue, self->off_open);
+    if (batch == NULL || batch == Py_None) {
+        goto fallback;
+    }
+    RecordsBuilder *builder = (RecordsBuilder *)slot_at(batch, self->off_records);
+    if (builder == NULL || !Py_IS_TYPE(builder, &RecordsBuilderType) || builder->count <= 0 ||
+        builder->make_future == Py_None) {
+        goto fallback;
+    }
+    Py_ssize_t lv = value == Py_None ? -1 : PyBytes_GET_SIZE(value);
+    Py_ssize_t lk = key == NULL ? -1 : PyBytes_GET_SIZE(key);
+    Py_ssize_t size = (lv > 0 ? lv : 0) + (lk > 0 ? lk : 0) + self->plain_size;
+    PyObject *available = slot_at(self->pool, self->off_available);
+    PyObject *waiters = slot_at(self->pool, self->off_waiters);
+    if (size > self->max_record_size || available == NULL || !PyLong_CheckExact(available) || waiters == NULL) {
+        goto fallback;
+    }
+    Py_ssize_t free_bytes = PyLong_AsSsize_t(available);
+    Py_ssize_t waiting = PyObject_Length(waiters);
+    if (free_bytes == -1 || waiting == -1) {
+        PyErr_Clear();
+        goto fallback;
+    }
+    Py_ssize_t used = PyByteArray_GET_SIZE(builder);
+    long long td;
+    if (size > free_bytes || waiting > 0 || used + size > self->room ||
+        __builtin_sub_overflow((long long)ts, builder->base_timestamp, &td)) {
+        goto fallback;
+    }
+    /* from here on the record is taken: what RecordsBuilder.add() and the Python send() do */
+    Py_ssize_t od = builder->count;
+    Py_ssize_t body = record_body_size(td, od, lk, lv, 1);
+    char *p;
+    if (builder_grow(builder, varint_size(body) + body, &p) < 0) {
+        return NULL;
+    }
+    put_record(p, body, td, od, key == NULL ? NULL : PyBytes_AS_STRING(key), lk,
+               lv < 0 ? NULL : PyBytes_AS_STRING(value), lv, "\0", 1);
+    builder->count = od + 1;
+    if (ts > builder->max_timestamp) {
+        builder->max_timestamp = ts;
+    }
+    builder->reserved += size;
+    PyObject *remaining = PyLong_FromSsize_t(free_bytes - size);
+    if (remaining == NULL) {
+        return NULL;
+    }
+    PyObject **slot = (PyObject **)((char *)self->pool + self->off_available);
+    Py_SETREF(*slot, remaining);
+    PyObject *delta = PyLong_FromSsize_t(od);
+    PyObject *ts_obj = timestamp != NULL ? Py_NewRef(timestamp) : PyLong_FromLongLong(ts);
+    if (delta == NULL || ts_obj == NULL) {
+        Py_XDECREF(delta);
+        Py_XDECREF(ts_obj);
+        return NULL;
+    }
+    PyObject *call[3] = {builder->result, delta, ts_obj};
+    PyObject *future = PyObject_Vectorcall(builder->make_future, call, 3, NULL);
+    Py_DECREF(delta);
+    Py_DECREF(ts_obj);
+    if (future == NULL) {
+        return NULL;
+    }
+    if (PyByteArray_GET_SIZE(builder) >= self->batch_size) {
+        PyObject *queue = Py_NewRef(self->queue);
+        PyObject *closed = PyObject_CallOneArg(self->close, queue);
+        Py_DECREF(queue);
+        if (closed == NULL) {
+            Py_DECREF(future);
+            return NULL;
+        }
+        Py_DECREF(closed);
+    }
+    Ready *ready = (Ready *)ReadyType.tp_alloc(&ReadyType, 0);
+    if (ready == NULL) {
+        Py_DECREF(future);
+        return NULL;
+    }
+    ready->value = future;
+    return (PyObject *)ready;
+fallback:
+    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+}
+
+static PyObject *
+sendpath_tp_call(SendPath *self, PyObject *args, PyObject *kwargs)
+{
+    return PyVectorcall_Call((PyObject *)self, args, kwargs);
+}
+
+PyDoc_STRVAR(sendpath_arm_doc,
+"arm(queue, topic, partition, sticky)\n"
+"\n"
+"Append records for ``topic``-``partition`` to ``queue``'s open batch from now on; with\n"
+"``sticky``, records with partition=None and no key too.");
+
+static PyObject *
+sendpath_arm(SendPath *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "arm() takes 4 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (!PyUnicode_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "arm(): the topic must be a str");
+        return NULL;
+    }
+    int overflow;
+    long long partition = PyLong_AsLongLongAndOverflow(args[2], &overflow);
+    if ((partition == -1 && PyErr_Occurred()) || overflow) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_OverflowError, "arm(): partition out of range");
+        }
+        return NULL;
+    }
+    int sticky = PyObject_IsTrue(args[3]);
+    if (sticky < 0) {
+        return NULL;
+    }
+    Py_XSETREF(self->queue, Py_NewRef(args[0]));
+    Py_XSETREF(self->topic, Py_NewRef(args[1]));
+    self->partition = partition;
+    self->sticky = sticky;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+sendpath_disarm(SendPath *self, PyObject *Py_UNUSED(ignored))
+{
+    Py_CLEAR(self->queue);
+    Py_CLEAR(self->topic);
+    self->sticky = 0;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+sendpath_get_armed(SendPath *self, void *Py_UNUSED(closure))
+{
+    return PyBool_FromLong(self->queue != NULL);
+}
+
+static PyMethodDef sendpath_methods[] = {
+    {"arm", (PyCFunction)(void (*)(void))sendpath_arm, METH_FASTCALL, sendpath_arm_doc},
+    {"disarm", (PyCFunction)sendpath_disarm, METH_NOARGS, "disarm(): every call falls back until armed again"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef sendpath_getset[] = {
+    {"armed", (getter)sendpath_get_armed, NULL, "whether a partition is armed", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject SendPathType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "pulllog.records._crecords.SendPath",
+    .tp_basicsize = sizeof(SendPath),
+    .tp_dealloc = (destructor)sendpath_dealloc,
+    .tp_call = (ternaryfunc)sendpath_tp_call,
+    .tp_vectorcall_offset = offsetof(SendPath, vectorcall),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "SendPath(...): a producer's send() for its common case in C, falling back to the Python send().",
+    .tp_traverse = (traverseproc)sendpath_traverse,
+    .tp_clear = (inquiry)sendpath_clear,
+    .tp_methods = sendpath_methods,
+    .tp_getset = sendpath_getset,
+    .tp_new = sendpath_new,
+};
+
 PyDoc_STRVAR(now_ms_doc,
 "now_ms() -> int\n"
 "\n"
@@ -1420,6 +1811,23 @@ PyInit__crecords(void)
     Py_INCREF(&ReadyType);
     if (PyModule_AddObject(m, "Ready", (PyObject *)&ReadyType) < 0) {
         Py_DECREF(&ReadyType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    static const char *const names[6] = {"topic", "value", "key", "headers", "partition", "timestamp"};
+    for (int i = 0; i < 6; i++) {
+        if ((sendpath_names[i] = PyUnicode_InternFromString(names[i])) == NULL) {
+            Py_DECREF(m);
+            return NULL;
+        }
+    }
+    if (PyType_Ready(&SendPathType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&SendPathType);
+    if (PyModule_AddObject(m, "SendPath", (PyObject *)&SendPathType) < 0) {
+        Py_DECREF(&SendPathType);
         Py_DECREF(m);
         return NULL;
     }

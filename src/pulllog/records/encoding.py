@@ -60,6 +60,19 @@ no coroutine, frame or StopIteration behind it (``await`` on an ``async def`` co
 microsecond, as much as appending the record), in Python a coroutine that returns it. The
 producer's ``send()`` returns one when the record is appended without waiting.
 
+``SendPath`` (None without the extension) is a producer's ``send()`` for its common case in C
+(a record for the partition it appended to last, room in that partition's open batch, no
+headers, buffer space free, no one waiting for it): ``SendPath(fallback, pool, close,
+queue_type, batch_type, batch_size, room, max_record_size, plain_size)`` is called as
+``send()`` is and either appends the record to the open batch's C ``RecordsBuilder`` (what
+``add()`` does, the pool's ``available`` lowered, ``close(queue)`` at ``batch_size``) and
+returns ``ready(future)``, or calls ``fallback``, the Python ``send()``, with the same
+arguments, having changed nothing. ``arm(queue, topic, partition, sticky)`` names the
+partition and ``disarm()`` stops it; the rules are at the SendPath section of ``_crecords.c``.
+There is no Python twin: without it every call is the Python ``send()``
+(``pulllog.client.producer``), and tests/client/test_producer_send_path.py checks that both
+ways give the same batches, futures and memory accounting.
+
 Both produce exactly the bytes of the pure-Python encoder; ``tests/records/test_encoding.py``
 checks it on random records and message sets, for every codec once sealed.
 """
@@ -73,7 +86,7 @@ from typing import Any, TypeVar
 
 from .varint import ZIGZAG, ZIGZAG_TABLE_SIZE, encode_varint
 
-__all__ = ["IMPLEMENTATION", "PyRecordsBuilder", "RecordsBuilder", "SlotsMaker", "append_record",
+__all__ = ["IMPLEMENTATION", "PyRecordsBuilder", "RecordsBuilder", "SendPath", "SlotsMaker", "append_record",
            "append_values", "now_ms", "py_append_record", "py_ready", "ready", "values_size"]
 
 _NULL = b"\x01"  # varint(-1): a null key or value
@@ -161,20 +174,24 @@ async def py_ready(value: _T) -> _T:
 
 
 def _choose() -> tuple[str, type[Any], Callable[..., None], Callable[[bytearray, Sequence[Any], int, int], int] | None,
-                       Any, Callable[[Sequence[Any]], int] | None, Callable[[], int], Callable[[Any], Awaitable[Any]]]:
+                       Any, Callable[[Sequence[Any]], int] | None, Callable[[], int], Callable[[Any], Awaitable[Any]],
+                       Any]:
     if os.environ.get("PULLLOG_NO_EXTENSIONS", "") not in ("", "0"):
-        return "python", PyRecordsBuilder, py_append_record, None, None, None, py_now_ms, py_ready
+        return "python", PyRecordsBuilder, py_append_record, None, None, None, py_now_ms, py_ready, None
     try:
         from ._crecords import Ready as CReady
         from ._crecords import RecordsBuilder as CRecordsBuilder
+        from ._crecords import SendPath as CSendPath
         from ._crecords import SlotsMaker as CSlotsMaker
         from ._crecords import append_record as c_append_record
         from ._crecords import append_values as c_append_values
         from ._crecords import now_ms as c_now_ms
         from ._crecords import values_size as c_values_size
     except ImportError:  # not built (no C compiler when installed), or an older build without the encoder
-        return "python", PyRecordsBuilder, py_append_record, None, None, None, py_now_ms, py_ready
-    return "c", CRecordsBuilder, c_append_record, c_append_values, CSlotsMaker, c_values_size, c_now_ms, CReady
+        return "python", PyRecordsBuilder, py_append_record, None, None, None, py_now_ms, py_ready, None
+    return ("c", CRecordsBuilder, c_append_record, c_append_values, CSlotsMaker, c_values_size, c_now_ms, CReady,
+            CSendPath)
 
 
-IMPLEMENTATION, RecordsBuilder, append_record, append_values, SlotsMaker, values_size, now_ms, ready = _choose()
+(IMPLEMENTATION, RecordsBuilder, append_record, append_values, SlotsMaker, values_size, now_ms, ready,
+ SendPath) = _choose()

@@ -1,0 +1,215 @@
+"""send()'s common case in C (``records.encoding.SendPath``) against the Python ``send()``.
+
+With the extension built, ``Producer.start()`` makes the producer's ``send`` a ``SendPath``:
+it appends a record to the partition the Python ``send()`` armed it for and calls the Python
+``send()`` for everything else. These tests send the same records through both ways to a
+real broker and compare what the broker stored byte for byte, what the futures say, and the
+buffer_memory accounting; and they check when the C path is not used.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pulllog.client.partitioner import StickyPartitioner
+from pulllog.client.producer import Producer, ProducerClosedError
+from pulllog.records.encoding import SendPath
+from pulllog.testing import BrokerThread
+
+needs_c = pytest.mark.skipif(SendPath is None, reason="the C extension is not built (PULLLOG_NO_EXTENSIONS)")
+
+BASE_TIMESTAMP_MS = 1_700_000_000_000
+PARTITIONS = 3
+_examples = itertools.count()  # a fresh pair of topics per example (hypothesis seeds ``random``)
+
+
+def create_topic(broker: BrokerThread, name: str, partitions: int) -> None:
+    assert broker.broker is not None
+    broker.call(broker.broker.topics.create, name, partitions, {})
+
+
+def segment_bytes(broker: BrokerThread, topic: str, partition: int) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted((Path(broker.data_dir) / f"{topic}-{partition}").glob("*.log")))
+
+
+def counting_send(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the calls of the Python send() (the C path's fallback is that same function)."""
+    calls = [0]
+    python_send = Producer.send
+
+    def send(self: Producer, *args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        return python_send(self, *args, **kwargs)
+
+    send.__doc__ = python_send.__doc__
+    monkeypatch.setattr(Producer, "send", send)
+    return calls
+
+
+# a record: value, key, headers, partition, timestamp offset, whether to pass arguments by keyword
+record = st.tuples(
+    st.none() | st.binary(max_size=300) | st.binary(max_size=300).map(bytearray),
+    st.none() | st.none() | st.binary(max_size=12),
+    st.none() | st.none() | st.none() | st.just([("h", b"v")]),
+    st.none() | st.integers(0, PARTITIONS - 1),
+    st.integers(-1_000, 100_000),
+    st.booleans(),
+)
+# or a message set (send_batch) to one partition: it may open a batch the Python send() did not
+message_set = st.tuples(st.just("set"), st.lists(st.binary(max_size=100), min_size=1, max_size=5),
+                        st.integers(0, PARTITIONS - 1))
+
+
+async def send_all(broker: BrokerThread, topic: str, records: list[tuple[Any, ...]], use_c: bool) -> tuple[
+        list[tuple[int, int, int]], bool, list[tuple[int, int, int]]]:
+    """Send ``records`` (batches close by size only: linger_ms is long); return the futures'
+    (partition, offset, timestamp), whether the memory held adds up, and the open batches'
+    (partition, records, buffer_memory held) before the final flush."""
+    create_topic(broker, topic, PARTITIONS)
+    producer = Producer(broker.bootstrap_servers, acks=1, batch_size=1_500, linger_ms=600_000,
+                        partitioner=StickyPartitioner(random.Random(7)))
+    producer.use_send_path = use_c
+    async with producer:
+        await producer.partitions_for(topic)
+        futures = []
+        for op in records:
+            if op[0] == "set":
+                await producer.send_batch(topic, op[1], partition=op[2], timestamp=BASE_TIMESTAMP_MS)
+                continue
+            value, key, headers, partition, ts, by_keyword = op
+            if by_keyword:
+                futures.append(await producer.send(topic=topic, value=value, key=key, headers=headers,
+                                                   partition=partition, timestamp=BASE_TIMESTAMP_MS + ts))
+            else:
+                futures.append(await producer.send(topic, value, key, headers, partition, BASE_TIMESTAMP_MS + ts))
+        acc = producer._acc
+        assert acc is not None
+        held = acc.pool.available + sum(b.reserved for b in acc.incomplete) == acc.pool.total
+        # the open batches are not sent yet (linger_ms): what they hold is the same both ways
+        open_batches = sorted((q.partition, q.open.count, q.open.reserved) for q in acc.queues.values() if q.open)
+        await producer.flush()
+        assert acc.pool.available == acc.pool.total
+    return [(m.partition, m.offset, m.timestamp) for m in [f.result() for f in futures]], held, open_batches
+
+
+@needs_c
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(records=st.lists(record | message_set, min_size=1, max_size=120))
+async def test_the_c_send_path_stores_what_the_python_send_stores(pulllog_broker: BrokerThread,
+                                                                  records: list[tuple[Any, ...]]) -> None:
+    name = f"sendpath-{next(_examples)}"
+    python = await send_all(pulllog_broker, f"{name}-py", records, use_c=False)
+    c = await send_all(pulllog_broker, f"{name}-c", records, use_c=True)
+    assert c == python
+    assert python[1], "the memory held by unsent records and the pool's free bytes add up to buffer_memory"
+    for partition in range(PARTITIONS):
+        assert segment_bytes(pulllog_broker, f"{name}-c", partition) == \
+            segment_bytes(pulllog_broker, f"{name}-py", partition)
+
+
+@needs_c
+async def test_the_c_send_path_takes_the_records_of_an_open_batch(pulllog_broker: BrokerThread,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Python send() runs about once per batch: for the record that opens it."""
+    calls = counting_send(monkeypatch)
+    create_topic(pulllog_broker, "plain", 2)
+    async with Producer(pulllog_broker.bootstrap_servers, acks=1, batch_size=4_096) as producer:
+        assert isinstance(producer.send, SendPath)
+        futures = [await producer.send("plain", b"x" * 100, partition=i % 2 if i >= 1_000 else 0)
+                   for i in range(2_000)]
+        futures += [await producer.send("plain", b"y" * 100) for _ in range(1_000)]  # sticky
+        futures += [await producer.send("plain", b"z" * 100, key=b"k", partition=1) for _ in range(500)]
+        await producer.flush()
+    assert all(f.done() and f.exception() is None for f in futures)
+    offsets = [f.result().offset for f in futures if f.result().partition == 0]
+    assert offsets == list(range(len(offsets)))
+    # 1,000 records alternating partitions take the Python path; the rest about one per batch
+    # of ~35 records
+    assert 1_000 < calls[0] < 1_000 + 2_500 // 20
+
+
+@needs_c
+async def test_the_c_send_path_falls_back_after_close(pulllog_broker: BrokerThread) -> None:
+    create_topic(pulllog_broker, "closed", 1)
+    producer = Producer(pulllog_broker.bootstrap_servers, acks=1)
+    async with producer:
+        await (await producer.send("closed", b"a", partition=0))
+        await producer.send("closed", b"b", partition=0)
+    with pytest.raises(ProducerClosedError):
+        await producer.send("closed", b"c", partition=0)
+
+
+@needs_c
+async def test_the_c_send_path_waits_for_buffer_memory_as_the_python_send_does(pulllog_broker: BrokerThread) -> None:
+    """With buffer_memory for a few records only, sends wait for acknowledgements (the C path
+    never takes memory that is not free, nor jumps a waiter)."""
+    create_topic(pulllog_broker, "tight", 1)
+    async with Producer(pulllog_broker.bootstrap_servers, acks=1, buffer_memory=2_000) as producer:
+        futures = [await producer.send("tight", b"v" * 200, partition=0) for _ in range(300)]
+        acc = producer._acc
+        assert acc is not None
+        assert acc.pool.available >= 0
+        await producer.flush()
+        assert acc.pool.available == acc.pool.total
+    assert [f.result().offset for f in futures] == list(range(300))
+
+
+@needs_c
+async def test_no_c_send_path_for_a_subclass_that_overrides_send(pulllog_broker: BrokerThread) -> None:
+    class Counting(Producer):
+        sent = 0
+
+        def send(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+            self.sent += 1
+            return super().send(*args, **kwargs)
+
+    create_topic(pulllog_broker, "sub", 1)
+    async with Counting(pulllog_broker.bootstrap_servers, acks=1) as producer:
+        for _ in range(50):
+            await producer.send("sub", b"v", partition=0)
+        assert producer.sent == 50
+        assert not isinstance(producer.send, SendPath)
+
+
+def test_a_send_path_needs_slotted_queues_batches_and_pool() -> None:
+    if SendPath is None:
+        pytest.skip("the C extension is not built")
+
+    class Loose:
+        pass
+
+    with pytest.raises(TypeError, match="is not a slot"):
+        SendPath(print, Loose(), print, Loose, Loose, 10, 10, 10, 10)
+
+
+@needs_c
+async def test_a_record_without_partition_follows_the_sticky_partitioner_after_its_batch_closes(
+        pulllog_broker: BrokerThread) -> None:
+    """The C path takes partition=None as the sticky partition it was armed with; when the
+    sender takes that batch (here at a flush) the partitioner moves on, and a message set that
+    then opens a new batch on the old partition must not draw the next record there."""
+    create_topic(pulllog_broker, "sticky", PARTITIONS)
+    async with Producer(pulllog_broker.bootstrap_servers, acks=1, linger_ms=600_000,
+                        partitioner=StickyPartitioner(random.Random(3))) as producer:
+        everything = list(range(PARTITIONS))
+
+        def sticky() -> int:
+            return producer._partitioner.partition("sticky", None, everything, everything)
+
+        await producer.partitions_for("sticky")
+        sent = await producer.send("sticky", b"v")
+        await producer.flush()  # its batch is sent: the sticky partition moves on
+        first = sent.result()
+        assert sticky() != first.partition
+        await producer.send_batch("sticky", [b"set"], partition=first.partition)  # stays open (linger)
+        expected = sticky()
+        future = await producer.send("sticky", b"next")
+        await producer.flush()
+    assert future.result().partition == expected
