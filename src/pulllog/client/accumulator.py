@@ -51,7 +51,10 @@ timestamp and the buffer_memory they hold), in C when the extension is built, el
 Python. ``append()``'s common case, a record for the partition it had last whose open batch
 has room, is one call on it (``add``): room checked, record encoded and counted, memory
 held, the record's ``RecordFuture`` made (copied from a template in C, ``SlotsMaker``,
-rather than running its ``__init__``). A message set of plain values and keys is one call
+rather than running its ``__init__``). The producer's C send path (``records.encoding.SendPath``)
+does that same step for a record without a Python frame at all: it reads a queue's ``open``
+batch, that batch's ``records`` and the pool's ``available`` and ``waiters`` through their
+slots, so those stay ``__slots__``. A message set of plain values and keys is one call
 too (``add_values``); the general message-set encoder (headers, a timestamp per record) is
 ``ProducerBatch.extend``'s loop, where varints of small non-negative values (lengths, offset
 and timestamp deltas) come from a precomputed table of their zigzag encodings and each
@@ -383,7 +386,7 @@ class BufferPool:
 
     # slots: the producer's C send path (records.encoding.SendPath) reads and lowers
     # ``available`` and checks ``waiters`` is empty through them
-    __slots__ = ("total", "available", "waiters")
+    __slots__ = ("available", "total", "waiters")
 
     def __init__(self, total: int) -> None:
         self.total = total

@@ -39,8 +39,10 @@ How records move (see ``pulllog.client.accumulator`` for the batch states):
   batches per partition are in flight, each in its own request, as a Produce request
   carries one batch per partition (as Kafka requires) for all ready partitions led by the
   same broker, up to ``max_request_size``; at most ``max_in_flight`` requests per broker
-  connection. ``send()`` yields to the event loop once per new batch, so the sender ships
-  full batches while a tight loop keeps sending (and every 16 records while a partition
+  connection. ``send()``'s common case (the partition it appended to last, room in its
+  open batch) runs in C (``records.encoding.SendPath``). ``send()`` yields to the event
+  loop once per new batch, so the sender ships full batches while a tight loop keeps
+  sending (and every 16 records while a partition
   new to a transaction waits for AddPartitionsToTxn: ``pulllog.client.transactions``).
 * **Partitioning** (``pulllog.client.partitioner``): explicit partition, else murmur2 of
   the key as the Java client and librdkafka's ``murmur2_random`` do, else sticky. A
@@ -629,6 +631,13 @@ class Producer:
         at once (``pulllog.records.encoding.ready``: an ``async def`` would cost as much as
         the append); otherwise it is the coroutine that waits. Errors are raised by the
         ``await`` either way.
+
+        Where the C extension is built, a started producer's ``send`` attribute is a
+        ``records.encoding.SendPath`` in front of this method: it appends a record for the
+        partition this method appended to last (no headers; a key only with an explicit
+        partition; room in the open batch, buffer memory free) with no Python frame, and
+        calls this method with the same arguments for everything else. The two are tested to
+        store the same bytes (tests/client/test_producer_send_path.py).
         """
         # The hot path of per-record sending: keep it free of calls that are not needed.
         # Anything unusual (a wait, a transaction's check or its new partition, an error to
@@ -684,7 +693,9 @@ class Producer:
             return _raise(_bad_record(key, value, exc))
         fast = self._fast
         if fast is not None:  # the C send path takes this partition's next records (an arm per batch)
-            fast.arm(acc.queue(topic, partition), topic, partition, sticky and self._sticky_known)
+            q = acc.queue(topic, partition)
+            if q.open is not None:  # (not after a batch that closed at once: batch_size=1)
+                fast.arm(q, topic, partition, sticky and self._sticky_known)
         if future.relative_offset == 0 and self._yield_after_new_batch(topic, partition):
             return self._yield_with(future)
         return ready(future)

@@ -1,6 +1,6 @@
 /* The records section of a RecordBatch v2, decoded in C (the consumer's hot loop) and
- * encoded in C (the producer's; see the encoding, RecordsBuilder, SlotsMaker and Ready sections
- * at the end, and pulllog.records.encoding for the Python they must agree with).
+ * encoded in C (the producer's; see the encoding, RecordsBuilder, SlotsMaker, Ready and SendPath
+ * sections at the end, and pulllog.records.encoding for the Python they must agree with).
  *
  * An optional accelerator for pulllog.records.decoding, which holds the pure-Python decoder
  * this file must agree with exactly (tests/log/test_decoding.py checks both on random and
@@ -1595,12 +1595,17 @@ sendpath_call(SendPath *self, PyObject *const *args, size_t nargsf, PyObject *kw
         __builtin_sub_overflow((long long)ts, builder->base_timestamp, &td)) {
         goto fallback;
     }
-    /* from here on the record is taken: what RecordsBuilder.add() and the Python send() do */
+    /* from here on the record is taken: what RecordsBuilder.add() and the Python send() do.
+     * The queue and the builder are held: making the future may run the cycle collector, and
+     * with it Python code (finalizers) that could disarm this path or drop the batch. */
+    PyObject *queue = Py_NewRef(self->queue);
+    Py_INCREF(builder);
+    PyObject *future = NULL;
     Py_ssize_t od = builder->count;
     Py_ssize_t body = record_body_size(td, od, lk, lv, 1);
     char *p;
     if (builder_grow(builder, varint_size(body) + body, &p) < 0) {
-        return NULL;
+        goto done;
     }
     put_record(p, body, td, od, key == NULL ? NULL : PyBytes_AS_STRING(key), lk,
                lv < 0 ? NULL : PyBytes_AS_STRING(value), lv, "\0", 1);
@@ -1611,7 +1616,7 @@ sendpath_call(SendPath *self, PyObject *const *args, size_t nargsf, PyObject *kw
     builder->reserved += size;
     PyObject *remaining = PyLong_FromSsize_t(free_bytes - size);
     if (remaining == NULL) {
-        return NULL;
+        goto done;
     }
     PyObject **slot = (PyObject **)((char *)self->pool + self->off_available);
     Py_SETREF(*slot, remaining);
@@ -1620,32 +1625,34 @@ sendpath_call(SendPath *self, PyObject *const *args, size_t nargsf, PyObject *kw
     if (delta == NULL || ts_obj == NULL) {
         Py_XDECREF(delta);
         Py_XDECREF(ts_obj);
-        return NULL;
+        goto done;
     }
     PyObject *call[3] = {builder->result, delta, ts_obj};
-    PyObject *future = PyObject_Vectorcall(builder->make_future, call, 3, NULL);
+    future = PyObject_Vectorcall(builder->make_future, call, 3, NULL);
     Py_DECREF(delta);
     Py_DECREF(ts_obj);
     if (future == NULL) {
-        return NULL;
+        goto done;
     }
     if (PyByteArray_GET_SIZE(builder) >= self->batch_size) {
-        PyObject *queue = Py_NewRef(self->queue);
         PyObject *closed = PyObject_CallOneArg(self->close, queue);
-        Py_DECREF(queue);
         if (closed == NULL) {
-            Py_DECREF(future);
-            return NULL;
+            Py_CLEAR(future);
+            goto done;
         }
         Py_DECREF(closed);
     }
     Ready *ready = (Ready *)ReadyType.tp_alloc(&ReadyType, 0);
-    if (ready == NULL) {
+    if (ready != NULL) {
+        ready->value = future;  /* the Ready takes the reference */
+    } else {
         Py_DECREF(future);
-        return NULL;
     }
-    ready->value = future;
-    return (PyObject *)ready;
+    future = (PyObject *)ready;
+done:
+    Py_DECREF(builder);
+    Py_DECREF(queue);
+    return future;
 fallback:
     return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
 }
