@@ -142,26 +142,88 @@ def test_a_new_leaders_epoch_counts_at_once_and_is_on_disk_after_a_clean_restart
     assert again.leader_epochs.entries == [(1, 0), (4, 2)]
 
 
-def test_a_crash_before_the_epoch_checkpoint_is_written_leaves_an_older_history(tmp_path: Path) -> None:
+def _crashed_leader(directory: Path) -> Log:
+    """A leader that took epochs 1 (offsets 0-1) and 4 (offsets 2-3, entry in memory only)
+    and then 'crashed': never closed, its appends in the page cache, not flushed."""
+    log = Log.open(directory)
+    log.start_replication(0)
+    log.become_leader(1)
+    log.append(batch(2), defer_flush=True)
+    log.become_leader(4, flush=False)  # a failover's: the checkpoint is written later
+    log.append(batch(1), defer_flush=True)
+    log.append(batch(1), defer_flush=True)
+    assert LeaderEpochCache(directory).entries == [(1, 0)]  # the file lacks epoch 4
+    return log
+
+
+def test_recovery_rebuilds_the_epochs_the_checkpoint_lacks_from_the_batches(tmp_path: Path) -> None:
+    _crashed_leader(tmp_path / "t-0")
+    again = Log.open(tmp_path / "t-0")  # no clean-shutdown marker: recovered
+    assert not again.recovery.clean
+    assert again.leader_epochs.entries == [(1, 0), (4, 2)]  # epoch 4 from its first batch
+    assert LeaderEpochCache(tmp_path / "t-0").entries == [(1, 0), (4, 2)]  # and on disk
+    # OffsetsForLeaderEpoch answers from the whole history: a follower of epoch 1 keeps 0-1.
+    assert again.end_offset_for_epoch(1) == (1, 2)
+    assert again.end_offset_for_epoch(4) == (4, 4)
+
+
+def test_recovery_without_any_epoch_checkpoint_rebuilds_it_from_the_batches(tmp_path: Path) -> None:
+    _crashed_leader(tmp_path / "t-0")
+    (tmp_path / "t-0" / LEADER_EPOCH_CHECKPOINT_FILE).unlink()
+    again = Log.open(tmp_path / "t-0")
+    assert again.leader_epochs.entries == [(1, 0), (4, 2)]
+
+
+def test_recovery_drops_epochs_that_start_past_the_recovered_log_end(tmp_path: Path) -> None:
+    log = _crashed_leader(tmp_path / "t-0")
+    log.become_leader(6)  # written at once, starting at offset 4
+    log.append(batch(1), defer_flush=True)
+    tail = log.active_segment.log_path
+    with open(tail, "r+b") as f:  # a torn tail: epoch 6's only batch is cut
+        f.truncate(tail.stat().st_size - 5)
+    again = Log.open(tmp_path / "t-0")
+    assert again.log_end_offset == 4
+    assert again.leader_epochs.entries == [(1, 0), (4, 2)]
+    assert LeaderEpochCache(tmp_path / "t-0").entries == [(1, 0), (4, 2)]
+
+
+def test_a_single_brokers_recovery_makes_no_epoch_checkpoint(tmp_path: Path) -> None:
+    log = Log.open(tmp_path / "t-0")
+    log.append(batch(2, partition_leader_epoch=0), defer_flush=True)  # what most clients write there
+    again = Log.open(tmp_path / "t-0", stamped_epochs=False)
+    assert not again.recovery.clean and again.log_end_offset == 2
+    assert not (tmp_path / "t-0" / LEADER_EPOCH_CHECKPOINT_FILE).exists()
+
+
+def test_a_flush_writes_a_pending_epoch_entry_before_the_recovery_point_passes_it(tmp_path: Path) -> None:
+    log = _crashed_leader(tmp_path / "t-0")
+    log.flush()
+    assert log.recovery_point == 4
+    assert LeaderEpochCache(tmp_path / "t-0").entries == [(1, 0), (4, 2)]
+    log.become_leader(5, flush=False)
+    log.append(batch(1), defer_flush=True)
+    pending = log.begin_flush()  # the broker's handed-off flush: fsyncs on a worker thread
+    assert pending is not None
+    worker = threading.Thread(target=pending.sync)
+    worker.start()
+    worker.join()
+    assert log.complete_flush(pending) is None and log.recovery_point == 5
+    assert LeaderEpochCache(tmp_path / "t-0").entries == [(1, 0), (4, 2), (5, 4)]
+    # Recovery from that recovery point walks no batch of epochs 1-5: the file has them.
+    again = Log.open(tmp_path / "t-0", recovery_point=5, clean=False)
+    assert again.leader_epochs.entries == [(1, 0), (4, 2), (5, 4)]
+
+
+def test_the_epoch_checkpoint_is_written_from_any_thread_newest_entries_winning(tmp_path: Path) -> None:
     log = Log.open(tmp_path / "t-0")
     log.start_replication(0)
     log.become_leader(1)
     log.append(batch(2))
     log.become_leader(4, flush=False)
-    log.append(batch(1))
-    log.flush()  # the batches of epoch 4 are on disk, its checkpoint entry is not
-    # 'crash': no close. The previous file is whole (the rename is atomic), so the cache is a
-    # prefix of the log's history: the replica asks its leader about epoch 1 and truncates
-    # at or before offset 2, never keeping a history the leader lacks.
-    again = Log.open(tmp_path / "t-0")
-    assert again.leader_epochs.entries == [(1, 0)]
-    stamped = [h.partition_leader_epoch for _p, h in iter_batches(raw_log(again))]
-    assert stamped == [1, 4]
-    assert not (tmp_path / "t-0" / (LEADER_EPOCH_CHECKPOINT_FILE + ".tmp")).exists()
-    # Written from another thread (the replica manager's worker), the newest entries win.
     log.leader_epochs.assign(5, 3, flush=False)
-    worker = threading.Thread(target=log.flush_leader_epochs)
+    worker = threading.Thread(target=log.flush_leader_epochs)  # the replica manager's worker
     worker.start()
     worker.join()
     assert not log.leader_epochs.dirty
+    assert not (tmp_path / "t-0" / (LEADER_EPOCH_CHECKPOINT_FILE + ".tmp")).exists()
     assert LeaderEpochCache(tmp_path / "t-0").entries == [(1, 0), (4, 2), (5, 3)]

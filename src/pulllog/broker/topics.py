@@ -342,7 +342,8 @@ class TopicManager:
                 partition_log = Log.open(
                     directory, config, clock=self.clock, clean=end is not None,
                     recovery_point=recovery_points.get((name, index)) if end is None else end,
-                    log_start_offset=None if start_offsets is None else start_offsets.get((name, index), 0))
+                    log_start_offset=None if start_offsets is None else start_offsets.get((name, index), 0),
+                    stamped_epochs=topic.hosted_only)
             except Exception as exc:  # any failure stops the start, naming the partition
                 if offline_ok and not topic.internal:
                     reason = f"{_failed_path(exc, directory)}: {_cause(exc)}"

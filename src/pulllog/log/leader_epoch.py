@@ -28,11 +28,14 @@ Rules (Kafka's ``LeaderEpochFileCache``):
   4.1 defers the write of a truncation the same way (KAFKA-15046: in memory at once, written
   by the scheduler); its ``assign`` still writes in the caller's thread, which in Kafka is
   not the one serving requests. The log's close flushes it too, so a clean restart has
-  it. A crash before the write leaves the previous
-  file (the rename is atomic): the cache then lacks the newest epoch, the replica asks its
-  leader about an older one and truncates to an earlier offset than it needed -- it fetches
-  again what it cut, and never keeps a history the leader does not have.
-* Single-broker logs never make one: their batches keep the producer's epoch (-1).
+  it, and so does a flush of the log before it moves the recovery point (log.py): an
+  entry starting below the recovery point is always in the file. A crash before the write
+  leaves the previous file (the rename is atomic); the log's recovery, which walks every
+  batch from the recovery point, then assigns each epoch above the cache's latest from the
+  first batch stamped with it and drops the entries starting at or past the recovered log
+  end, as Kafka's LogLoader does (``Log._recover_leader_epochs``).
+* Single-broker logs never make one: their batches keep what the producer wrote there
+  (-1, or 0 from most clients), which is no leader's stamp.
 """
 
 from __future__ import annotations

@@ -80,7 +80,9 @@ Guarantees (the paper's section 3.1 and Kafka's "Log" design):
   unchanged (``append_as_follower``) and truncates (``truncate_to``: segments, indexes,
   producer state, transaction index, epochs, high watermark) where its history and the
   leader's part. The high watermark itself is checkpointed by the owner
-  (``replication-offset-checkpoint`` in the data directory).
+  (``replication-offset-checkpoint`` in the data directory). After a crash, recovery
+  rebuilds the leader-epoch cache's tail from the partitionLeaderEpoch of the batches it
+  walks (``Log.open(stamped_epochs=True)``, the default; a single broker's logs pass False).
 * Reads see an immutable snapshot (a tuple that is replaced, never mutated), so a read that
   races with retention or compaction keeps working on the segments it started with.
 """
@@ -259,6 +261,10 @@ class PendingFlush:
     records: int
     fds: tuple[int, ...]
     segments: tuple[LogSegment, ...]
+    leader_epochs: LeaderEpochCache | None = None
+    """A leader-epoch cache with an entry not in its file yet: written with the fsyncs, so the
+    recovery point never passes the batches of an epoch the checkpoint lacks (recovery
+    walks only from the recovery point to rebuild it)."""
     done: threading.Event = field(default_factory=threading.Event)
     error: OSError | None = None
     completed: bool = False
@@ -267,6 +273,8 @@ class PendingFlush:
         try:
             for fd in self.fds:
                 os.fsync(fd)
+            if self.leader_epochs is not None:
+                self.leader_epochs.flush()
         except OSError as exc:
             self.error = exc
         finally:
@@ -319,6 +327,7 @@ class Log:
         recovery_point: int | None = None,
         clean: bool | None = None,
         log_start_offset: int | None = None,
+        stamped_epochs: bool = True,
     ) -> "Log":
         """Open (and after an unclean stop, recover) the log in ``directory``.
 
@@ -332,13 +341,17 @@ class Log:
         it: then this log writes no marker of its own, and after a clean shutdown
         ``recovery_point`` is the log end offset it was closed with.
         ``log_start_offset`` is the owner's ``log-start-offset-checkpoint`` entry (None:
-        unknown, so the log's own ``log-start-offset`` file is read)."""
+        unknown, so the log's own ``log-start-offset`` file is read).
+        ``stamped_epochs``: the batches' partitionLeaderEpoch are leaders' stamps (a
+        replica's log), so recovery rebuilds the leader-epoch cache from them. A single
+        broker passes False: its batches keep what the producer wrote there (0 or -1)."""
         path = directory if isinstance(directory, Path) else Path(directory)  # (Path(path) parses again)
         self = cls(path, config or LogConfig(), clock)
-        self._load(recovery_point, clean, log_start_offset)
+        self._load(recovery_point, clean, log_start_offset, stamped_epochs)
         return self
 
-    def _load(self, recovery_point: int | None, owner_clean: bool | None, checkpointed_start: int | None) -> None:
+    def _load(self, recovery_point: int | None, owner_clean: bool | None, checkpointed_start: int | None,
+              stamped_epochs: bool) -> None:
         given_recovery_point = recovery_point
         names = self._list_directory()
         if CLEAN_SHUTDOWN_FILE in names:
@@ -358,6 +371,7 @@ class Log:
         report = RecoveryReport(clean=clean)
         bases = sorted(b for name in names if name.endswith(".log") and (b := parse_segment_name(name)) is not None)
         segments: list[LogSegment] = []
+        epoch_starts: list[tuple[int, int]] = []
         now = self.clock()
         damaged = False
         for base in bases:
@@ -385,6 +399,7 @@ class Log:
             result: RecoveryResult = segment.recover(segments[-1].next_offset if segments else 0, trusted)
             report.segments_checked += 1
             report.batches_checked += result.batches
+            epoch_starts += result.epoch_starts
             if result.truncated_bytes:
                 report.truncated_bytes += result.truncated_bytes
                 report.problems.append(f"{segment.log_path.name}: {result.error}")
@@ -416,6 +431,9 @@ class Log:
             # (it may never have left the page cache) before the point moves past it.
             for segment in segments:
                 segment.flush()
+            if stamped_epochs:
+                # Before the owner can checkpoint the recovery point past the walked batches.
+                self._recover_leader_epochs(epoch_starts)
             self.recovery_point = self.log_end_offset
             self._checkpoint()
             # Snapshots past the recovered end describe batches lost in the crash: gone now,
@@ -574,6 +592,23 @@ class Log:
         any thread (leader_epoch.py says why that is safe)."""
         self.leader_epoch = epoch
         self.leader_epochs.assign(epoch, self.log_end_offset, flush=flush)
+
+    def _recover_leader_epochs(self, epoch_starts: list[tuple[int, int]]) -> None:
+        """After a crash, make the leader-epoch cache agree with the recovered log, as Kafka's
+        recovery does: an epoch the walked batches carry above the cache's latest begins at
+        the first batch stamped with it (the checkpoint of a new leader's entry is written
+        after it counts, so a crash can leave the previous file), and entries starting at or
+        past the recovered log end go (a torn tail took their batches). Entries that begin
+        below the recovery point are on disk already: ``flush`` writes a pending one before
+        the point moves past it, so walking from the recovery point is enough."""
+        if not epoch_starts and not (self.directory / LEADER_EPOCH_CHECKPOINT_FILE).exists():
+            return  # never replicated (or nothing walked): no cache to make
+        cache = self.leader_epochs
+        for epoch, start in epoch_starts:
+            if epoch > cache.latest_epoch:
+                cache.assign(epoch, start, flush=False)
+        cache.truncate_from_end(self.log_end_offset)
+        cache.flush()
 
     def flush_leader_epochs(self) -> None:
         """Write the leader-epoch checkpoint if an entry is only in memory (thread-safe)."""
@@ -921,7 +956,9 @@ class Log:
             for segment in segments:
                 segment.mark_unflushed()
             raise
-        pending = PendingFlush(self.log_end_offset, self._unflushed_records, tuple(fds), segments)
+        epochs = self._leader_epochs
+        pending = PendingFlush(self.log_end_offset, self._unflushed_records, tuple(fds), segments,
+                               epochs if epochs is not None and epochs.dirty else None)
         self._unflushed_records = 0
         self._last_flush_ms = self.clock()
         self._pending_flush = pending
@@ -959,6 +996,7 @@ class Log:
         target = self.log_end_offset
         for segment in self._unflushed_segments():
             segment.flush()
+        self.flush_leader_epochs()  # before the recovery point passes the batches of its epoch
         self.recovery_point = max(self.recovery_point, target)
         self._unflushed_records = 0
         self._last_flush_ms = self.clock()

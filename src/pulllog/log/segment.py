@@ -107,6 +107,10 @@ class RecoveryResult:
     batches: int
     next_offset: int
     error: str | None
+    epoch_starts: tuple[tuple[int, int], ...] = ()
+    """(partitionLeaderEpoch, base offset) of each walked batch whose epoch is above every
+    epoch walked before it: where the leader epochs the walk saw begin (Log's recovery
+    rebuilds the leader-epoch cache from them)."""
 
 
 _LAZY_STATE = ("offset_index", "time_index", "txn_index", "next_offset", "max_timestamp", "offset_of_max_timestamp",
@@ -504,6 +508,8 @@ class LogSegment:
         pos = start
         batches = 0
         error: str | None = None
+        epoch_starts: list[tuple[int, int]] = []
+        latest_epoch = -1
         # A batch larger than this is damage even with a matching CRC (a damaged batchLength
         # that happens to fit the file): no producer can have written it.
         largest = max(self.config.max_message_bytes, 1) * 2 + (64 << 20)
@@ -521,7 +527,11 @@ class LogSegment:
                     if item.size > largest:
                         error = f"position {start + item.position}: implausible batch size {item.size}"
                         break
-                    self._track_batch(start + item.position, item.header)
+                    header = item.header
+                    self._track_batch(start + item.position, header)
+                    if header.partition_leader_epoch > latest_epoch:
+                        latest_epoch = header.partition_leader_epoch
+                        epoch_starts.append((latest_epoch, header.base_offset))
                     batches += 1
                     pos = start + item.position + item.size
             finally:
@@ -536,7 +546,7 @@ class LogSegment:
             # They survived in the page cache but may never have reached the disk: the
             # caller's flush must fsync them before it moves the recovery point past them.
             self._unflushed = True
-        return RecoveryResult(pos, truncated, batches, self.next_offset, error)
+        return RecoveryResult(pos, truncated, batches, self.next_offset, error, tuple(epoch_starts))
 
     def _restore_flushed_prefix(self, recovery_point: int) -> int | None:
         """Restore the state after the batches below ``recovery_point`` from the indexes
