@@ -39,12 +39,21 @@ def _topic_results(codes: Mapping[TopicPartition, ErrorCode], version: int) -> l
     return [{"name": name, "results_by_partition": results} for name, results in topics.items()]
 
 
+def _exists(broker: "BrokerApi", tp: TopicPartition) -> bool:
+    """Is ``tp`` a partition of the cluster? Kafka's coordinator asks its metadata cache: a
+    cluster member's is its partition views (it holds logs only for the partitions it is a
+    replica of, and a transaction spans partitions led anywhere); a single broker's, its topics."""
+    if broker.replicas is not None:
+        return tp in broker.partition_views
+    return not isinstance(broker.partition(*tp), PartitionError)
+
+
 def _add(broker: "BrokerApi", transactional_id: str, producer_id: int, producer_epoch: int,
          partitions: tuple[TopicPartition, ...], verify_only: bool) -> dict[TopicPartition, ErrorCode]:
     from ...txn.coordinator import AddPartitionsRequest
 
     if not verify_only:
-        missing = {tp for tp in partitions if isinstance(broker.partition(*tp), PartitionError)}
+        missing = {tp for tp in partitions if not _exists(broker, tp)}
         if missing:
             return {tp: ErrorCode.unknown_topic_or_partition if tp in missing else ErrorCode.operation_not_attempted
                     for tp in partitions}
