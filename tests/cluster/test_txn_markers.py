@@ -152,3 +152,47 @@ def _leader(zk_client: Any, cluster: Cluster, topic: str, partition: int) -> int
     path = cluster.path(f"/brokers/topics/{topic}/partitions/{partition}/state")
     block_until(lambda: zk_client.exists(path) is not None, f"{topic}-{partition} exists")
     return int(json.loads(zk_client.get(path)[0])["leader"])
+
+
+def test_a_marker_waiting_for_a_leader_goes_when_one_is_elected(own_cluster: Cluster, zk_client: Any) -> None:
+    """The only replica of a transaction's partition dies before the commit: the partition has
+    no leader (-1) when the coordinator writes the markers, so that marker waits. Once the
+    replica is back and leads again, the marker goes with the view that says so, as Kafka's
+    marker channel re-queues on a metadata change: not at the coordinator's periodic retry
+    (transaction.abort.timed.out.transaction.cleanup.interval.ms, an hour here)."""
+    own_cluster.overrides = ("zookeeper.session.timeout.ms=2000", "transaction.state.log.num.partitions=3",
+                             "transaction.abort.timed.out.transaction.cleanup.interval.ms=3600000")
+    own_cluster.start(3)
+    bootstrap = _bootstrap(own_cluster)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic("txn-orphan", 3, 1)], operation_timeout=30)["txn-orphan"].result()
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "waiter", "acks": "all"})
+    producer.init_transactions(60)
+    coordinator = _leader(zk_client, own_cluster, "__transaction_state", partition_for("waiter", 3))
+    victim = next(b for b in (1, 2, 3) if b != coordinator)
+    orphan = next(p for p in range(3) if _leader(zk_client, own_cluster, "txn-orphan", p) == victim)
+    producer.begin_transaction()
+    values = [f"orphan-{i}".encode() for i in range(3)]
+    for value in values:
+        producer.produce("txn-orphan", value=value, partition=orphan)
+    assert producer.flush(60) == 0
+    own_cluster.broker(victim).kill()
+    block_until(lambda: _leader(zk_client, own_cluster, "txn-orphan", orphan) == -1, "the partition has no leader")
+    producer.commit_transaction(60)  # answered once PrepareCommit is logged; the marker waits
+    own_cluster.broker(victim).start()
+    block_until(lambda: _leader(zk_client, own_cluster, "txn-orphan", orphan) == victim, "it leads again")
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "read-orphan", "enable.auto.commit": False,
+                         "isolation.level": "read_committed"})
+    consumer.assign([TopicPartition("txn-orphan", orphan, 0)])
+    got: list[bytes] = []
+    try:
+        def read() -> bool:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                got.append(message.value())
+            return len(got) >= len(values)
+        block_until(read, "the committed records are read (the marker is written)", interval_s=0)
+    finally:
+        consumer.close()
+    assert got == values
+    assert _control_batches(own_cluster, victim, "txn-orphan", orphan) == 1

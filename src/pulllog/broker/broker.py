@@ -71,6 +71,7 @@ if TYPE_CHECKING:
     from ..cluster.znodes import ClusterView
     from ..group.coordinator import GroupCoordinator
     from .faults import Faults
+    from .txn_marker_sender import TxnMarkerSender
 
 if TYPE_CHECKING:
     from kio.schema.errors import ErrorCode
@@ -149,6 +150,7 @@ class Broker:
         self._cleaned_up = False
         self.cleaner: LogCleaner | None = None  # its thread runs while serve() does
         self._transactions: "TransactionCoordinator | None" = None  # see the transactions property
+        self.marker_sender: "TxnMarkerSender | None" = None  # a cluster member's, made with the coordinator
         # fsyncs off the loop, one under way per log (flush.messages, flush.ms, rolls)
         self.flusher = LogFlusher(lambda run: self.task_group.create_task(run, name="pulllog-flush"))
         # A cluster member's ZooKeeper session (None for a single broker: nothing of
@@ -476,6 +478,8 @@ class Broker:
         if replicas is not None and (removed or any(v.topic in (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC)
                                                     for v in views)):
             self._sync_coordinators()
+        if self.marker_sender is not None:  # a marker waiting for a partition's leader goes now
+            self.marker_sender.views_changed((v.topic, v.partition) for v in views)
         self._wake_view_waiters()
 
     def _sync_coordinators(self) -> None:
@@ -735,7 +739,8 @@ class Broker:
             if self.clustered:  # markers for partitions other brokers lead go to them
                 from .txn_marker_sender import TxnMarkerSender
 
-                writer = TxnMarkerSender(self).write
+                self.marker_sender = TxnMarkerSender(self)
+                writer = self.marker_sender.write
             else:
                 # Looked up at each call, so a test can wrap the module's function.
                 writer = functools.partial(_write_txn_markers, self)

@@ -16,6 +16,12 @@ state change, its appends and its markers happen in one step on the loop). In a 
   CONCURRENT_TRANSACTIONS until every marker is written.
 * A failed send (the leader died, NOT_LEADER_OR_FOLLOWER) is retried after
   ``_RETRY_BACKOFF_S`` against the partition's leader of that moment.
+* A partition without a leader (-1: its replicas are all gone, or an election is under
+  way) gets no request; it waits in ``waiting_for_leader`` and the broker's next views
+  (:meth:`TxnMarkerSender.views_changed`) send its marker as soon as one names a leader, as
+  Kafka's marker channel re-queues the markers of an unknown leader on a metadata change
+  (not the coordinator's periodic retry, ``transaction.abort.timed.out.transaction.
+  cleanup.interval.ms``).
 
 Its connections are plain asyncio streams on net/'s codec, one per request (markers are a
 few per transaction); the broker never imports the client package.
@@ -54,6 +60,7 @@ class TxnMarkerSender:
         self.broker = broker
         self.answers: dict[MarkerKey, ErrorCode] = {}
         self.in_flight: set[MarkerKey] = set()
+        self.waiting_for_leader: set[TopicPartition] = set()
         self._correlation_id = 0
 
     def write(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
@@ -75,14 +82,31 @@ class TxnMarkerSender:
                 results[tp] = answer
                 continue
             results[tp] = MARKER_IN_FLIGHT
-            if key not in self.in_flight and view.leader >= 0:
-                self.in_flight.add(key)
-                remote.setdefault(view.leader, []).append(key)
+            if key in self.in_flight:
+                continue
+            if view.leader < 0:
+                self.waiting_for_leader.add(tp)
+                continue
+            self.in_flight.add(key)
+            remote.setdefault(view.leader, []).append(key)
         if local:
             results.update(write_txn_markers(broker, producer_id, producer_epoch, commit, coordinator_epoch, local))
         for leader, keys in remote.items():
             broker.task_group.create_task(self._send(leader, keys), name=f"pulllog-txn-markers-{leader}")
         return results
+
+    def views_changed(self, partitions: Iterable[TopicPartition]) -> None:
+        """The broker applied new views of ``partitions``: if one of them now has a leader and a
+        marker waits for it, the coordinator writes its pending markers again (on the next
+        turn of the loop, after the views are all in place)."""
+        if not self.waiting_for_leader:
+            return
+        views = self.broker.partition_views
+        ready = [tp for tp in partitions if tp in self.waiting_for_leader
+                 and (view := views.get(tp)) is not None and view.leader >= 0]
+        if ready:
+            self.waiting_for_leader.difference_update(ready)
+            asyncio.get_running_loop().call_soon(self._complete_pending)
 
     async def _send(self, leader: int, keys: list[MarkerKey]) -> None:
         producer_id, producer_epoch, commit, coordinator_epoch, _tp = keys[0]
