@@ -238,6 +238,10 @@ class BrokerApi(Protocol):
         that fails with the replication's error)."""
         ...
 
+    def cluster_partition_count(self, topic: str) -> int:
+        """A cluster member's count of ``topic``'s partitions, from its assignment (0: unknown)."""
+        ...
+
     def offsets_partition_count(self) -> int:
         """How many partitions ``__consumer_offsets`` has (the cluster's, for a cluster member),
         or will have: how group ids map to its partitions."""

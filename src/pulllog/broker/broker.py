@@ -501,14 +501,17 @@ class Broker:
                 loading.cancel()  # its next step never runs: the unload below drops what it replayed
             self._coordinator_of(key[0]).unload_partition(key[1])
             log.info("no longer coordinating %s-%d", *key)
+        for topic in (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC):
+            # The topic's count hashes the keys to its partitions (the transaction coordinator,
+            # made on first use, takes it then).
+            if topic == OFFSETS_TOPIC or self._transactions is not None or any(k[0] == topic for k in leading):
+                self._coordinator_of(topic).set_partition_count(self.cluster_partition_count(topic))
         for key, epoch in sorted(leading.items()):  # offsets first: a transaction's completion commits offsets
             if key in self.coordinating:
                 if self.coordinating[key] != epoch:  # still the leader, in a new epoch (an ISR shrink)
                     self.coordinating[key] = epoch
                     self._coordinator_of(key[0]).set_partition_epoch(key[1], epoch)
                 continue
-            coordinator = self._coordinator_of(key[0])
-            coordinator.set_partition_count(sum(1 for k in self.partition_views if k[0] == key[0]))
             self.coordinating[key] = epoch
             load = self._load_coordinator_partition(key, epoch)
             group = self._task_group
@@ -756,6 +759,8 @@ class Broker:
                 owner=self._owner(TRANSACTION_STATE_TOPIC) if self.clustered else None,
                 appended=self._coordinator_appended if self.clustered else None,
             )
+            if self.clustered:
+                self._transactions.set_partition_count(self.cluster_partition_count(TRANSACTION_STATE_TOPIC))
         return self._transactions
 
     def _transaction_housekeeping(self, now: int, last_abort: int, last_expiry: int) -> tuple[int, int]:
@@ -919,9 +924,24 @@ class Broker:
         op.result.add_done_callback(done)
         collector.append((partition_log, replicated))
 
+    def cluster_partition_count(self, topic: str) -> int:
+        """How many partitions ``topic`` has in the cluster (0: no view of it yet): the count
+        its views carry from the topic's assignment. Not the views held: one partition's view
+        can arrive before its topic's others, and a key hashed over too few partitions names
+        the wrong coordinator (a coordinator that loaded its partition then took transactional
+        ids of another broker's for its own, and refused their Produce
+        INVALID_PRODUCER_ID_MAPPING)."""
+        count = 0
+        held = 0
+        for key, view in self.partition_views.items():
+            if key[0] == topic:
+                held += 1
+                count = max(count, view.partition_count)
+        return count or held  # views that do not say (a test's own controller): as many as held
+
     def offsets_partition_count(self) -> int:
         if self.clustered:
-            count = sum(1 for key in self.partition_views if key[0] == OFFSETS_TOPIC)
+            count = self.cluster_partition_count(OFFSETS_TOPIC)
         else:
             topic = self.topics.find(OFFSETS_TOPIC)
             count = topic.count if topic is not None else 0

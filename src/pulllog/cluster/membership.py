@@ -582,7 +582,8 @@ class ClusterMembership:
         if assignment is None or partition not in assignment.partitions:
             return None
         return PartitionView(topic, partition, assignment.topic_id, assignment.partitions[partition],
-                             self._states.get((topic, partition)), dict(self._configs.get(topic, {})))
+                             self._states.get((topic, partition)), dict(self._configs.get(topic, {})),
+                             len(assignment.partitions))
 
     def _deliver_topic(self, topic: str) -> None:
         """Every partition of ``topic`` as the watches last saw it, delivered (if known)."""

@@ -60,6 +60,10 @@ class PartitionView:
     replicas: tuple[int, ...]  # assignment order; replicas[0] is the preferred leader
     state: LeaderAndIsr | None  # None until the controller has written the partition's state
     configs: Mapping[str, str] = field(default_factory=dict)  # the topic's overrides
+    partition_count: int = 0
+    """How many partitions the topic has (its assignment's count; 0: not said). A broker may
+    get a partition's view before its topic's others (a state watch's first read delivers at
+    once), so counting the views it holds can come out short."""
 
     @property
     def leader(self) -> int:

@@ -413,7 +413,9 @@ async def find_coordinator(broker: "BrokerApi", topic: str,
         if code not in (ErrorCode.none, ErrorCode.topic_already_exists):
             return _not_available(f"{topic} cannot be created yet: {message}")
         return _not_available(f"{topic} is being created; its leaders come in a moment")
-    view = views[partition_for(key, len(views))]
+    view = broker.partition_views.get((topic, partition_for(key, broker.cluster_partition_count(topic))))
+    if view is None:  # that partition's view has not arrived yet
+        return _not_available(f"{topic}'s partition for {key!r} is not known here yet")
     live = {b.broker_id: b for b in broker.cluster_view.brokers} if broker.cluster_view is not None else {}
     leader = live.get(view.leader)
     if leader is None:
