@@ -208,11 +208,51 @@ def start_brokers(zookeeper_connect: str, base_dir: Path, count: int,
         for broker_id in range(1, count + 1):
             brokers.append(BrokerProcess(broker_id, base_dir / f"broker-{broker_id}", zookeeper_connect,
                                          overrides=overrides).start())
+        wait_for_membership(brokers)
     except BaseException:
         for broker in brokers:
             broker.stop()
         raise
     return brokers
+
+
+def wait_for_membership(brokers: list[BrokerProcess], timeout_s: float = 60.0) -> None:
+    """Until every broker's Metadata names all of them. A broker is ready once it has registered,
+    but the others (the controller among them) learn of it from a watch a moment later; a
+    CreateTopics in between would be refused as Kafka refuses it (too few live brokers)."""
+    wanted = {b.broker_id for b in brokers}
+    deadline = time.monotonic() + timeout_s
+    for broker in brokers:
+        while (seen := metadata_brokers(broker.bootstrap_servers)) != wanted:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"broker {broker.broker_id} sees brokers {sorted(seen)}, "
+                                   f"not {sorted(wanted)}, after {timeout_s} s")
+            time.sleep(0.02)
+
+
+def metadata_brokers(bootstrap: str) -> set[int]:
+    """The broker ids one broker's own Metadata answer names (v1, no topics)."""
+    from pulllog.net.build import build, request_class, response_class
+    from pulllog.net.protocol import decode_response, encode_request
+
+    host, port = bootstrap.rsplit(":", 1)
+    request = encode_request(build(request_class("metadata", 1), {"topics": []}), correlation_id=1,
+                             client_id="zk-cluster-membership")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(request)
+        size = int.from_bytes(_read_exactly(sock, 4), "big")
+        _, answer = decode_response(_read_exactly(sock, size), response_class("metadata", 1))
+    return {int(b.node_id) for b in answer.brokers}
+
+
+def _read_exactly(sock: socket.socket, n: int) -> bytes:
+    out = bytearray()
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))
+        if not chunk:
+            raise ConnectionError("the broker closed the connection")
+        out += chunk
+    return bytes(out)
 
 
 def main() -> None:

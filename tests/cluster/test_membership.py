@@ -9,6 +9,7 @@ from typing import Any
 
 import zk_cluster
 from confluent_kafka.admin import AdminClient
+from kazoo.exceptions import NoNodeError
 from waits import block_until
 from zk_brokers import Cluster
 
@@ -17,9 +18,10 @@ PULLLOG = [sys.executable, "-m", "pulllog.cli.main"]
 
 def _controller(zk_client: Any, cluster: Cluster) -> tuple[int, int] | None:
     """(controller id, controller epoch) as ZooKeeper has them, or None while there is none."""
-    if zk_client.exists(cluster.path("/controller")) is None:
+    try:  # not exists() then get(): a dying controller's node can go in between
+        data, _ = zk_client.get(cluster.path("/controller"))
+    except NoNodeError:
         return None
-    data, _ = zk_client.get(cluster.path("/controller"))
     epoch, _ = zk_client.get(cluster.path("/controller_epoch"))
     return json.loads(data)["brokerid"], int(epoch)
 
