@@ -60,7 +60,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -174,8 +174,12 @@ class Failover:
     elected: float | None  # the controller wrote the partition's new leadership
     leading: float | None  # the new leader applied it
     following: float | None  # the other survivor applied it
-    client_learned: float | None  # librdkafka's metadata named the new leader
-    acked: float  # the first acknowledgement of a write sent after the kill
+    probe_learned: float | None  # a survivor's Metadata first named the new leader (the write probe)
+    probe_acked: float | None  # the partition accepted a write again: the probe's first acks=all ack
+    probe_stale: int  # the probe's Metadata answers still naming the dead leader (the gap)
+    probe_errors: dict[int, int]  # the probe's Produce answers that were not acks: error code -> count
+    client_learned: dict[str, float | None]  # librdkafka configuration -> its metadata named the new leader
+    acked: dict[str, float]  # librdkafka configuration -> the first ack of a write sent after the kill
 
 
 def _first(lines: list[tuple[float, str]], since: float, pattern: str) -> tuple[float, re.Match[str]] | None:
@@ -213,41 +217,71 @@ def wait_settled(admin: object, timeout_s: float = 180.0) -> tuple[int, int]:
         time.sleep(0.2)
 
 
-def produce_through_kill(bootstrap: str, kill: Callable[[], None]) -> tuple[float, float, list[tuple[float, str]]]:
-    """Write steadily with an acks=all idempotent producer, ``kill`` the leader at a random
-    moment; (the kill's time, the first acknowledgement of a write sent after it,
-    librdkafka's metadata log with its times)."""
+# librdkafka configurations measured side by side in every failover (each its own producer,
+# all writing through the same kill). librdkafka re-queries a partition whose leader's broker is
+# down only from its 1 s topic scan (a fixed timer); its fast leader query
+# (topic.metadata.refresh.fast.interval.ms, backing off from retry.backoff.ms to
+# retry.backoff.max.ms) runs only while a partition has no leader or after a leader error, and a
+# surviving broker names the dead leader until the controller moves it. A periodic
+# refresh (topic.metadata.refresh.interval.ms) is a second, independent schedule on top.
+RDKAFKA_CONFIGS: dict[str, dict[str, object]] = {
+    "defaults": {},  # topic.metadata.refresh.interval.ms 300000: the 1 s scan alone
+    "refresh 1000": {"topic.metadata.refresh.interval.ms": 1000},  # this benchmark's setting before
+    "refresh 250": {"topic.metadata.refresh.interval.ms": 250},  # documented; a Metadata request every 250 ms
+}
+
+
+@dataclass
+class _Writer:
+    """One librdkafka producer writing steadily through the kill."""
+
+    name: str
+    producer: Any
+    log: list[tuple[float, str]]
+    acked_after: list[float] = field(default_factory=list)
+
+
+def produce_through_kill(bootstrap: str, kill: Callable[[], None],
+                         configs: dict[str, dict[str, object]] | None = None
+                         ) -> tuple[float, dict[str, tuple[float, list[tuple[float, str]]]]]:
+    """Write steadily with acks=all idempotent producers (one per entry of ``configs``,
+    default RDKAFKA_CONFIGS), ``kill`` the leader at a random moment; (the kill's time,
+    name -> (the first acknowledgement of a write sent after it, librdkafka's metadata log
+    with its times))."""
     from confluent_kafka import Producer
 
-    client_log: list[tuple[float, str]] = []
-
-    class Collect(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            client_log.append((time.monotonic(), record.getMessage()))
-
-    rdkafka_log = logging.getLogger(f"bench.rdkafka.{time.monotonic()}")
-    rdkafka_log.propagate = False
-    rdkafka_log.addHandler(Collect())
-    rdkafka_log.setLevel(logging.DEBUG)
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
-                         "linger.ms": 0, "message.timeout.ms": 120_000, "topic.metadata.refresh.interval.ms": 1000,
-                         "debug": os.environ.get("BENCH_RDKAFKA_DEBUG", "metadata")}, logger=rdkafka_log)
-    acked_after: list[float] = []
     killed_at = [float("inf")]
     stop = threading.Event()
+    writers: list[_Writer] = []
+    for name, extra in (RDKAFKA_CONFIGS if configs is None else configs).items():
+        client_log: list[tuple[float, str]] = []
 
-    def delivered(err: object, _msg: object, sent: float) -> None:
-        if err is None and sent > killed_at[0]:
-            acked_after.append(time.monotonic())
+        class Collect(logging.Handler):
+            def emit(self, record: logging.LogRecord, client_log: list[tuple[float, str]] = client_log) -> None:
+                client_log.append((time.monotonic(), record.getMessage()))
 
-    def write() -> None:
+        rdkafka_log = logging.getLogger(f"bench.rdkafka.{name}.{time.monotonic()}")
+        rdkafka_log.propagate = False
+        rdkafka_log.addHandler(Collect())
+        rdkafka_log.setLevel(logging.DEBUG)
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                             "linger.ms": 0, "message.timeout.ms": 120_000, **extra,
+                             "debug": os.environ.get("BENCH_RDKAFKA_DEBUG", "metadata")}, logger=rdkafka_log)
+        writers.append(_Writer(name, producer, client_log))
+
+    def write(writer: _Writer) -> None:
+        def delivered(err: object, _msg: object, sent: float) -> None:
+            if err is None and sent > killed_at[0]:
+                writer.acked_after.append(time.monotonic())
+
         while not stop.is_set():
             sent = time.monotonic()
-            producer.produce("rf3", VALUE, on_delivery=lambda err, msg, sent=sent: delivered(err, msg, sent))
-            producer.poll(0.005)
+            writer.producer.produce("rf3", VALUE, on_delivery=lambda err, msg, sent=sent: delivered(err, msg, sent))
+            writer.producer.poll(0.005)
 
-    writer = threading.Thread(target=write)
-    writer.start()
+    threads = [threading.Thread(target=write, args=(w,)) for w in writers]
+    for thread in threads:
+        thread.start()
     try:
         # Writing steadily, then the kill at a random moment: librdkafka re-queries a partition
         # whose leader is down once a second (its topic scan), and a kill in step with that
@@ -256,30 +290,175 @@ def produce_through_kill(bootstrap: str, kill: Callable[[], None]) -> tuple[floa
         killed_at[0] = time.monotonic()
         kill()
         deadline = killed_at[0] + 120
-        while not acked_after and time.monotonic() < deadline:
+        while not all(w.acked_after for w in writers) and time.monotonic() < deadline:
             time.sleep(0.01)
     finally:
         stop.set()
-        writer.join()
-        producer.flush(30)
-    if not acked_after:
-        raise RuntimeError("no write was acknowledged within 120 s of the leader's SIGKILL")
-    return killed_at[0], acked_after[0], client_log
+        for thread in threads:
+            thread.join()
+        for w in writers:
+            w.producer.flush(30)
+    late = [w.name for w in writers if not w.acked_after]
+    if late:
+        raise RuntimeError(f"no write was acknowledged within 120 s of the leader's SIGKILL ({', '.join(late)})")
+    return killed_at[0], {w.name: (w.acked_after[0], w.log) for w in writers}
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """What the write probe saw after a kill (monotonic times; None: never)."""
+
+    learned: float | None  # the first Metadata answer naming a live leader
+    acked: float | None  # the first acks=all Produce acknowledged by that leader
+    answers: int  # Metadata answers received after the kill
+    stale: int  # of them, answers naming the dead broker still (the gap before the controller moves it)
+    produce_errors: dict[int, int]  # error code -> count of Produce answers that were not acks
+
+
+class WriteProbe:
+    """The partition's own readiness, measured apart from any client's polling schedule: after
+    the kill, every ``PROBE_INTERVAL_S`` it asks each surviving broker's Metadata (connections
+    opened before the kill, so no connect is counted) and, as soon as one names a live leader,
+    sends that leader an acks=all Produce of one record (one in flight per broker; a failed
+    or refused one is sent again at the next answer). The first acknowledgement is when the
+    partition accepts writes again. Runs its own event loop in a thread, on pulllog's client
+    connection; nothing here retries with a backoff or waits for a timer of its own."""
+
+    PROBE_INTERVAL_S = 0.02
+    PRODUCE_TIMEOUT_MS = 10_000
+
+    def __init__(self, survivors: dict[int, str], dead: int, topic: str = "rf3", partition: int = 0) -> None:
+        import asyncio
+
+        self._survivors, self._dead, self._topic, self._partition = survivors, dead, topic, partition
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        self._conns = self._call(self._connect())
+        self._done: object = None
+
+    def _call(self, coro: object, timeout: float | None = 60.0) -> Any:
+        import asyncio
+
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)  # type: ignore[arg-type]
+
+    async def _connect(self) -> dict[int, Any]:
+        from pulllog.client.connection import KafkaConnection
+
+        conns = {}
+        for broker_id, address in self._survivors.items():
+            host, port = address.rsplit(":", 1)
+            conns[broker_id] = await KafkaConnection.connect(host, int(port), client_id="failover-probe")
+        return conns
+
+    def start(self, deadline_s: float = 120.0) -> None:
+        """Begin probing (call right after the kill)."""
+        import asyncio
+
+        self._done = asyncio.run_coroutine_threadsafe(self._probe(deadline_s), self._loop)
+
+    def result(self) -> ProbeResult:
+        """Wait for the first acknowledgement (or the deadline), close everything."""
+        try:
+            return self._done.result()  # type: ignore[attr-defined]
+        finally:
+            self._call(self._close())
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+            self._loop.close()
+
+    async def _close(self) -> None:
+        for conn in self._conns.values():
+            await conn.close()
+
+    async def _probe(self, deadline_s: float) -> ProbeResult:
+        import asyncio
+
+        from pulllog.records import build_batch
+
+        learned: list[float] = []
+        acked: list[float] = []
+        counts = {"answers": 0, "stale": 0}
+        errors: dict[int, int] = {}
+        asking: set[int] = set()  # survivors with a Metadata request in flight
+        producing: set[int] = set()  # leaders with a Produce in flight
+        record = build_batch([(None, b"probe")])
+        metadata = {"topics": [{"name": self._topic, "topic_id": None}], "allow_auto_topic_creation": False,
+                    "include_cluster_authorized_operations": False, "include_topic_authorized_operations": False}
+        produce = {"transactional_id": None, "acks": -1, "timeout": self.PRODUCE_TIMEOUT_MS, "topic_data": [
+            {"name": self._topic, "partition_data": [{"index": self._partition, "records": record}]}]}
+
+        async def write(leader: int) -> None:
+            conn = self._conns[leader]
+            try:
+                answer = await conn.request("produce", conn.version("produce", 3, 9), produce)
+                code = int(answer.responses[0].partition_responses[0].error_code)
+            except Exception:  # noqa: BLE001 - the connection ended: counted, sent again at the next answer
+                code = -1
+            if code == 0:
+                acked.append(time.monotonic())
+            else:
+                errors[code] = errors.get(code, 0) + 1
+            producing.discard(leader)
+
+        async def ask(broker_id: int) -> None:
+            conn = self._conns[broker_id]
+            try:
+                answer = await conn.request("metadata", conn.version("metadata", 1, 12), metadata)
+                leader = next(int(p.leader_id) for t in answer.topics if t.name == self._topic
+                              for p in t.partitions if int(p.partition_index) == self._partition)
+            except Exception:  # noqa: BLE001 - the topic not named, the connection ended: ask again
+                return
+            finally:
+                asking.discard(broker_id)
+            counts["answers"] += 1
+            if leader == self._dead:
+                counts["stale"] += 1
+            elif leader in self._conns and not acked:
+                if not learned:
+                    learned.append(time.monotonic())
+                if leader not in producing:
+                    producing.add(leader)
+                    tasks.add(asyncio.ensure_future(write(leader)))
+
+        tasks: set[asyncio.Future[None]] = set()
+        deadline = time.monotonic() + deadline_s
+        while not acked and time.monotonic() < deadline:
+            for broker_id in self._conns:
+                if broker_id not in asking:
+                    asking.add(broker_id)
+                    tasks.add(asyncio.ensure_future(ask(broker_id)))
+            tasks = {t for t in tasks if not t.done()}
+            await asyncio.sleep(self.PROBE_INTERVAL_S)
+        for task in tasks:
+            task.cancel()
+        return ProbeResult(learned[0] if learned else None, acked[0] if acked else None, counts["answers"],
+                           counts["stale"], errors)
 
 
 def failover(cluster: list[StampedBroker], leader: int, controller: int) -> Failover:
-    """SIGKILL the partition's leader under a steady acks=all producer; the timeline to the
-    first write acknowledged by the new leader."""
+    """SIGKILL the partition's leader under steady acks=all producers and the write probe;
+    the timeline to the first write acknowledged by the new leader."""
     victim = cluster[leader - 1]
-    everyone = ",".join(b.bootstrap_servers for b in cluster if b.proc is not None and b.proc.poll() is None)
-    t0, acked, client_log = produce_through_kill(everyone, victim.kill)
+    live = [b for b in cluster if b.proc is not None and b.proc.poll() is None]
+    everyone = ",".join(b.bootstrap_servers for b in live)
     survivors = [b for b in cluster if b is not victim]
+    probe = WriteProbe({b.broker_id: b.bootstrap_servers for b in survivors}, leader)
+
+    def kill() -> None:
+        victim.kill()
+        probe.start()
+
+    t0, clients = produce_through_kill(everyone, kill)
+    probed = probe.result()
 
     def first(pattern: str, among: list[StampedBroker] = survivors) -> tuple[float, re.Match[str]] | None:
         found = [f for b in among if (f := _first(b.stamped, t0, pattern)) is not None]
         return min(found, key=lambda f: f[0]) if found else None
 
-    def after(found: tuple[float, re.Match[str]] | None) -> float | None:
+    def after(found: tuple[float, re.Match[str]] | float | None) -> float | None:
+        if isinstance(found, float):
+            return found - t0
         return None if found is None else found[0] - t0
 
     # A line per partition written, or one per transaction of several.
@@ -288,17 +467,23 @@ def failover(cluster: list[StampedBroker], leader: int, controller: int) -> Fail
     new_leader = min(leaders)[1] if leaders else -1
     leading = first(r"rf3-0: leader in epoch", [b for b in survivors if b.broker_id == new_leader])
     following = first(r"rf3-0: follower of", [b for b in survivors if b.broker_id != new_leader])
-    learned = _first(client_log, t0, rf"rf3 \[0\].*[Ll]eader[^0-9-]*{new_leader}\b")
+    learned = {name: after(_first(log, t0, rf"rf3 \[0\].*[Ll]eader[^0-9-]*{new_leader}\b"))
+               for name, (_acked, log) in clients.items()}
     if os.environ.get("BENCH_DUMP"):  # every line of the failover, in one timeline, into this directory
-        merged = sorted(client_log + [(t, f"broker {b.broker_id}: {line.strip()}") for b in cluster
-                                      for t, line in b.stamped if t > t0 - 0.5])
+        merged = sorted([(t, f"rdkafka {name}: {line}") for name, (_a, log) in clients.items() for t, line in log]
+                        + [(t, f"broker {b.broker_id}: {line.strip()}") for b in cluster
+                           for t, line in b.stamped if t > t0 - 0.5]
+                        + [(t, f"probe: {what}") for t, what in ((probed.learned, "learned"), (probed.acked, "acked"))
+                           if t is not None])
         dump = Path(os.environ["BENCH_DUMP"]) / f"failover-{t0:.0f}-killed-{leader}.txt"
         dump.parent.mkdir(parents=True, exist_ok=True)
         dump.write_text("".join(f"{stamp - t0:8.3f} {line}\n" for stamp, line in merged))
     return Failover(leader, leader == controller, new_leader,
                     after(first(rf"sees brokers .*gone \[[^]]*\b{leader}\b")),
                     after(first(r"is the controller \(controller epoch")) if leader == controller else None,
-                    after(elected), after(leading), after(following), after(learned), acked - t0)
+                    after(elected), after(leading), after(following),
+                    after(probed.learned), after(probed.acked), probed.stale, probed.produce_errors,
+                    learned, {name: acked - t0 for name, (acked, _log) in clients.items()})
 
 
 def ensure_offsets_topic(bootstrap: str) -> None:
@@ -364,7 +549,9 @@ def kafka_failovers(count: int, base: Path) -> list[float]:
         out: list[float] = []
         for run in range(1, count + 1):
             leader, _controller = wait_settled(admin)
-            t0, acked, _log = produce_through_kill(cluster.bootstrap_servers, lambda leader=leader: cluster.kill(leader))
+            t0, clients = produce_through_kill(cluster.bootstrap_servers, lambda leader=leader: cluster.kill(leader),
+                                               {"defaults": {}})
+            acked = clients["defaults"][0]
             out.append(acked - t0)
             print(f"  Kafka failover {run}: killed {leader}, first ack {acked - t0:.2f} s", flush=True)
             cluster.restart(leader)
@@ -373,22 +560,27 @@ def kafka_failovers(count: int, base: Path) -> list[float]:
         cluster.stop()
 
 
-def _timeline(f: Failover) -> str:
-    def at(value: float | None) -> str:
-        return "-" if value is None else f"{value:.2f}"
+def _at(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
+
+def _timeline(f: Failover) -> str:
+    errors = ", ".join(f"{n} x error {code}" for code, n in sorted(f.probe_errors.items())) or "none"
     return (f"killed {f.leader}{' (the controller)' if f.was_controller else ''}, new leader {f.new_leader}: "
-            f"session expired seen {at(f.seen_gone)}, "
-            + (f"new controller {at(f.new_controller)}, " if f.was_controller else "")
-            + f"elected {at(f.elected)}, leading {at(f.leading)}, following {at(f.following)}, "
-              f"client learned {at(f.client_learned)}, first ack {f.acked:.2f} s")
+            f"session expired seen {_at(f.seen_gone)}, "
+            + (f"new controller {_at(f.new_controller)}, " if f.was_controller else "")
+            + f"elected {_at(f.elected)}, leading {_at(f.leading)}, following {_at(f.following)}; "
+              f"probe learned {_at(f.probe_learned)}, probe first ack {_at(f.probe_acked)} "
+              f"({f.probe_stale} answers naming the dead leader, Produce refused: {errors}); librdkafka "
+            + ", ".join(f"{name} learned {_at(f.client_learned.get(name))} first ack {acked:.2f}"
+                        for name, acked in f.acked.items()) + " s")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=3, help="throughput runs per case (0: failovers only)")
-    parser.add_argument("--failovers", type=int, default=5, help="leader SIGKILLs, one after another")
+    parser.add_argument("--failovers", type=int, default=10, help="leader SIGKILLs, one after another")
     parser.add_argument("--session-timeout-ms", type=int, default=6000, help="the brokers' zookeeper.session.timeout.ms")
     parser.add_argument("--kafka-failovers", type=int, default=0,
                         help="then as many on a 3-node Apache Kafka KRaft cluster, for reference")
@@ -446,33 +638,42 @@ def main() -> None:
 
 def print_failovers(timelines: list[Failover], session_timeout_ms: int) -> None:
     target = session_timeout_ms / 1000 + 1
+    names = list(timelines[0].acked)
     print(f"Failover, seconds after the leader's SIGKILL (zookeeper.session.timeout.ms {session_timeout_ms}, "
           f"ZooKeeper's tickTime {zk_cluster.TICK_MS} ms):\n")
-    print("| killed | session expiry seen | new controller | leader elected | new leader leads "
-          "| follower follows | client learns | first ack |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
-
-    def at(value: float | None) -> str:
-        return "-" if value is None else f"{value:.2f}"
-
+    print("| killed -> new leader | session expiry seen | new controller | leader elected | new leader leads "
+          "| follower follows | probe learns | **probe: first ack** | librdkafka learns (defaults) | "
+          + " | ".join(f"librdkafka first ack ({name})" for name in names) + " |")
+    print("|---|" + "---:|" * (8 + len(names)))
     for f in timelines:
-        print(f"| {f.leader}{' (controller)' if f.was_controller else ''} -> {f.new_leader} | {at(f.seen_gone)} | "
-              f"{at(f.new_controller)} | {at(f.elected)} | {at(f.leading)} | {at(f.following)} | "
-              f"{at(f.client_learned)} | {f.acked:.2f} |")
-    acked = [f.acked for f in timelines]
-    after_expiry = [f.acked - f.seen_gone for f in timelines if f.seen_gone is not None]
-    ours = [f.leading - f.seen_gone for f in timelines if f.seen_gone is not None and f.leading is not None]
-    client = [f.acked - f.leading for f in timelines if f.leading is not None]
-    if ours and client:
-        print(f"\nFrom the expiry seen to the new leader leading (the controller's and brokers' part): median "
-              f"{statistics.median(ours):.2f} s, max {max(ours):.2f} s; from then to the first ack (librdkafka "
-              f"learning the new leader, the follower fetching for acks=all): median {statistics.median(client):.2f} s, "
-              f"max {max(client):.2f} s")
-    print(f"\nFailover: the leader's SIGKILL to the first acknowledged write, median {statistics.median(acked):.2f} s, "
-          f"max {max(acked):.2f} s over {len(acked)} (target under {target:.1f} s: "
-          f"{'met' if max(acked) < target else 'not met'} by the max)"
-          + (f"; from the expiry seen to the first ack: median {statistics.median(after_expiry):.2f} s, "
-             f"max {max(after_expiry):.2f} s" if after_expiry else ""))
+        print(f"| {f.leader}{' (controller)' if f.was_controller else ''} -> {f.new_leader} | {_at(f.seen_gone)} | "
+              f"{_at(f.new_controller)} | {_at(f.elected)} | {_at(f.leading)} | {_at(f.following)} | "
+              f"{_at(f.probe_learned)} | **{_at(f.probe_acked)}** | {_at(f.client_learned.get(names[0]))} | "
+              + " | ".join(f"{f.acked[name]:.2f}" for name in names) + " |")
+
+    def spread(values: list[float]) -> str:
+        return f"median {statistics.median(values):.2f} s, max {max(values):.2f} s" if values else "not seen"
+
+    probe = [f.probe_acked for f in timelines if f.probe_acked is not None]
+    ours = [f.probe_acked - f.seen_gone for f in timelines if f.seen_gone is not None and f.probe_acked is not None]
+    applied = [f.probe_learned - min(t for t in (f.leading, f.following) if t is not None) for f in timelines
+               if f.probe_learned is not None and (f.leading is not None or f.following is not None)]
+    errors: dict[int, int] = {}
+    for f in timelines:
+        for code, n in f.probe_errors.items():
+            errors[code] = errors.get(code, 0) + n
+    met = bool(probe) and len(probe) == len(timelines) and max(probe) < target
+    print(f"\nThe partition accepts writes again (the probe's first acks=all ack; target under {target:.1f} s): "
+          f"{spread(probe)} over {len(timelines)} ({'met' if met else 'NOT met'} by the max); from the expiry "
+          f"seen: {spread(ours)}. The probe's Metadata named the new leader {spread(applied)} after the first "
+          f"survivor applied the new view; {sum(f.probe_stale for f in timelines)} answers named the dead leader "
+          f"before; Produce answers that were not acks: "
+          + (", ".join(f"{n} x error {code}" for code, n in sorted(errors.items())) or "none"))
+    for name in names:
+        acked = [f.acked[name] for f in timelines]
+        behind = [f.acked[name] - f.probe_acked for f in timelines if f.probe_acked is not None]
+        print(f"librdkafka ({name}{': ' + ', '.join(f'{k}={v}' for k, v in RDKAFKA_CONFIGS.get(name, {}).items()) if RDKAFKA_CONFIGS.get(name) else ''}): "
+              f"first ack {spread(acked)}; after the probe's: {spread(behind)}")
 
 
 if __name__ == "__main__":
