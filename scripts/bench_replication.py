@@ -177,6 +177,7 @@ class Failover:
     probe_learned: float | None  # a survivor's Metadata first named the new leader (the write probe)
     probe_acked: float | None  # the partition accepted a write again: the probe's first acks=all ack
     probe_stale: int  # the probe's Metadata answers still naming the dead leader (the gap)
+    probe_no_leader: int  # the probe's Metadata answers naming no leader (expiry seen, new view not yet)
     probe_errors: dict[int, int]  # the probe's Produce answers that were not acks: error code -> count
     client_learned: dict[str, float | None]  # librdkafka configuration -> its metadata named the new leader
     acked: dict[str, float]  # librdkafka configuration -> the first ack of a write sent after the kill
@@ -312,6 +313,7 @@ class ProbeResult:
     acked: float | None  # the first acks=all Produce acknowledged by that leader
     answers: int  # Metadata answers received after the kill
     stale: int  # of them, answers naming the dead broker still (the gap before the controller moves it)
+    no_leader: int  # of them, answers with no leader (-1: the broker saw the expiry, not yet the new view)
     produce_errors: dict[int, int]  # error code -> count of Produce answers that were not acks
 
 
@@ -378,7 +380,7 @@ class WriteProbe:
 
         learned: list[float] = []
         acked: list[float] = []
-        counts = {"answers": 0, "stale": 0}
+        counts = {"answers": 0, "stale": 0, "no_leader": 0}
         errors: dict[int, int] = {}
         asking: set[int] = set()  # survivors with a Metadata request in flight
         producing: set[int] = set()  # leaders with a Produce in flight
@@ -414,6 +416,8 @@ class WriteProbe:
             counts["answers"] += 1
             if leader == self._dead:
                 counts["stale"] += 1
+            elif leader < 0:
+                counts["no_leader"] += 1
             elif leader in self._conns and not acked:
                 if not learned:
                     learned.append(time.monotonic())
@@ -433,7 +437,7 @@ class WriteProbe:
         for task in tasks:
             task.cancel()
         return ProbeResult(learned[0] if learned else None, acked[0] if acked else None, counts["answers"],
-                           counts["stale"], errors)
+                           counts["stale"], counts["no_leader"], errors)
 
 
 def failover(cluster: list[StampedBroker], leader: int, controller: int) -> Failover:
@@ -482,7 +486,7 @@ def failover(cluster: list[StampedBroker], leader: int, controller: int) -> Fail
                     after(first(rf"sees brokers .*gone \[[^]]*\b{leader}\b")),
                     after(first(r"is the controller \(controller epoch")) if leader == controller else None,
                     after(elected), after(leading), after(following),
-                    after(probed.learned), after(probed.acked), probed.stale, probed.produce_errors,
+                    after(probed.learned), after(probed.acked), probed.stale, probed.no_leader, probed.produce_errors,
                     learned, {name: acked - t0 for name, (acked, _log) in clients.items()})
 
 
@@ -571,7 +575,8 @@ def _timeline(f: Failover) -> str:
             + (f"new controller {_at(f.new_controller)}, " if f.was_controller else "")
             + f"elected {_at(f.elected)}, leading {_at(f.leading)}, following {_at(f.following)}; "
               f"probe learned {_at(f.probe_learned)}, probe first ack {_at(f.probe_acked)} "
-              f"({f.probe_stale} answers naming the dead leader, Produce refused: {errors}); librdkafka "
+              f"({f.probe_stale} answers naming the dead leader, {f.probe_no_leader} no leader, Produce refused: "
+              f"{errors}); librdkafka "
             + ", ".join(f"{name} learned {_at(f.client_learned.get(name))} first ack {acked:.2f}"
                         for name, acked in f.acked.items()) + " s")
 
@@ -666,8 +671,8 @@ def print_failovers(timelines: list[Failover], session_timeout_ms: int) -> None:
     print(f"\nThe partition accepts writes again (the probe's first acks=all ack; target under {target:.1f} s): "
           f"{spread(probe)} over {len(timelines)} ({'met' if met else 'NOT met'} by the max); from the expiry "
           f"seen: {spread(ours)}. The probe's Metadata named the new leader {spread(applied)} after the first "
-          f"survivor applied the new view; {sum(f.probe_stale for f in timelines)} answers named the dead leader "
-          f"before; Produce answers that were not acks: "
+          f"survivor applied the new view; before, {sum(f.probe_stale for f in timelines)} answers named the dead "
+          f"leader and {sum(f.probe_no_leader for f in timelines)} no leader; Produce answers that were not acks: "
           + (", ".join(f"{n} x error {code}" for code, n in sorted(errors.items())) or "none"))
     for name in names:
         acked = [f.acked[name] for f in timelines]
