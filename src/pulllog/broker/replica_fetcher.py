@@ -26,6 +26,15 @@ Per partition, in order:
    replica.fetch.backoff.ms, until the next view moves it.
 
 A connection failure closes the connection and retries after replica.fetch.backoff.ms.
+
+A partition added while a Fetch is parked at the leader (up to replica.fetch.wait.max.ms,
+500 ms by default, when the partitions in it get no writes) does not wait for that Fetch to
+come back: the fetcher drops the connection and starts again at once on a new one, with the
+new partition. Answers on a connection come in order, so a second request would wait behind
+the parked one. This is the failover path: the new leader's first acks=all write waits for
+its followers' first Fetch of the partition, and their fetchers to that broker are usually
+parked on partitions without writes (``__consumer_offsets``'). Nothing fetched is lost: the
+dropped Fetch's partitions are asked again from the same offsets.
 """
 
 from __future__ import annotations
@@ -79,7 +88,10 @@ class ReplicaFetcher:
         self._task: asyncio.Task[None] | None = None
         self._connection: BrokerConnection | None = None
         self._correlation_id = 0
+        self._in_flight = False  # a Fetch is out (parked at the leader, perhaps)
+        self._restart = False  # add() dropped the connection under that Fetch: go again at once
         self.fetches = 0  # answered Fetch requests (tests wait on it)
+        self.restarts = 0  # Fetches dropped for a partition added meanwhile (tests wait on it)
 
     def start(self, task_group: asyncio.TaskGroup) -> None:
         if self._task is None:
@@ -93,6 +105,10 @@ class ReplicaFetcher:
     def add(self, replica: PartitionReplica) -> None:
         self.partitions[replica.key] = _Fetching(replica, replica.leader_epoch)
         self._wake.set()
+        if self._in_flight and not self._restart:  # module docstring: not behind a parked Fetch
+            self._restart = True
+            self.restarts += 1
+            self._close()
 
     def remove(self, key: Key) -> None:
         self.partitions.pop(key, None)
@@ -117,16 +133,24 @@ class ReplicaFetcher:
                 else:
                     await self._fetch(ready)
             except (OSError, EOFError, ValueError, ProtocolError) as exc:
-                log.warning("replica fetcher for broker %d: %s; retrying in %.1f s", self.leader_id, exc, backoff)
                 self._close()
+                if self._restart:  # add() dropped a parked Fetch: the new partition's turn, now
+                    self._restart = False
+                    continue
+                log.warning("replica fetcher for broker %d: %s; retrying in %.1f s", self.leader_id, exc, backoff)
                 await asyncio.sleep(backoff)
 
-    async def _request(self, api: ApiKey, version: int, data: dict[str, Any], decode: Decoder | None = None) -> Any:
+    async def _connect(self) -> BrokerConnection:
         if self._connection is None:
             address = self.manager.address_of(self.leader_id)
             if address is None:
                 raise OSError(f"broker {self.leader_id} has no known address")
             self._connection = await BrokerConnection.open(*address)
+        return self._connection
+
+    async def _request(self, api: ApiKey, version: int, data: dict[str, Any], decode: Decoder | None = None) -> Any:
+        await self._connect()
+        assert self._connection is not None
         self._correlation_id += 1
         return await self._connection.exchange(api, version, data, correlation_id=self._correlation_id,
                                                client_id=f"pulllog-replica-fetcher-{self.manager.broker_id}",
@@ -201,12 +225,18 @@ class ReplicaFetcher:
                 "partition": f.replica.index, "current_leader_epoch": f.epoch,
                 "fetch_offset": partition_log.log_end_offset, "last_fetched_epoch": -1,
                 "log_start_offset": partition_log.log_start_offset, "partition_max_bytes": cfg.replica_fetch_max_bytes})
-        response = await self._request(ApiKey.FETCH, _FETCH_VERSION, {
-            "replica_id": self.manager.broker_id, "max_wait": cfg.replica_fetch_wait_max_ms, "min_bytes": 1,
-            "max_bytes": max(cfg.replica_fetch_max_bytes, 10 * 1024 * 1024), "isolation_level": 0,
-            "session_id": 0, "session_epoch": -1,
-            "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
-            "forgotten_topics_data": [], "rack_id": ""}, decode_fetch_response)
+        await self._connect()  # before the Fetch is out: add() drops only a sent one
+        self._restart = False
+        self._in_flight = True
+        try:
+            response = await self._request(ApiKey.FETCH, _FETCH_VERSION, {
+                "replica_id": self.manager.broker_id, "max_wait": cfg.replica_fetch_wait_max_ms, "min_bytes": 1,
+                "max_bytes": max(cfg.replica_fetch_max_bytes, 10 * 1024 * 1024), "isolation_level": 0,
+                "session_id": 0, "session_epoch": -1,
+                "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
+                "forgotten_topics_data": [], "rack_id": ""}, decode_fetch_response)
+        finally:
+            self._in_flight = False
         self.fetches += 1
         if response.error_code != ErrorCode.none:
             raise OSError(f"Fetch answered {ErrorCode(response.error_code).name}")
