@@ -512,11 +512,46 @@ def ensure_offsets_topic(bootstrap: str) -> None:
         consumer.close()
 
 
-def failovers(cluster: list[StampedBroker], count: int) -> list[Failover]:
+def move_controller_to(zk_connect: str, broker_id: int, tries: int = 30) -> bool:
+    """Make ``broker_id`` the controller, as Kafka's operators do in ZooKeeper mode: delete
+    ``/controller`` and let the live brokers run for it again, until that broker wins (the
+    winner is whoever's watch fires first). Whether it did within ``tries`` elections."""
+    import json
+
+    from kazoo.client import KazooClient
+    from kazoo.exceptions import NoNodeError
+
+    client = KazooClient(hosts=zk_connect)
+    client.start(timeout=30)
+    try:
+        for _ in range(tries):
+            deadline = time.monotonic() + 30
+            while client.exists("/controller") is None:  # an election under way
+                if time.monotonic() > deadline:
+                    raise RuntimeError("no controller was elected within 30 s")
+                time.sleep(0.05)
+            try:
+                data, stat = client.get("/controller")
+            except NoNodeError:
+                continue
+            if json.loads(data)["brokerid"] == broker_id:
+                return True
+            try:
+                client.delete("/controller", version=stat.version)
+            except NoNodeError:
+                pass
+        return False
+    finally:
+        client.stop()
+        client.close()
+
+
+def failovers(cluster: list[StampedBroker], count: int, zk_connect: str) -> list[Failover]:
     """``count`` failovers: each kills the partition's current leader, then restarts it and
     waits for the full ISR before the next (leadership moves to the first live replica in
-    assignment order, so it alternates between brokers 1 and 2; the first kill takes broker
-    1, the leader and the controller)."""
+    assignment order, so it alternates between brokers 1 and 2). The first kill takes broker
+    1, the leader and the controller; before every second one after it the controller is
+    moved to the leader (``move_controller_to``), so half the kills take the controller too."""
     from confluent_kafka.admin import AdminClient
 
     bootstrap = ",".join(b.bootstrap_servers for b in cluster)
@@ -525,6 +560,15 @@ def failovers(cluster: list[StampedBroker], count: int) -> list[Failover]:
     for run in range(1, count + 1):
         admin = AdminClient({"bootstrap.servers": bootstrap})
         leader, controller = wait_settled(admin)
+        if run % 2 == 1 and controller != leader:
+            if not move_controller_to(zk_connect, leader):
+                print(f"  (broker {leader} did not win the controller election; killing the leader alone)",
+                      flush=True)
+            leader, controller = wait_settled(admin)
+            deadline = time.monotonic() + 30
+            while controller != leader and time.monotonic() < deadline:  # Metadata catching up
+                time.sleep(0.1)
+                leader, controller = wait_settled(admin)
         result = failover(cluster, leader, controller)
         out.append(result)
         print(f"  failover {run}: " + _timeline(result), flush=True)
@@ -608,7 +652,7 @@ def main() -> None:
                 rate, p99 = produce_run(bootstrap, topic, acks, args.messages)
                 results[name].append((rate, p99))
                 print(f"  run {run}: {name:14} {rate:10,.0f} msgs/s  p99 {p99:8.1f} ms", flush=True)
-        timelines = failovers(brokers, args.failovers)
+        timelines = failovers(brokers, args.failovers, zk.connect + "/bench")
     finally:
         for broker in brokers:
             broker.stop()
