@@ -6,6 +6,7 @@
   that broker must not wait for the parked Fetch to come back before its own first Fetch.
   With replica.fetch.wait.max.ms at 20 s, an acks=all write to a new partition is
   acknowledged within its 10 s request timeout only if it does not.
+- A follower answers an acks=all write NOT_LEADER_OR_FOLLOWER at once, so clients look again.
 - A replica of a coordinator partition builds its coordinator while it follows, so becoming
   the leader in a failover does not import the coordinator on the event loop then.
 """
@@ -88,3 +89,15 @@ def test_a_replica_of_a_coordinator_partition_builds_its_coordinator_while_it_fo
         block_until(lambda: (s := offsets_state(follower)) is not None and s.leader == state.leader,
                     "the follower has the partition's view")
         assert follower.call(lambda: follower.broker._groups is not None)
+
+
+def test_an_acks_all_write_to_a_follower_is_refused_not_held(cluster: Cluster) -> None:
+    # librdkafka refreshes its metadata at once on NOT_LEADER_OR_FOLLOWER: a follower must
+    # say so, not hold the write until its timeout (REQUEST_TIMED_OUT) as a leader would.
+    leader_host, leader_port = cluster.broker(1).bootstrap_servers.rsplit(":", 1)
+    with WireClient(int(leader_port), host=leader_host, timeout=30) as client:
+        _create(client, "followed", [1, 2])
+        block_until(lambda: _write_acks_all(client, "followed") == 0, "broker 2 follows the partition")
+    host, port = cluster.broker(2).bootstrap_servers.rsplit(":", 1)
+    with WireClient(int(port), host=host, timeout=WRITE_TIMEOUT_MS / 1000 + 20) as client:
+        assert _write_acks_all(client, "followed") == 6  # NOT_LEADER_OR_FOLLOWER
