@@ -6,6 +6,8 @@
   that broker must not wait for the parked Fetch to come back before its own first Fetch.
   With replica.fetch.wait.max.ms at 20 s, an acks=all write to a new partition is
   acknowledged within its 10 s request timeout only if it does not.
+- A follower whose Fetch the new leader refuses (it has not taken up the view yet) asks
+  again soon, not after replica.fetch.backoff.ms.
 - A follower answers an acks=all write NOT_LEADER_OR_FOLLOWER at once, so clients look again.
 - A replica of a coordinator partition builds its coordinator while it follows, so becoming
   the leader in a failover does not import the coordinator on the event loop then.
@@ -19,9 +21,11 @@ from typing import Any
 
 import zk_cluster
 from kafka_wire import WireClient
+from kio.schema.errors import ErrorCode
 from waits import block_until
 from zk_brokers import Cluster
 
+from pulllog.net.apis import ApiKey
 from pulllog.records import build_batch
 from pulllog.testing import BrokerThread
 
@@ -101,3 +105,26 @@ def test_an_acks_all_write_to_a_follower_is_refused_not_held(cluster: Cluster) -
     host, port = cluster.broker(2).bootstrap_servers.rsplit(":", 1)
     with WireClient(int(port), host=host, timeout=WRITE_TIMEOUT_MS / 1000 + 20) as client:
         assert _write_acks_all(client, "followed") == 6  # NOT_LEADER_OR_FOLLOWER
+
+
+def test_a_follower_asks_again_soon_when_its_leader_has_not_taken_up_the_view_yet(
+        zookeeper: zk_cluster.ZooKeeper, tmp_path: Path) -> None:
+    # In a failover the follower's view often arrives before the new leader's, and its first
+    # Fetch is answered NOT_LEADER_OR_FOLLOWER. Here the leader answers so once, by a fault;
+    # at replica.fetch.backoff.ms 20 s the acks=all write is acknowledged within its 10 s
+    # timeout only if the follower asks again before the backoff is over.
+    chroot = f"{zookeeper.connect}/behind-{uuid.uuid4().hex[:8]}"
+
+    def properties(broker_id: int) -> dict[str, str]:
+        return {"zookeeper.connect": chroot, "broker.id": str(broker_id),
+                "replica.fetch.backoff.ms": str(PARKED_FOR_MS)}
+
+    with BrokerThread(tmp_path / "1", properties=properties(1)) as one, \
+            BrokerThread(tmp_path / "2", properties=properties(2)) as two:
+        block_until(lambda: all(b.call(lambda b=b: len(b.broker.cluster_view.brokers)) == 2
+                                for b in (one, two)), "both brokers see each other")
+        refused = one.faults.fail(ApiKey.FETCH, ErrorCode.not_leader_or_follower, topic="fresh")
+        with WireClient(one.port, timeout=WRITE_TIMEOUT_MS / 1000 + 20) as client:
+            _create(client, "fresh", [1, 2])
+            assert _write_acks_all(client, "fresh") == 0  # not REQUEST_TIMED_OUT (7)
+        assert refused.fired == 1

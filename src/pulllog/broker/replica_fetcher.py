@@ -22,8 +22,14 @@ Per partition, in order:
    current leader epoch; the batches are appended as they are (``Log.append_as_follower``)
    and the high watermark becomes min(leader's, own log end). OFFSET_OUT_OF_RANGE below the
    leader's log start: the log starts again there; otherwise: truncate again.
-   NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH: the partition rests for
-   replica.fetch.backoff.ms, until the next view moves it.
+   FENCED_LEADER_EPOCH (the leader is in a newer epoch), UNKNOWN_TOPIC_OR_PARTITION,
+   KAFKA_STORAGE_ERROR: the partition rests for replica.fetch.backoff.ms, until the next view
+   moves it. NOT_LEADER_OR_FOLLOWER and UNKNOWN_LEADER_EPOCH from the broker this follower's
+   view names leader in its epoch mostly mean that broker has not applied the same view yet
+   (in a failover the follower's view often arrives first): the partition asks again after
+   50 ms, doubling up to replica.fetch.backoff.ms while the answer stays the same. Kafka's
+   follower rests replica.fetch.backoff.ms (1 s by default) there too, which a failover's
+   first acks=all write then waits for.
 
 A connection failure closes the connection and retries after replica.fetch.backoff.ms.
 
@@ -67,6 +73,8 @@ log = logging.getLogger(__name__)
 
 _FETCH_VERSION = 12
 _EPOCH_VERSION = 4
+_FIRST_RETRY_S = 0.05
+_LEADER_BEHIND = (ErrorCode.not_leader_or_follower, ErrorCode.unknown_leader_epoch)
 _RESTING = (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch, ErrorCode.unknown_leader_epoch,
             ErrorCode.unknown_topic_or_partition, ErrorCode.kafka_storage_error)
 
@@ -77,6 +85,7 @@ class _Fetching:
     epoch: int  # the leader epoch the partition follows in
     truncating: bool = True
     resting_until: float = 0.0
+    retries: int = 0  # answers in a row that said the leader has not taken up the view yet
 
 
 class ReplicaFetcher:
@@ -105,7 +114,11 @@ class ReplicaFetcher:
     def add(self, replica: PartitionReplica) -> None:
         self.partitions[replica.key] = _Fetching(replica, replica.leader_epoch)
         self._wake.set()
-        if self._in_flight and not self._restart:  # module docstring: not behind a parked Fetch
+        self._drop_parked_fetch()
+
+    def _drop_parked_fetch(self) -> None:
+        """A partition became ready to fetch: not behind a parked Fetch (module docstring)."""
+        if self._in_flight and not self._restart:
             self._restart = True
             self.restarts += 1
             self._close()
@@ -164,9 +177,22 @@ class ReplicaFetcher:
     def _rest(self, fetching: _Fetching, code: ErrorCode) -> None:
         backoff = self.manager.broker.config.replica_fetch_backoff_ms / 1000
         replica = fetching.replica
-        log.info("%s-%d: leader %d answered %s; waiting for a new view", replica.topic, replica.index,
-                 self.leader_id, code.name)
-        fetching.resting_until = time.monotonic() + backoff
+        if code in _LEADER_BEHIND:  # module docstring: the leader is taking up the view, soon
+            delay = min(backoff, _FIRST_RETRY_S * 2 ** fetching.retries)
+            fetching.retries += 1
+            asyncio.get_running_loop().call_later(delay, self._rested, fetching)
+            log.info("%s-%d: leader %d answered %s; asking again in %.2f s", replica.topic, replica.index,
+                     self.leader_id, code.name, delay)
+        else:
+            delay = backoff
+            log.info("%s-%d: leader %d answered %s; waiting for a new view", replica.topic, replica.index,
+                     self.leader_id, code.name)
+        fetching.resting_until = time.monotonic() + delay
+
+    def _rested(self, fetching: _Fetching) -> None:
+        if self.partitions.get(fetching.replica.key) is fetching:
+            self._wake.set()
+            self._drop_parked_fetch()
 
     def _current(self, key: Key, fetching: _Fetching) -> bool:
         """The partition still follows here, in the epoch of the request."""
@@ -262,6 +288,7 @@ class ReplicaFetcher:
         if code != ErrorCode.none:
             self._rest(fetching, ErrorCode(code))
             return
+        fetching.retries = 0
         records = p.records
         if records:
             try:
