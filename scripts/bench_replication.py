@@ -14,29 +14,41 @@ and range) and the p99 of each message's produce latency (produce() to its deliv
 report), and the ratios the issue sets targets for (RF=3 throughput >= half of RF=1's, p99
 within 3x).
 
-Then ``--failovers`` times (default 5) the **failover**: a group's offset commit first makes
+Then ``--failovers`` times (default 10) the **failover**: a group's offset commit first makes
 ``__consumer_offsets`` exist (50 partitions, RF=3, as on any cluster with consumers), then
-each round waits until every partition has a leader and its whole ISR, lets an acks=all
-idempotent producer (linger.ms 0) write steadily to the RF=3 topic, SIGKILLs its current
-leader at a random moment, measures the time from the kill to the first acknowledgement of
-a write sent after it (target: under ``zookeeper.session.timeout.ms`` + 1 s), and restarts
-the killed broker. Leadership moves to the first live ISR replica in assignment order, so
-the leader alternates between brokers 1 and 2; the first kill takes broker 1, the leader and
-the controller at once, and a later one whenever the leader holds the controller too.
+each round waits until every partition has a leader and its whole ISR, lets acks=all
+idempotent librdkafka producers (linger.ms 0; one per configuration in RDKAFKA_CONFIGS: its
+defaults, topic.metadata.refresh.interval.ms 1000 and 250) write steadily to the RF=3 topic,
+SIGKILLs its current leader at a random moment, and restarts the killed broker afterwards.
+Leadership moves to the first live ISR replica in assignment order, so the leader alternates
+between brokers 1 and 2; the odd rounds kill the leader and the controller at once (the
+controller is moved to the leader first where needed, by deleting ``/controller`` until the
+leader wins the election, as operators of Kafka's ZooKeeper mode do), the even ones the
+leader alone.
+
+**The target** (issue 16: the partition accepting writes again in under
+``zookeeper.session.timeout.ms`` + 1 s) is judged on the **write probe** (``WriteProbe``):
+from the kill on it asks each surviving broker's Metadata every 20 ms, over connections
+opened before the kill, and sends an acks=all Produce to the live leader one names; its
+first acknowledgement is when the partition accepts writes again, measured apart from any
+client's schedule. Each librdkafka producer's first acknowledgement of a write sent after
+the kill is reported beside it: what that client adds (its re-query schedule).
 
 Each failover's timeline comes from the brokers' own log lines, stamped with this process's
-monotonic clock as they arrive (every process is on this machine), and from librdkafka's
-metadata debug log: the first survivor to hear ZooKeeper expire the dead broker's session,
-the new controller's election (when the controller died), the controller's write of the new
-leadership, the new leader and the follower applying it, librdkafka learning the new leader.
-Reported: each timeline, the median and max to the first ack, and the parts after the
-expiry (the controller's and brokers' part, then the client's).
+monotonic clock as they arrive (every process is on this machine), from librdkafka's
+metadata debug log and from the probe: the first survivor to hear ZooKeeper expire the dead
+broker's session, the new controller's election (when the controller died), the
+controller's write of the new leadership, the new leader and the follower applying it, the
+probe learning the new leader and its first ack, librdkafka learning the new leader and its
+first acks. Reported: each timeline, the probe's median and max (the target), how long
+after the expiry, and each librdkafka configuration's, also as time after the probe's ack.
+``BENCH_DUMP=dir`` writes every failover's merged timeline there.
 
 ``--kafka-failovers N`` then runs N of the same failovers on a 3-node Apache Kafka 4.1.1
 KRaft cluster (scripts/kafka_cluster.py) at Kafka's default broker.session.timeout.ms (9000),
 for reference.
 
-    python scripts/bench_replication.py [--messages 100000] [--runs 3] [--failovers 5]
+    python scripts/bench_replication.py [--messages 100000] [--runs 3] [--failovers 10]
                                         [--session-timeout-ms 6000] [--kafka-failovers 0]
     python scripts/bench_replication.py --runs 0 --failovers 10   # the failovers alone
 """
@@ -549,9 +561,9 @@ def move_controller_to(zk_connect: str, broker_id: int, tries: int = 30) -> bool
 def failovers(cluster: list[StampedBroker], count: int, zk_connect: str) -> list[Failover]:
     """``count`` failovers: each kills the partition's current leader, then restarts it and
     waits for the full ISR before the next (leadership moves to the first live replica in
-    assignment order, so it alternates between brokers 1 and 2). The first kill takes broker
-    1, the leader and the controller; before every second one after it the controller is
-    moved to the leader (``move_controller_to``), so half the kills take the controller too."""
+    assignment order, so it alternates between brokers 1 and 2). The odd kills take the
+    leader and the controller at once (the first is broker 1, both from the start), the even
+    ones the leader alone: the controller is moved first where needed (``move_controller_to``)."""
     from confluent_kafka.admin import AdminClient
 
     bootstrap = ",".join(b.bootstrap_servers for b in cluster)
@@ -560,13 +572,14 @@ def failovers(cluster: list[StampedBroker], count: int, zk_connect: str) -> list
     for run in range(1, count + 1):
         admin = AdminClient({"bootstrap.servers": bootstrap})
         leader, controller = wait_settled(admin)
-        if run % 2 == 1 and controller != leader:
-            if not move_controller_to(zk_connect, leader):
-                print(f"  (broker {leader} did not win the controller election; killing the leader alone)",
-                      flush=True)
-            leader, controller = wait_settled(admin)
+        # Odd rounds kill the controller with the leader, even ones the leader alone.
+        wanted = leader if run % 2 == 1 else next(b.broker_id for b in cluster if b.broker_id != leader
+                                                   and b.broker_id != controller)
+        if (controller == leader) != (run % 2 == 1):
+            if not move_controller_to(zk_connect, wanted):
+                print(f"  (broker {wanted} did not win the controller election)", flush=True)
             deadline = time.monotonic() + 30
-            while controller != leader and time.monotonic() < deadline:  # Metadata catching up
+            while (controller == leader) != (run % 2 == 1) and time.monotonic() < deadline:  # Metadata catching up
                 time.sleep(0.1)
                 leader, controller = wait_settled(admin)
         result = failover(cluster, leader, controller)
