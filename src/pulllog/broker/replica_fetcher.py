@@ -99,6 +99,7 @@ class ReplicaFetcher:
         self._correlation_id = 0
         self._in_flight = False  # a Fetch is out (parked at the leader, perhaps)
         self._restart = False  # add() dropped the connection under that Fetch: go again at once
+        self._became_ready = 0  # partitions that became ready to fetch (added, or rested), so far
         self.fetches = 0  # answered Fetch requests (tests wait on it)
         self.restarts = 0  # Fetches dropped for a partition added meanwhile (tests wait on it)
 
@@ -118,6 +119,7 @@ class ReplicaFetcher:
 
     def _drop_parked_fetch(self) -> None:
         """A partition became ready to fetch: not behind a parked Fetch (module docstring)."""
+        self._became_ready += 1  # a Fetch being prepared without it is not sent (_fetch)
         if self._in_flight and not self._restart:
             self._restart = True
             self.restarts += 1
@@ -131,6 +133,7 @@ class ReplicaFetcher:
     async def _run(self) -> None:
         backoff = self.manager.broker.config.replica_fetch_backoff_ms / 1000
         while True:
+            became_ready = self._became_ready
             now = time.monotonic()
             ready = [f for f in self.partitions.values() if f.resting_until <= now]
             if not ready:
@@ -144,7 +147,7 @@ class ReplicaFetcher:
                 if truncating:
                     await self._truncate(truncating)
                 else:
-                    await self._fetch(ready)
+                    await self._fetch(ready, became_ready)
             except (OSError, EOFError, ValueError, ProtocolError) as exc:
                 self._close()
                 if self._restart:  # add() dropped a parked Fetch: the new partition's turn, now
@@ -242,7 +245,7 @@ class ReplicaFetcher:
 
     # ------------------------------------------------------------------ fetching
 
-    async def _fetch(self, ready: list[_Fetching]) -> None:
+    async def _fetch(self, ready: list[_Fetching], became_ready: int) -> None:
         cfg = self.manager.broker.config
         by_topic: dict[str, list[dict[str, int]]] = {}
         for f in ready:
@@ -252,6 +255,8 @@ class ReplicaFetcher:
                 "fetch_offset": partition_log.log_end_offset, "last_fetched_epoch": -1,
                 "log_start_offset": partition_log.log_start_offset, "partition_max_bytes": cfg.replica_fetch_max_bytes})
         await self._connect()  # before the Fetch is out: add() drops only a sent one
+        if self._became_ready != became_ready:  # one more is ready (while connecting): look again
+            return
         self._restart = False
         self._in_flight = True
         try:
