@@ -101,7 +101,7 @@ class ReplicaFetcher:
         self._restart = False  # add() dropped the connection under that Fetch: go again at once
         self._became_ready = 0  # partitions that became ready to fetch (added, or rested), so far
         self.fetches = 0  # answered Fetch requests (tests wait on it)
-        self.restarts = 0  # Fetches dropped for a partition added meanwhile (tests wait on it)
+        self.restarts = 0  # Fetches dropped for a partition that became ready meanwhile
 
     def start(self, task_group: asyncio.TaskGroup) -> None:
         if self._task is None:
