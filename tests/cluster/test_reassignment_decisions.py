@@ -10,6 +10,7 @@ from pulllog.cluster.controller import (
     ReplicaAssignment,
     finish_reassignment,
     restrict_to_replicas,
+    strands_the_partition,
     validate_reassignment,
 )
 from pulllog.cluster.state import LeaderAndIsr
@@ -74,3 +75,19 @@ def test_a_replica_outside_the_assignment_leaves_the_isr() -> None:
     assert restrict_to_replicas(LeaderAndIsr(2, 4, (2, 3), 1, 5), (2, 3), {1, 2, 3}, 3) is None
     # nothing of the ISR would be left: Kafka never writes an empty ISR
     assert restrict_to_replicas(LeaderAndIsr(1, 4, (1,), 1, 5), (2, 3), {1, 2, 3}, 3) is None
+
+
+def test_a_replica_set_without_a_live_in_sync_replica_is_refused() -> None:
+    # moved from [1] to [2, 3]; broker 1 died after 2 caught up: 2 leads alone, 3 still fetching
+    state = LeaderAndIsr(2, 5, (2,), 1, 0)
+    moving = ReplicaAssignment((1,)).reassign_to([2, 3])
+    live = {2, 3}
+    assert not strands_the_partition(state, moving.replicas, live)
+    # cancelling (back to [1]) or a new target without 2 would drop the only in-sync copy
+    assert strands_the_partition(state, moving.reassign_to(moving.origin).replicas, live)
+    assert strands_the_partition(state, moving.reassign_to([3, 4]).replicas, live)
+    # a new target that keeps 2, or a live ISR member besides a leader left out, is fine
+    assert not strands_the_partition(state, moving.reassign_to([2, 4]).replicas, live)
+    assert not strands_the_partition(LeaderAndIsr(2, 5, (2, 3), 1, 0), moving.reassign_to([3, 4]).replicas, live)
+    # a dead leader inside the set does not count, a dead ISR member neither
+    assert strands_the_partition(LeaderAndIsr(1, 5, (1,), 1, 0), (1, 2), {2})

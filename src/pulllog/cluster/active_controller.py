@@ -67,6 +67,7 @@ from .controller import (
     reconcile,
     restrict_to_replicas,
     shutdown_decision,
+    strands_the_partition,
     validate_reassignment,
 )
 from .errors import BrokerNotAvailableError, NotControllerError, StaleBrokerEpochError
@@ -416,6 +417,12 @@ class ActiveController:
         if state is None:
             return new, None
         electable = electable_brokers(live, self._shutting_down, state)
+        if strands_the_partition(state, new.replicas, electable):
+            return ReassignmentError(
+                "INVALID_REPLICA_ASSIGNMENT",
+                f"replicas {list(new.replicas)} would leave {assignment.topic}-{partition} without its "
+                f"in-sync replicas {list(state.isr)} (leader {state.leader}), and their copies would be "
+                f"deleted: include one of them, or wait for the target to catch up")
         done = finish_reassignment(new, state, electable, self.epoch)
         if done is not None:
             return done

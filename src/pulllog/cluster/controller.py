@@ -302,6 +302,16 @@ def validate_reassignment(target: Sequence[int], current: ReplicaAssignment, liv
     return None
 
 
+def strands_the_partition(state: LeaderAndIsr, replicas: Sequence[int], live: Collection[int]) -> bool:
+    """True when a replica set would leave no live in-sync replica to lead: the leader is not in
+    it (or down) and no live ISR member is. Kafka's controller writes such a set anyway (a cancel
+    after the origin's broker died, a new target without the replica that leads now), and the
+    replicas it drops delete their copies, acknowledged writes included; pulllog refuses it."""
+    if state.leader in replicas and state.leader in live:
+        return False
+    return not any(r in replicas and r in live for r in state.isr)
+
+
 def finish_reassignment(assignment: ReplicaAssignment, state: LeaderAndIsr | None, live: Collection[int],
                         controller_epoch: int) -> tuple[ReplicaAssignment, LeaderAndIsr] | None:
     """The end of a reassignment once every target replica is in the ISR (Kafka's

@@ -20,6 +20,7 @@ ever being reassigned.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -41,6 +42,23 @@ _CODES = {
 Outcome = tuple[ErrorCode, str | None]
 
 
+async def _on_controller(call: Callable[[Any], Any], argument: Any) -> tuple[Any, Outcome]:
+    """``call(argument)`` on a worker thread (it talks to ZooKeeper), and the request's top-level
+    outcome: NOT_CONTROLLER from a broker that is not, REQUEST_TIMED_OUT (which clients retry)
+    when ZooKeeper does not answer; kazoo's timeout is no KazooException, so both are caught."""
+    from kazoo.exceptions import KazooException
+    from kazoo.handlers.threading import KazooTimeoutError
+
+    from ...cluster.errors import NotControllerError
+
+    try:
+        return await asyncio.to_thread(call, argument), (ErrorCode.none, None)
+    except NotControllerError as exc:
+        return None, (ErrorCode.not_controller, str(exc))
+    except (KazooException, KazooTimeoutError) as exc:
+        return None, (ErrorCode.request_timed_out, f"ZooKeeper did not answer ({exc}); try again")
+
+
 @handler(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, 0)
 async def alter(broker: "BrokerApi", ctx: RequestContext) -> Any:
     requested: dict[tuple[str, int], tuple[int, ...] | None] = {}
@@ -53,17 +71,8 @@ async def alter(broker: "BrokerApi", ctx: RequestContext) -> Any:
     if broker.membership is None:
         results = {tp: _single_broker(broker, tp, target) for tp, target in requested.items()}
     else:
-        from kazoo.exceptions import KazooException
-
-        from ...cluster.errors import NotControllerError
-
-        try:
-            outcome = await asyncio.to_thread(broker.membership.alter_partition_reassignments, requested)
-        except NotControllerError as exc:
-            top = (ErrorCode.not_controller, str(exc))
-        except KazooException as exc:  # ZooKeeper away for a moment: the client retries
-            top = (ErrorCode.request_timed_out, f"ZooKeeper did not answer ({exc}); try again")
-        else:
+        outcome, top = await _on_controller(broker.membership.alter_partition_reassignments, requested)
+        if outcome is not None:
             results = {tp: (ErrorCode.none, None) if error is None else
                        (_CODES.get(error.code, ErrorCode.unknown_server_error), error.message)
                        for tp, error in outcome.items()}
@@ -84,16 +93,8 @@ async def list_(broker: "BrokerApi", ctx: RequestContext) -> Any:
     top: Outcome = (ErrorCode.none, None)
     ongoing: dict[tuple[str, int], Any] = {}
     if broker.membership is not None:
-        from kazoo.exceptions import KazooException
-
-        from ...cluster.errors import NotControllerError
-
-        try:
-            ongoing = await asyncio.to_thread(broker.membership.list_partition_reassignments, wanted)
-        except NotControllerError as exc:
-            top = (ErrorCode.not_controller, str(exc))
-        except KazooException as exc:
-            top = (ErrorCode.request_timed_out, f"ZooKeeper did not answer ({exc}); try again")
+        found, top = await _on_controller(broker.membership.list_partition_reassignments, wanted)
+        ongoing = found or {}
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for (topic, partition), assignment in sorted(ongoing.items()):
         by_topic.setdefault(topic, []).append({
