@@ -189,6 +189,26 @@ def test_a_send_path_needs_slotted_queues_batches_and_pool() -> None:
         SendPath(print, Loose(), print, Loose, Loose, 10, 10, 10, 10)
 
 
+def test_a_send_path_is_armed_only_with_the_queue_type_it_was_made_for() -> None:
+    if SendPath is None:
+        pytest.skip("the C extension is not built")
+
+    class Queue:
+        __slots__ = ("open",)
+
+    class Batch:
+        __slots__ = ("records",)
+
+    class Pool:
+        __slots__ = ("available", "waiters")
+
+    path = SendPath(print, Pool(), print, Queue, Batch, 10, 10, 10, 10)
+    path.arm(Queue(), "t", 0, False)
+    # its slot offsets are Queue's: any other object would be read as raw memory at them
+    with pytest.raises(TypeError, match="the queue must be a"):
+        path.arm(Batch(), "t", 0, False)
+
+
 @needs_c
 async def test_a_record_without_partition_follows_the_sticky_partitioner_after_its_batch_closes(
         pulllog_broker: BrokerThread) -> None:

@@ -1380,6 +1380,8 @@ typedef struct {
     PyObject *close;
     PyObject *queue;            /* armed: the partition's queue; NULL when disarmed */
     PyObject *topic;
+    PyObject *queue_type;       /* the slot offsets below are these types' (checked before use) */
+    PyObject *batch_type;
     long long partition;
     int sticky;
     Py_ssize_t batch_size, room, max_record_size, plain_size;
@@ -1396,6 +1398,8 @@ sendpath_traverse(SendPath *self, visitproc visit, void *arg)
     Py_VISIT(self->close);
     Py_VISIT(self->queue);
     Py_VISIT(self->topic);
+    Py_VISIT(self->queue_type);
+    Py_VISIT(self->batch_type);
     return 0;
 }
 
@@ -1407,6 +1411,8 @@ sendpath_clear(SendPath *self)
     Py_CLEAR(self->close);
     Py_CLEAR(self->queue);
     Py_CLEAR(self->topic);
+    Py_CLEAR(self->queue_type);
+    Py_CLEAR(self->batch_type);
     return 0;
 }
 
@@ -1472,6 +1478,8 @@ sendpath_new(PyTypeObject *subtype, PyObject *args, PyObject *kwargs)
     self->pool = pool;
     Py_INCREF(close);
     self->close = close;
+    self->queue_type = Py_NewRef((PyObject *)queue_type);
+    self->batch_type = Py_NewRef((PyObject *)batch_type);
     self->batch_size = batch_size;
     self->room = room;
     self->max_record_size = max_record_size;
@@ -1567,8 +1575,8 @@ sendpath_call(SendPath *self, PyObject *const *args, size_t nargsf, PyObject *kw
         goto fallback;
     }
     PyObject *batch = slot_at(self->queue, self->off_open);
-    if (batch == NULL || batch == Py_None) {
-        goto fallback;
+    if (batch == NULL || !PyObject_TypeCheck(batch, (PyTypeObject *)self->batch_type)) {
+        goto fallback;  /* None (no open batch), or not what the slot offset was taken from */
     }
     RecordsBuilder *builder = (RecordsBuilder *)slot_at(batch, self->off_records);
     if (builder == NULL || !Py_IS_TYPE(builder, &RecordsBuilderType) || builder->count <= 0 ||
@@ -1598,6 +1606,11 @@ sendpath_call(SendPath *self, PyObject *const *args, size_t nargsf, PyObject *kw
     /* from here on the record is taken: what RecordsBuilder.add() and the Python send() do.
      * The queue and the builder are held: making the future may run the cycle collector, and
      * with it Python code (finalizers) that could disarm this path or drop the batch. */
+    /* made first: once the record is in the builder nothing may fail before the pool is charged */
+    PyObject *remaining = PyLong_FromSsize_t(free_bytes - size);
+    if (remaining == NULL) {
+        return NULL;
+    }
     PyObject *queue = Py_NewRef(self->queue);
     Py_INCREF(builder);
     PyObject *future = NULL;
@@ -1605,6 +1618,7 @@ sendpath_call(SendPath *self, PyObject *const *args, size_t nargsf, PyObject *kw
     Py_ssize_t body = record_body_size(td, od, lk, lv, 1);
     char *p;
     if (builder_grow(builder, varint_size(body) + body, &p) < 0) {
+        Py_DECREF(remaining);
         goto done;
     }
     put_record(p, body, td, od, key == NULL ? NULL : PyBytes_AS_STRING(key), lk,
@@ -1614,10 +1628,6 @@ sendpath_call(SendPath *self, PyObject *const *args, size_t nargsf, PyObject *kw
         builder->max_timestamp = ts;
     }
     builder->reserved += size;
-    PyObject *remaining = PyLong_FromSsize_t(free_bytes - size);
-    if (remaining == NULL) {
-        goto done;
-    }
     PyObject **slot = (PyObject **)((char *)self->pool + self->off_available);
     Py_SETREF(*slot, remaining);
     PyObject *delta = PyLong_FromSsize_t(od);
@@ -1686,6 +1696,10 @@ sendpath_arm(SendPath *self, PyObject *const *args, Py_ssize_t nargs)
         if (!PyErr_Occurred()) {
             PyErr_SetString(PyExc_OverflowError, "arm(): partition out of range");
         }
+        return NULL;
+    }
+    if (!PyObject_TypeCheck(args[0], (PyTypeObject *)self->queue_type)) {
+        PyErr_Format(PyExc_TypeError, "arm(): the queue must be a %s", ((PyTypeObject *)self->queue_type)->tp_name);
         return NULL;
     }
     int sticky = PyObject_IsTrue(args[3]);
