@@ -9,6 +9,9 @@ a real accumulator and idempotence manager against a real broker, without a Prod
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
+import struct
 from collections.abc import Iterator
 
 import pytest
@@ -291,5 +294,54 @@ async def test_one_pass_keeps_to_max_in_flight_requests_per_broker(pulllog_broke
         assert [(m.partition, m.offset) for m in done] == [(i % 3, i // 3) for i in range(9)]
         sender.stop()
         await asyncio.wait_for(running, WAIT_S)
+    finally:
+        await cluster.close()
+
+
+def _complete_frames(sock: socket.socket) -> int:
+    """How many whole response frames wait unread in ``sock`` (peeked, not taken)."""
+    try:
+        data = sock.recv(1 << 20, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return 0
+    frames, at = 0, 0
+    while len(data) - at >= 4:
+        (size,) = struct.unpack_from(">i", data, at)
+        if len(data) - at - 4 < size:
+            break
+        frames, at = frames + 1, at + 4 + size
+    return frames
+
+
+async def test_a_partitions_batches_complete_in_order_when_their_answers_come_in_one_read(
+        pulllog_broker: BrokerThread) -> None:
+    # Batch 0 of partition 0 goes alone in request R1 (its acknowledgement is held back until
+    # the sender has refilled the freed slots), batch 1 of partition 0 with partition 1's
+    # batch in request R2 (decoded in full and completed at once). Both answers are read at
+    # once (reading paused until both wait in the socket): batch 0 is still told first.
+    sender, acc, cluster, _ = await _run_sender(pulllog_broker, "one-read", 2, batch_size=1, acks=1, start=False)
+    conn = await cluster.connection(cluster.topics["one-read"].partitions[0].leader)
+    assert cluster.topics["one-read"].partitions[1].leader == cluster.topics["one-read"].partitions[0].leader
+    told: list[tuple[int, bytes]] = []
+    try:
+        first = add(acc, b"p0-0", partition=0, topic="one-read")
+        async with asyncio.TaskGroup() as tg:
+            sender._pass(tg)  # R1: partition 0's batch 0 alone
+            later = [add(acc, b"p0-1", partition=0, topic="one-read"), add(acc, b"p1-0", partition=1, topic="one-read")]
+            sender._pass(tg)  # R2: partition 0's batch 1 and partition 1's batch 0
+        assert [len(r.batches) for r in sender._requests] == [1, 2]
+        for future, name in [(first, b"p0-0"), *zip(later, [b"p0-1", b"p1-0"])]:
+            future.add_done_callback(lambda f, n=name: told.append((f.result().partition, n)))
+        transport = conn._transport
+        assert transport is not None
+        transport.pause_reading()
+        sender._flush_held()
+        with socket.socket(fileno=os.dup(transport.get_extra_info("socket").fileno())) as peek:
+            await wait_until(lambda: _complete_frames(peek) == 2, "both answers waiting unread")
+        transport.resume_reading()
+        await asyncio.wait_for(asyncio.gather(first, *later), WAIT_S)
+        await wait_until(lambda: len(told) == 3, "every done callback run")
+        assert [n for p, n in told if p == 0] == [b"p0-0", b"p0-1"]
+        assert first.result().offset == 0 and later[0].result().offset == 1
     finally:
         await cluster.close()

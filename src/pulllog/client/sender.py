@@ -25,7 +25,10 @@ more than the record. When a read has brought answers (``KafkaConnection.after_f
 sender passes at once, in that same turn, and writes the requests for the slots they freed
 before it completes the batches they acknowledged: the broker has the next requests while the
 client finishes the last ones (with five in flight, client and broker otherwise take strict
-turns, and the sender's loop took a turn more to write). Requests wait in ``_requests``, oldest first: one unanswered after
+turns, and the sender's loop took a turn more to write). A partition's outcomes are still
+told in the order of its batches: any other outcome (a batch of a request with more
+partitions, completed at once; a failure, an expiry by that pass) first completes the
+acknowledged batches held back so far (``_tell_acked``). Requests wait in ``_requests``, oldest first: one unanswered after
 ``request_timeout_ms`` closes its connection and is retried (every pass checks the oldest),
 and leaving ``run()`` fails the requests in flight with ``ProducerClosedError``. Metadata
 refreshes, connecting and epoch bumps run as tasks of the sender's own ``asyncio.TaskGroup``:
@@ -702,9 +705,17 @@ class Sender:
                 self._callback_error = exc
             self._wakeup.set()
         finally:
-            acked, self._acked = self._acked, []
-            for batch, base_offset, log_append_time in acked:
-                self._acknowledged(batch, base_offset, log_append_time)
+            self._tell_acked()
+
+    def _tell_acked(self) -> None:
+        """Complete the acknowledged batches held back (``_answered``), in their answers'
+        order. Called before any other outcome is told as well: a read's answers come in
+        their requests' order, so the held-back batch of a partition is older than one of its
+        batches completed at once (from a request with more partitions) or failed meanwhile
+        (expired by the pass), and Kafka tells a partition's outcomes in order."""
+        acked, self._acked = self._acked, []
+        for batch, base_offset, log_append_time in acked:
+            self._acknowledged(batch, base_offset, log_append_time)
 
     def _batch_answered(self, batch: ProducerBatch, result: PartitionProduceResponse) -> None:
         code = result.error_code
@@ -796,6 +807,8 @@ class Sender:
         if batch.done.done():
             return  # failed meanwhile (closed): its outcome is told already
         self._landed(batch)
+        if self._acked:
+            self._tell_acked()  # older batches of the partition first
         self._acknowledged(batch, base_offset, log_append_time)
 
     def _acknowledged(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:
@@ -815,6 +828,10 @@ class Sender:
     def _fail(self, batch: ProducerBatch, error: BaseException) -> None:
         if batch.done.done():
             return
+        if self._acked:
+            self._tell_acked()  # older batches of the partition first
+            if batch.done.done():
+                return  # it was one of them
         self._idempotence.batch_failed(batch, closing=self.closed, error=error)
         self._landed(batch)
         self._acc.deallocate(batch)
