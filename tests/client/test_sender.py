@@ -345,3 +345,33 @@ async def test_a_partitions_batches_complete_in_order_when_their_answers_come_in
         assert first.result().offset == 0 and later[0].result().offset == 1
     finally:
         await cluster.close()
+
+
+async def test_a_batch_expired_by_the_refill_pass_is_told_after_the_older_acknowledged_one(
+        pulllog_broker: BrokerThread) -> None:
+    # One batch of the partition in flight (max_in_flight=1), the next one waiting and past its
+    # delivery timeout. The answer's acknowledgement is held back while the sender refills the
+    # freed slot in the same turn; that pass expires the waiting batch: the acknowledged
+    # (older) batch is still told first.
+    sender, acc, cluster, _ = await _run_sender(pulllog_broker, "expiring", 1, batch_size=1, acks=1,
+                                                max_in_flight=1, start=False)
+    await cluster.connection(cluster.topics["expiring"].partitions[0].leader)
+    told: list[bytes] = []
+    try:
+        async with asyncio.TaskGroup() as tg:
+            sender._tg = tg  # run()'s, for the pass made when an answer is read
+            first = add(acc, b"0", topic="expiring")
+            sender._pass(tg)
+            sender._flush_held()
+            second = add(acc, b"1", topic="expiring")
+            (waiting,) = acc.queue("expiring", 0).ready
+            waiting.created -= sender.config.delivery_timeout_s  # its delivery timeout is over
+            for future, name in [(first, b"0"), (second, b"1")]:
+                future.add_done_callback(lambda f, n=name: told.append(n))
+            await wait_until(lambda: len(told) == 2, "both outcomes told")
+        assert told == [b"0", b"1"]
+        assert first.result().offset == 0
+        assert "delivery_timeout_ms" in str(second.exception())
+    finally:
+        sender._tg = None
+        await cluster.close()
