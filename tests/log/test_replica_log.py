@@ -227,3 +227,82 @@ def test_the_epoch_checkpoint_is_written_from_any_thread_newest_entries_winning(
     assert not log.leader_epochs.dirty
     assert not (tmp_path / "t-0" / (LEADER_EPOCH_CHECKPOINT_FILE + ".tmp")).exists()
     assert LeaderEpochCache(tmp_path / "t-0").entries == [(1, 0), (4, 2), (5, 3)]
+
+
+@pytest.mark.parametrize("handed_off", [True, False], ids=["begin_flush", "flush"])
+def test_a_flush_does_not_trust_an_epoch_write_that_is_under_way_and_then_fails(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, handed_off: bool) -> None:
+    """The replica manager's worker writes a new leader's entry (5, 4) and fails after the
+    log's flush began: the flush must not move the recovery point past 4 with the entry
+    only in memory, or recovery (walking from the recovery point) never finds epoch 5."""
+    log = _crashed_leader(tmp_path / "t-0")
+    log.flush()
+    log.become_leader(5, flush=False)  # (5, 4): queued for the worker
+    cache = log.leader_epochs
+    write = cache._write
+    started, release = threading.Event(), threading.Event()
+
+    def failing_write(entries: list[tuple[int, int]]) -> None:
+        started.set()
+        release.wait()
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cache, "_write", failing_write)
+    errors: list[OSError] = []
+
+    def worker_flush() -> None:
+        try:
+            log.flush_leader_epochs()
+        except OSError as exc:
+            errors.append(exc)
+
+    worker = threading.Thread(target=worker_flush)
+    worker.start()
+    assert started.wait(10)  # the worker holds the entries and is writing
+    monkeypatch.setattr(cache, "_write", write)  # the next write succeeds
+    log.append(batch(2), defer_flush=True)  # offsets 4-5, stamped 5
+    if handed_off:
+        pending = log.begin_flush()
+        assert pending is not None
+        flusher = threading.Thread(target=pending.sync)
+    else:
+        flusher = threading.Thread(target=log.flush)
+    flusher.start()
+    release.set()  # the worker's write fails
+    worker.join()
+    flusher.join()
+    assert len(errors) == 1
+    if handed_off:
+        assert log.complete_flush(pending) is None
+    assert log.recovery_point == 6 and not cache.dirty
+    assert LeaderEpochCache(tmp_path / "t-0").entries == [(1, 0), (4, 2), (5, 4)]
+    # A crash now: recovery walks from 6 only, so the entry must come from the file.
+    again = Log.open(tmp_path / "t-0", recovery_point=6, clean=False)
+    assert again.leader_epochs.entries == [(1, 0), (4, 2), (5, 4)]
+    assert again.end_offset_for_epoch(4) == (4, 4)
+
+
+def test_a_change_made_while_the_epoch_checkpoint_is_written_keeps_the_cache_dirty(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = LeaderEpochCache(tmp_path)
+    cache.assign(1, 0)
+    cache.assign(4, 2, flush=False)
+    write = cache._write
+    started, release = threading.Event(), threading.Event()
+
+    def slow_write(entries: list[tuple[int, int]]) -> None:
+        started.set()
+        release.wait()
+        write(entries)
+
+    monkeypatch.setattr(cache, "_write", slow_write)
+    worker = threading.Thread(target=cache.flush)
+    worker.start()
+    assert started.wait(10)
+    assert cache.dirty  # under way: not in the file yet
+    cache.assign(5, 3, flush=False)  # made during the write: not in what it writes
+    release.set()
+    worker.join()
+    assert cache.dirty and LeaderEpochCache(tmp_path).entries == [(1, 0), (4, 2)]
+    cache.flush()
+    assert not cache.dirty and LeaderEpochCache(tmp_path).entries == [(1, 0), (4, 2), (5, 3)]

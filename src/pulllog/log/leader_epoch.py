@@ -29,8 +29,11 @@ Rules (Kafka's ``LeaderEpochFileCache``):
   by the scheduler); its ``assign`` still writes in the caller's thread, which in Kafka is
   not the one serving requests. The log's close flushes it too, so a clean restart has
   it, and so does a flush of the log before it moves the recovery point (log.py): an
-  entry starting below the recovery point is always in the file. A crash before the write
-  leaves the previous file (the rename is atomic); the log's recovery, which walks every
+  entry starting below the recovery point is always in the file. The cache counts as dirty
+  until a write of its newest change has succeeded: a write under way or failed leaves it
+  dirty, so that flush waits for the write under way (it holds the writer's lock) and
+  writes the entries itself if that one failed, rather than trusting a write that may
+  never land. A crash before the write leaves the previous file (the rename is atomic); the log's recovery, which walks every
   batch from the recovery point, then assigns each epoch above the cache's latest from the
   first batch stamped with it and drops the entries starting at or past the recovered log
   end, as Kafka's LogLoader does (``Log._recover_leader_epochs``).
@@ -63,7 +66,11 @@ class LeaderEpochCache:
         self.path = directory / LEADER_EPOCH_CHECKPOINT_FILE
         self._epochs: list[int] = []
         self._starts: list[int] = []
-        self._dirty = False  # a change not written yet (assign with flush=False)
+        # Every change bumps ``_generation``; ``_written`` is the generation the file holds
+        # (set only once a write succeeded), so a change made while a write is under way, or
+        # a write that failed, leaves the cache dirty.
+        self._generation = 0
+        self._written = 0
         # ``_state`` guards the entries against a snapshot taken by a flushing thread;
         # ``_writing`` keeps two writers from sharing the temporary file.
         self._state = threading.Lock()
@@ -99,8 +106,9 @@ class LeaderEpochCache:
 
     @property
     def dirty(self) -> bool:
-        """A change is in memory but not in the file yet (``flush()`` writes it)."""
-        return self._dirty
+        """A change is in memory but not in the file yet, or its write has not succeeded
+        yet (``flush()`` writes it, or waits for the write under way)."""
+        return self._generation != self._written
 
     def assign(self, epoch: int, start_offset: int, *, flush: bool = True) -> None:
         """Epoch ``epoch`` begins at ``start_offset`` (a no-op when it is known already).
@@ -115,7 +123,7 @@ class LeaderEpochCache:
             del self._epochs[keep:], self._starts[keep:]
             self._epochs.append(epoch)
             self._starts.append(start_offset)
-            self._dirty = True
+            self._generation += 1
         if flush:
             self.flush()
 
@@ -125,7 +133,7 @@ class LeaderEpochCache:
         if keep < len(self._starts):
             with self._state:
                 del self._epochs[keep:], self._starts[keep:]
-                self._dirty = True
+                self._generation += 1
             self.flush()
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
@@ -146,23 +154,21 @@ class LeaderEpochCache:
             with self._state:
                 self._epochs.clear()
                 self._starts.clear()
-                self._dirty = True
+                self._generation += 1
             self.flush()
 
     def flush(self) -> None:
         """Write the entries if a change is not in the file yet (temporary file, fsync,
         rename). Safe from any thread: the newest entries win, whoever writes them."""
-        with self._writing:
+        with self._writing:  # a write under way finishes first; then this one sees its result
             with self._state:
-                if not self._dirty:
+                generation = self._generation
+                if generation == self._written:
                     return
                 entries = list(zip(self._epochs, self._starts))
-                self._dirty = False
-            try:
-                self._write(entries)
-            except BaseException:
-                self._dirty = True  # the next flush tries again
-                raise
+            self._write(entries)  # on failure stays dirty: the next flush tries again
+            with self._state:
+                self._written = generation
 
     def _write(self, entries: list[tuple[int, int]]) -> None:
         lines = [str(_VERSION), str(len(entries))] + [f"{e} {s}" for e, s in entries]

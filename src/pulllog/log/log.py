@@ -262,9 +262,10 @@ class PendingFlush:
     fds: tuple[int, ...]
     segments: tuple[LogSegment, ...]
     leader_epochs: LeaderEpochCache | None = None
-    """A leader-epoch cache with an entry not in its file yet: written with the fsyncs, so the
-    recovery point never passes the batches of an epoch the checkpoint lacks (recovery
-    walks only from the recovery point to rebuild it)."""
+    """A leader-epoch cache with an entry not in its file yet (or whose write is under way on
+    another thread, or failed): written with the fsyncs, so the recovery point never passes
+    the batches of an epoch the checkpoint lacks (recovery walks only from the recovery
+    point to rebuild it)."""
     done: threading.Event = field(default_factory=threading.Event)
     error: OSError | None = None
     completed: bool = False
@@ -611,7 +612,8 @@ class Log:
         cache.flush()
 
     def flush_leader_epochs(self) -> None:
-        """Write the leader-epoch checkpoint if an entry is only in memory (thread-safe)."""
+        """Write the leader-epoch checkpoint if an entry is only in memory, or wait for the
+        write under way on another thread (thread-safe; raises OSError when it fails)."""
         cache = self._leader_epochs
         if cache is not None and cache.dirty:
             cache.flush()
