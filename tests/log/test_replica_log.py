@@ -6,6 +6,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from waits import block_until
 
 from pulllog.log import Log
 from pulllog.log.leader_epoch import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache
@@ -229,6 +230,20 @@ def test_the_epoch_checkpoint_is_written_from_any_thread_newest_entries_winning(
     assert LeaderEpochCache(tmp_path / "t-0").entries == [(1, 0), (4, 2), (5, 3)]
 
 
+class _Announced:
+    """A lock that sets ``event`` when a thread starts to take it."""
+
+    def __init__(self, lock: threading.Lock, event: threading.Event) -> None:
+        self.lock, self.event = lock, event
+
+    def __enter__(self) -> None:
+        self.event.set()
+        self.lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+
 @pytest.mark.parametrize("handed_off", [True, False], ids=["begin_flush", "flush"])
 def test_a_flush_does_not_trust_an_epoch_write_that_is_under_way_and_then_fails(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, handed_off: bool) -> None:
@@ -260,6 +275,8 @@ def test_a_flush_does_not_trust_an_epoch_write_that_is_under_way_and_then_fails(
     worker.start()
     assert started.wait(10)  # the worker holds the entries and is writing
     monkeypatch.setattr(cache, "_write", write)  # the next write succeeds
+    waiting = threading.Event()  # the flush is waiting for the worker's write
+    monkeypatch.setattr(cache, "_writing", _Announced(cache._writing, waiting))
     log.append(batch(2), defer_flush=True)  # offsets 4-5, stamped 5
     if handed_off:
         pending = log.begin_flush()
@@ -268,6 +285,8 @@ def test_a_flush_does_not_trust_an_epoch_write_that_is_under_way_and_then_fails(
     else:
         flusher = threading.Thread(target=log.flush)
     flusher.start()
+    # The flush either trusted the write under way (and is done) or waits for it.
+    block_until(lambda: waiting.is_set() or not flusher.is_alive(), "the flush to wait or finish")
     release.set()  # the worker's write fails
     worker.join()
     flusher.join()
