@@ -718,16 +718,12 @@ class ActiveController:
             return []
 
     def _assignment(self, topic: str) -> TopicAssignment | None:
-        try:
-            data, _stat = self._client.get(self._path(topic_path(topic)))
-            return TopicAssignment.decode(topic, data)
-        except NoNodeError:
-            return None
-        except ZnodeFormatError as exc:
-            log.warning("ignoring topic %s: %s", topic, exc)
-            return None
+        found = self._versioned_assignment(topic)
+        return None if found is None else found[0]
 
     def _versioned_assignment(self, topic: str) -> tuple[TopicAssignment, int] | None:
+        """The topic's assignment and its znode's version (for a conditional write), or None
+        when it has none or one that does not decode."""
         try:
             data, stat = self._client.get(self._path(topic_path(topic)))
             return TopicAssignment.decode(topic, data), stat.version
