@@ -171,15 +171,7 @@ class Sender:
                         if self._callback_error is not None:
                             raise self._callback_error
                         self._wakeup.clear()
-                        delay = self._pass(tg)
-                        # More is sendable now (a partition has more batches and free in-flight
-                        # slots, one batch per request): take it in this same turn, so the
-                        # requests leave together in one write (_flush_held).
-                        for _ in range(_PASSES_PER_TURN):
-                            if delay is None or delay > 0:
-                                break
-                            delay = self._pass(tg)
-                        self._flush_held()
+                        delay = self._turn(tg)
                         if delay is not None and delay <= 0:
                             await asyncio.sleep(0)
                             continue
@@ -676,6 +668,18 @@ class Sender:
             else:
                 self._batch_answered(batch, found)
 
+    def _turn(self, tg: asyncio.TaskGroup) -> float | None:
+        """Passes while more is sendable now (a partition has more batches and free in-flight
+        slots, one batch per request), so the requests leave together in one write
+        (_flush_held); the last pass's delay."""
+        delay = self._pass(tg)
+        for _ in range(_PASSES_PER_TURN):
+            if delay is None or delay > 0:
+                break
+            delay = self._pass(tg)
+        self._flush_held()
+        return delay
+
     def _after_answers(self) -> None:
         """After a read's answers were handled (``KafkaConnection.after_frames``): fill the
         in-flight slots they freed and write those requests, in this same turn of the event
@@ -689,12 +693,7 @@ class Sender:
             if tg is None or self._stopping or self._callback_error is not None:
                 self._wakeup.set()  # the loop sees to it (or leaves)
             else:
-                delay = self._pass(tg)
-                for _ in range(_PASSES_PER_TURN):
-                    if delay is None or delay > 0:
-                        break
-                    delay = self._pass(tg)
-                self._flush_held()
+                delay = self._turn(tg)
                 if delay is not None:
                     if delay <= 0:
                         self._wakeup.set()
