@@ -610,16 +610,9 @@ class Admin:
         if top != ErrorCode.none:
             raise error_for(top, f"{top.name.upper()}: the cluster refused the {election_type.name.lower()} "
                                  "leader election")
-        out: dict[TopicPartition, KafkaError | None] = {}
-        for t in resp.replica_election_results:
-            for p in t.partition_result:
-                tp = TopicPartition(t.topic, int(p.partition_id))
-                code = p.error_code
-                out[tp] = None if code == ErrorCode.none else error_for(
-                    code, f"{code.name.upper()}: {p.error_message or 'no new leader'} ({tp.topic}-{tp.partition})")
-        for name in {tp.topic for tp in out}:
-            self._cluster.invalidate(name)
-        return out
+        return self._partition_outcomes(((t.topic, p.partition_id, p.error_code, p.error_message)
+                                         for t in resp.replica_election_results for p in t.partition_result),
+                                        "no new leader")
 
     async def alter_partition_reassignments(self, reassignments: Mapping[TopicPartition, Sequence[int] | None]
                                             ) -> dict[TopicPartition, KafkaError | None]:
@@ -639,13 +632,19 @@ class Admin:
         if resp.error_code != ErrorCode.none:
             raise error_for(resp.error_code, f"{resp.error_code.name.upper()}: the cluster refused the reassignment"
                                              + (f": {resp.error_message}" if resp.error_message else ""))
+        return self._partition_outcomes(((t.name, p.partition_index, p.error_code, p.error_message)
+                                         for t in resp.responses for p in t.partitions), "not reassigned")
+
+    def _partition_outcomes(self, answers: Iterable[tuple[str, int, ErrorCode, str | None]], refused: str
+                            ) -> dict[TopicPartition, KafkaError | None]:
+        """Per-partition outcomes of a leadership-moving request (None: done), from its answers'
+        (topic, partition, error code, message); the topics' cached metadata is dropped, as
+        their leaders or replicas move."""
         out: dict[TopicPartition, KafkaError | None] = {}
-        for t in resp.responses:
-            for p in t.partitions:
-                tp = TopicPartition(t.name, int(p.partition_index))
-                code = p.error_code
-                out[tp] = None if code == ErrorCode.none else error_for(
-                    code, f"{code.name.upper()}: {p.error_message or 'not reassigned'} ({tp.topic}-{tp.partition})")
+        for topic, partition, code, message in answers:
+            tp = TopicPartition(topic, int(partition))
+            out[tp] = None if code == ErrorCode.none else error_for(
+                code, f"{code.name.upper()}: {message or refused} ({tp.topic}-{tp.partition})")
         for name in {tp.topic for tp in out}:
             self._cluster.invalidate(name)
         return out
