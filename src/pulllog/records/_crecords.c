@@ -1785,6 +1785,21 @@ static struct PyModuleDef module = {
     "RecordBatch v2 records decoded and encoded in C (optional; see pulllog.records.decoding and .encoding).", -1, methods,
 };
 
+/* Ready ``type`` (again is harmless) and add it to the module as ``name``; -1 on error. */
+static int
+add_type(PyObject *m, PyTypeObject *type, const char *name)
+{
+    if (PyType_Ready(type) < 0) {
+        return -1;
+    }
+    Py_INCREF(type);
+    if (PyModule_AddObject(m, name, (PyObject *)type) < 0) {
+        Py_DECREF(type);
+        return -1;
+    }
+    return 0;
+}
+
 PyMODINIT_FUNC
 PyInit__crecords(void)
 {
@@ -1809,29 +1824,8 @@ PyInit__crecords(void)
     if (m == NULL) {
         return NULL;
     }
-    Py_INCREF(&RecordsBuilderType);
-    if (PyModule_AddObject(m, "RecordsBuilder", (PyObject *)&RecordsBuilderType) < 0) {
-        Py_DECREF(&RecordsBuilderType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    if (PyType_Ready(&SlotsMakerType) < 0) {
-        Py_DECREF(m);
-        return NULL;
-    }
-    Py_INCREF(&SlotsMakerType);
-    if (PyModule_AddObject(m, "SlotsMaker", (PyObject *)&SlotsMakerType) < 0) {
-        Py_DECREF(&SlotsMakerType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    if (PyType_Ready(&ReadyType) < 0) {
-        Py_DECREF(m);
-        return NULL;
-    }
-    Py_INCREF(&ReadyType);
-    if (PyModule_AddObject(m, "Ready", (PyObject *)&ReadyType) < 0) {
-        Py_DECREF(&ReadyType);
+    if (add_type(m, &RecordsBuilderType, "RecordsBuilder") < 0 || add_type(m, &SlotsMakerType, "SlotsMaker") < 0 ||
+        add_type(m, &ReadyType, "Ready") < 0) {
         Py_DECREF(m);
         return NULL;
     }
@@ -1842,13 +1836,7 @@ PyInit__crecords(void)
             return NULL;
         }
     }
-    if (PyType_Ready(&SendPathType) < 0) {
-        Py_DECREF(m);
-        return NULL;
-    }
-    Py_INCREF(&SendPathType);
-    if (PyModule_AddObject(m, "SendPath", (PyObject *)&SendPathType) < 0) {
-        Py_DECREF(&SendPathType);
+    if (add_type(m, &SendPathType, "SendPath") < 0) {
         Py_DECREF(m);
         return NULL;
     }
