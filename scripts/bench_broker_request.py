@@ -196,6 +196,15 @@ def _self_cost_total(profile: str) -> int:
     return total
 
 
+def _ready_port(proc: subprocess.Popen[str], failed: str) -> int:
+    """The port of the broker ``proc`` started (its first line: "ready PORT"); else exit with ``failed``."""
+    assert proc.stdout is not None
+    ready = proc.stdout.readline().split()
+    if len(ready) != 2 or ready[0] != "ready":
+        raise SystemExit(failed)
+    return int(ready[1])
+
+
 def callgrind_case(args: argparse.Namespace, request: bytes, window: int) -> None:
     """The broker's instructions per request (module docstring)."""
     if shutil.which("valgrind") is None:
@@ -210,11 +219,7 @@ def callgrind_case(args: argparse.Namespace, request: bytes, window: int) -> Non
                                  sys.executable, "-c", BROKER, tmp, args.broker_loop],
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         try:
-            assert proc.stdout is not None
-            ready = proc.stdout.readline().split()
-            if len(ready) != 2 or ready[0] != "ready":
-                raise SystemExit("the broker did not start under valgrind")
-            port = int(ready[1])
+            port = _ready_port(proc, "the broker did not start under valgrind")
             run_case(port, request, 2000, window, version=args.version)  # warms up
             small = max(1, args.requests // 5)
             counts = {}
@@ -262,11 +267,7 @@ def main() -> None:
         proc = subprocess.Popen([sys.executable, "-c", BROKER, tmp, args.broker_loop],
                                 stdout=subprocess.PIPE, text=True)
         try:
-            assert proc.stdout is not None
-            ready = proc.stdout.readline().split()
-            if len(ready) != 2 or ready[0] != "ready":
-                raise SystemExit("the broker did not start")
-            port = int(ready[1])
+            port = _ready_port(proc, "the broker did not start")
             request = produce_request(args.version, 1, "bench", records)
             run_case(port, request, 200, 1, version=args.version)  # warms up
             if args.client == "pulllog":

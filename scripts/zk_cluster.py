@@ -238,21 +238,14 @@ def metadata_brokers(bootstrap: str) -> set[int]:
     host, port = bootstrap.rsplit(":", 1)
     request = encode_request(build(request_class("metadata", 1), {"topics": []}), correlation_id=1,
                              client_id="zk-cluster-membership")
-    with socket.create_connection((host, int(port)), timeout=10) as sock:
+    with socket.create_connection((host, int(port)), timeout=10) as sock, sock.makefile("rb") as answers:
         sock.sendall(request)
-        size = int.from_bytes(_read_exactly(sock, 4), "big")
-        _, answer = decode_response(_read_exactly(sock, size), response_class("metadata", 1))
-    return {int(b.node_id) for b in answer.brokers}
-
-
-def _read_exactly(sock: socket.socket, n: int) -> bytes:
-    out = bytearray()
-    while len(out) < n:
-        chunk = sock.recv(n - len(out))
-        if not chunk:
+        size = int.from_bytes(answers.read(4), "big")
+        frame = answers.read(size)  # a buffered read returns short only at the end of the stream
+        if len(frame) != size:
             raise ConnectionError("the broker closed the connection")
-        out += chunk
-    return bytes(out)
+        _, answer = decode_response(frame, response_class("metadata", 1))
+    return {int(b.node_id) for b in answer.brokers}
 
 
 def main() -> None:

@@ -220,17 +220,22 @@ def test_the_one_partition_answer_fast_path_reads_what_the_generic_decoder_reads
     assert fast._replace(record_errors=list(fast.record_errors)) == generic
 
 
-@pytest.mark.parametrize("version", VERSIONS)
-def test_an_answer_of_another_shape_is_left_to_the_generic_decoder(version: int) -> None:
-    encoder = ProduceRequestEncoder(version, "c", None, 1, 1000)
-    one = [PartitionProduceResponse(0, 0, 5)]
-    others = [
+def _other_shapes(version: int, one: list[PartitionProduceResponse]) -> list[bytes]:
+    """Answers near the one-partition shape for "topic" that are not it."""
+    return [
         _answer(version, [TopicProduceResponse("other", one)]),  # another topic of the same length
         _answer(version, [TopicProduceResponse("topic", one * 2)]),
         _answer(version, [TopicProduceResponse("topic", one), TopicProduceResponse("more", one)]),
         _answer(version, [TopicProduceResponse("topic", one)])[:-1],
         _answer(version, [TopicProduceResponse("topic", one)]) + b"\x00",
     ]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_an_answer_of_another_shape_is_left_to_the_generic_decoder(version: int) -> None:
+    encoder = ProduceRequestEncoder(version, "c", None, 1, 1000)
+    one = [PartitionProduceResponse(0, 0, 5)]
+    others = _other_shapes(version, one)
     if version >= 8:  # the fields an error may fill
         others.append(_answer(version, [TopicProduceResponse("topic", [
             PartitionProduceResponse(0, 87, error_message="no")])]))
@@ -268,13 +273,7 @@ def test_the_acknowledgement_fast_path_agrees_with_the_generic_decoder(
 def test_an_answer_of_another_shape_is_no_acknowledgement_on_the_fast_path(version: int) -> None:
     encoder = ProduceRequestEncoder(version, "c", None, 1, 1000)
     one = [PartitionProduceResponse(0, 0, 5)]
-    others = [
-        _answer(version, [TopicProduceResponse("other", one)]),  # another topic of the same length
-        _answer(version, [TopicProduceResponse("topic", one * 2)]),
-        _answer(version, [TopicProduceResponse("topic", one), TopicProduceResponse("more", one)]),
-        _answer(version, [TopicProduceResponse("topic", one)])[:-1],
-        _answer(version, [TopicProduceResponse("topic", one)]) + b"\x00",
-    ]
+    others = _other_shapes(version, one)
     if version >= 8:  # fields an answer may fill, error or not
         others.append(_answer(version, [TopicProduceResponse("topic", [
             PartitionProduceResponse(0, 0, 5, error_message="no")])]))
