@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from ...cluster.controller import ReplicaAssignment, validate_reassignment
 from ...net.apis import ApiKey
 from ...net.build import build, response_class
 from . import RequestContext, handler
@@ -113,10 +114,8 @@ def _single_broker(broker: "BrokerApi", tp: tuple[str, int], target: tuple[int, 
     node = broker.config.node_id
     if target is None:
         return ErrorCode.no_reassignment_in_progress, f"no reassignment of {topic}-{partition} is in progress"
-    if not target or len(set(target)) != len(target) or any(r < 0 for r in target):
-        return ErrorCode.invalid_replica_assignment, f"Invalid replica list in partition reassignment: {list(target)}"
-    if set(target) != {node}:
-        return (ErrorCode.invalid_replica_assignment,
-                f"Replica assignment has brokers that are not alive. Replica list: {[r for r in target if r != node]}, "
-                f"live broker list: [{node}]")
+    # the controller's checks, for a cluster of one: this broker is the only live one
+    why = validate_reassignment(target, ReplicaAssignment((node,)), {node})
+    if why is not None:
+        return ErrorCode.invalid_replica_assignment, why
     return ErrorCode.none, None
