@@ -480,6 +480,7 @@ def cut_off_leader(zookeeper: zk_cluster.ZooKeeper, chroot: str, base_dir: Path,
         for broker_id in (2, 3):
             brokers[broker_id] = zk_cluster.BrokerProcess(broker_id, base_dir / f"broker-{broker_id}",
                                                           zookeeper.connect + chroot, overrides=overrides).start()
+        zk_cluster.wait_for_membership(list(brokers.values()))  # else CreateTopics may not know broker 3 yet
         cluster = FaultCluster(brokers, zk, chroot)
         from confluent_kafka.admin import AdminClient, NewTopic
 
