@@ -20,6 +20,10 @@ from hypothesis import strategies as st
 
 from pulllog.client.partitioner import StickyPartitioner
 from pulllog.client.producer import Producer, ProducerClosedError
+from kio.schema.errors import ErrorCode
+
+from pulllog.client.errors import KafkaError
+from pulllog.client.transactions import AbortableTransactionError, Outcome, TransactionStateError
 from pulllog.records.encoding import SendPath
 from pulllog.testing import BrokerThread
 
@@ -233,3 +237,53 @@ async def test_a_record_without_partition_follows_the_sticky_partitioner_after_i
         future = await producer.send("sticky", b"next")
         await producer.flush()
     assert future.result().partition == expected
+
+
+@needs_c
+async def test_a_transactional_producer_takes_the_c_send_path_only_while_the_transaction_lets_it(
+        pulllog_broker: BrokerThread, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inside a transaction the C path appends to the partition the transaction passed last;
+    every end of that (commit, a new partition starting, a send outside a transaction) goes
+    back to the Python send(), which checks the transaction and adds the partition again."""
+    calls = counting_send(monkeypatch)
+    create_topic(pulllog_broker, "txn-fast", 2)
+    async with Producer(pulllog_broker.bootstrap_servers, transactional_id="txn-fast", batch_size=4_096,
+                        linger_ms=600_000) as producer:  # batches close when full or flushed only
+        assert isinstance(producer.send, SendPath)
+        await producer.init_transactions()
+        first: list[Any] = []
+        for _ in range(3):  # each transaction re-adds partition 0 (the path armed for it last)
+            producer.begin_transaction()
+            first.append(await producer.send("txn-fast", b"x" * 100, partition=0))
+            await producer.flush()  # partition 0 is no longer starting: the transaction lets its sends through
+            before = calls[0]
+            first += [await producer.send("txn-fast", b"x" * 100, partition=0) for _ in range(1_999)]
+            assert calls[0] - before < 2_000 // 10, "the C path took most records of the open batches"
+            await producer.commit_transaction()
+            with pytest.raises(TransactionStateError):  # no transaction: the Python send() refuses
+                await producer.send("txn-fast", b"late", partition=0)
+        producer.begin_transaction()  # an abort with a batch open: its records fail, and so does a send after it
+        await producer.send("txn-fast", b"x", partition=0)
+        await producer.flush()
+        aborted = [await producer.send("txn-fast", b"x" * 100, partition=0) for _ in range(10)]
+        await producer.abort_transaction()
+        with pytest.raises(TransactionStateError):
+            await producer.send("txn-fast", b"late", partition=0)
+        producer.begin_transaction()  # an abortable error (the sender's, here told directly) with a batch open
+        await producer.send("txn-fast", b"x", partition=0)
+        await producer.flush()
+        await producer.send("txn-fast", b"x", partition=0)  # opens a batch: the C path is armed for it
+        txn = producer._txn
+        assert txn is not None
+        txn.fail(Outcome.ABORTABLE, KafkaError(ErrorCode.request_timed_out, "a Produce timed out"))
+        with pytest.raises(AbortableTransactionError):  # at once, not in the record's future
+            await producer.send("txn-fast", b"late", partition=0)
+        await producer.abort_transaction()
+        producer.begin_transaction()
+        mixed = [await producer.send("txn-fast", b"y" * 100, partition=i % 2) for i in range(200)]
+        mixed += [await producer.send("txn-fast", b"z" * 100, partition=0) for _ in range(500)]
+        await producer.commit_transaction()
+    assert all(f.done() and f.exception() is None for f in first + mixed)
+    assert all(f.done() and f.exception() is not None for f in aborted)
+    offsets = [f.result().offset for f in first]
+    assert offsets == sorted(offsets) and len(set(offsets)) == 6_000

@@ -342,16 +342,20 @@ class Producer:
     def _install_send_path(self) -> None:
         """send()'s common case in C: ``self.send`` becomes a ``SendPath`` that appends a record
         to the partition it was armed for (by the Python ``send()`` that appended there last)
-        and calls the Python ``send()`` for everything else. Not for a transactional
-        producer (its sends are checked against the transaction), nor for a subclass that
-        overrides ``send``; ``use_send_path = False`` on the class keeps the Python path."""
+        and calls the Python ``send()`` for everything else. Not for a subclass that
+        overrides ``send``; ``use_send_path = False`` on the class keeps the Python path.
+        A transactional producer's Python ``send()`` arms it only for the partition the
+        transaction lets through unchecked (``TransactionManager.fast_topic``), and the
+        manager disarms it whenever that ends (a state change, a new partition starting)."""
         acc = self._acc
-        if (SendPath is None or not self.use_send_path or self._txn is not None or acc is None
+        if (SendPath is None or not self.use_send_path or acc is None
                 or type(self).send is not Producer.send):
             return
         self._fast = SendPath(Producer.send.__get__(self, type(self)), acc.pool, acc.close, PartitionQueue,
                               ProducerBatch, acc.batch_size, acc.room, self._max_record_size, _PLAIN_RECORD_SIZE)
         self.send = self._fast  # type: ignore[method-assign]
+        if self._txn is not None:
+            self._txn.fast_path_lost = self._disarm
 
     def _disarm(self) -> None:
         """Stop the C send path appending until the Python send() arms it again: called whenever

@@ -91,7 +91,7 @@ Errors, by the Java client's rules (``outcome(api, code)``):
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -296,6 +296,10 @@ class TransactionManager(IdempotenceManager):
         # coroutine cost about 0.3 us of the 1.4-1.7 us a send() took (README, bench_txn).
         self.fast_topic: str | None = None
         self.fast_partition = -1
+        # Called whenever fast_topic goes back to None: the producer stops its C send path
+        # (records.encoding.SendPath), which appends to the partition it was armed for with no
+        # check of the transaction, so it may run only while that partition passes them.
+        self.fast_path_lost: Callable[[], None] = _nothing
 
     # ------------------------------------------------------------ states
 
@@ -305,6 +309,7 @@ class TransactionManager(IdempotenceManager):
         self.state = target
         if target is not S.IN_TRANSACTION:
             self._passed_topic = self.fast_topic = None
+            self.fast_path_lost()
         if error is not None:
             self.last_error = error
         elif target in (S.INITIALIZING, S.READY, S.IN_TRANSACTION):
@@ -386,6 +391,7 @@ class TransactionManager(IdempotenceManager):
     def _update_fast_path(self) -> None:
         if self.starting_partitions:
             self.fast_topic = None
+            self.fast_path_lost()
         else:
             self.fast_topic, self.fast_partition = self._passed_topic, self._passed_partition
 
@@ -446,6 +452,7 @@ class TransactionManager(IdempotenceManager):
         self.transaction_started = False
         self.starting_partitions.clear()
         self._passed_topic = self.fast_topic = None
+        self.fast_path_lost()
 
     # ------------------------------------------------------------ InitProducerId
 
@@ -492,6 +499,10 @@ class TransactionManager(IdempotenceManager):
 
     def out_of_order_retriable(self, earlier_unacknowledged: bool) -> bool:
         return earlier_unacknowledged
+
+
+def _nothing() -> None:
+    """fast_path_lost of a manager no producer listens to."""
 
 
 def _again(error: KafkaError) -> KafkaError:
