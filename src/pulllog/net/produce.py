@@ -69,6 +69,7 @@ fields (current leader, node endpoints belong to v10+).
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Sequence
 from typing import Any, Final, NamedTuple
@@ -77,6 +78,7 @@ from ..records.varint import VarintError, encode_uvarint, read_uvarint
 from .guard import MalformedError, skip_tag_buffer
 
 __all__ = [
+    "IMPLEMENTATION",
     "PRODUCE_MAX_VERSION",
     "PRODUCE_MIN_VERSION",
     "PartitionProduceData",
@@ -90,6 +92,7 @@ __all__ = [
     "encode_produce_frame",
     "encode_produce_request",
     "encode_produce_response",
+    "py_encode_produce_response",
 ]
 
 PRODUCE_MIN_VERSION: Final = 3
@@ -139,10 +142,11 @@ def _count(n: int, flexible: bool) -> bytes:
     return encode_uvarint(n + 1) if flexible else _INT32.pack(n)
 
 
-def encode_produce_response(
+def py_encode_produce_response(
     correlation_id: int, version: int, topics: Sequence[TopicProduceResponse], throttle_time_ms: int = 0
 ) -> bytes:
-    """The whole response frame, size prefix included."""
+    """The whole response frame, size prefix included (``encode_produce_response``: in C
+    when the extension is built, for answers without record errors or error messages)."""
     if not PRODUCE_MIN_VERSION <= version <= PRODUCE_MAX_VERSION:
         raise ValueError(f"Produce v{version} is not encodable (v{PRODUCE_MIN_VERSION}-v{PRODUCE_MAX_VERSION})")
     flexible = version >= 9
@@ -458,6 +462,34 @@ def decode_produce_request(frame: bytes, position: int, version: int) -> Produce
             "client and broker disagree about the schema"
         )
     return _new(ProduceRequestData, (transactional_id, acks, timeout_ms, topic_data))
+
+
+# ---------------------------------------------------------------------------- the C accelerator
+
+
+def _c_module() -> Any:
+    """``pulllog.net._cproduce`` (``_cproduce.c``) if built and not switched off by
+    ``PULLLOG_NO_EXTENSIONS=1``, else None: then the Python code here does everything."""
+    if os.environ.get("PULLLOG_NO_EXTENSIONS", "") not in ("", "0"):
+        return None
+    try:
+        from . import _cproduce
+    except ImportError:  # not built (no C compiler when installed)
+        return None
+    return _cproduce
+
+
+_C: Final = _c_module()
+IMPLEMENTATION: Final = "python" if _C is None else "c"
+"""Which code encodes the broker's Produce answers and decodes its requests: "c" or "python"."""
+
+if _C is None:
+    encode_produce_response = py_encode_produce_response
+else:
+    # The C encoder writes answers without record errors or error messages and hands every
+    # other call (and every error) to py_encode_produce_response; the tests check both agree.
+    _C.bind_encoder(TopicProduceResponse, PartitionProduceResponse, py_encode_produce_response)
+    encode_produce_response = _C.encode_response
 
 
 # ---------------------------------------------------------------------------- decoding (client)

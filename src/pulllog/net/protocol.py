@@ -67,9 +67,13 @@ from .errors import (
     api_name,
 )
 from .guard import MalformedError, body_skipper, skip_tag_buffer
+from .produce import IMPLEMENTATION as PRODUCE_IMPLEMENTATION
 from .produce import (
     PRODUCE_MAX_VERSION,
     PRODUCE_MIN_VERSION,
+    PartitionProduceData,
+    ProduceRequestData,
+    TopicProduceData,
     decode_produce_request,
     encode_produce_request,
 )
@@ -162,6 +166,16 @@ class Request(NamedTuple):
 
 
 _new_request = tuple.__new__
+
+# A Produce request in the common shape is decoded in C when the extension is built
+# (pulllog/net/_cproduce.c): the same Request it would be here, or None, and then the Python
+# code below decodes it (or refuses it with its own error).
+_c_decode_produce: Callable[[bytes, int, int], Request | None] | None = None
+if PRODUCE_IMPLEMENTATION == "c":
+    from ._cproduce import bind_decoder, decode_request  # type: ignore[import-untyped]
+
+    bind_decoder(Request, ProduceRequestData, TopicProduceData, PartitionProduceData)
+    _c_decode_produce = decode_request
 
 
 def request_header_version(api_key: int, api_version: int) -> int:
@@ -273,11 +287,15 @@ class RequestDecoder:
     not per request). A version's codec is built the first time a request of it arrives.
     """
 
-    __slots__ = ("_codecs", "supported")
+    __slots__ = ("_codecs", "_produce_max", "_produce_min", "supported")
 
     def __init__(self, supported: SupportedApis) -> None:
         self.supported: dict[int, tuple[int, int]] = dict(supported)
         self._codecs: dict[tuple[int, int], _RequestCodec] = {}
+        # the Produce versions the C decoder may take (none when Produce is not served)
+        produce = self.supported.get(_PRODUCE, (1, 0))
+        self._produce_min = max(produce[0], PRODUCE_MIN_VERSION)
+        self._produce_max = min(produce[1], PRODUCE_MAX_VERSION)
         for api_key, (min_version, max_version) in self.supported.items():
             if not 0 <= min_version <= max_version:
                 raise ValueError(
@@ -306,6 +324,10 @@ class RequestDecoder:
         Raises :class:`UnknownApiKeyError`, :class:`UnsupportedVersionError` or
         :class:`InvalidRequestError`; never anything else.
         """
+        if _c_decode_produce is not None and type(frame) is bytes:
+            request = _c_decode_produce(frame, self._produce_min, self._produce_max)
+            if request is not None:
+                return request
         if type(frame) is not bytes:  # kio's reader takes read-only buffers only
             frame = bytes(frame)
         if len(frame) < 8:

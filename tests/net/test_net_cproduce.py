@@ -1,0 +1,237 @@
+"""The C Produce codec (pulllog.net._cproduce) against the pure-Python one: the broker's
+request decoder gives the same Request (same values, same named-tuple types) or leaves the
+frame to the Python decoder, and the answer encoder writes the same bytes or hands the call
+to the Python encoder, which raises the same errors.
+
+As for the records extension, the C code is optional for a user but not for a test run:
+where it was not built, ``test_the_c_produce_codec_is_built`` fails. With
+PULLLOG_NO_EXTENSIONS=1 the broker uses the Python code alone (the comparisons still call the
+C functions directly where they are built).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import struct
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pulllog.net import produce, protocol
+from pulllog.net.errors import RequestError
+from pulllog.net.produce import (
+    PartitionProduceResponse,
+    TopicProduceResponse,
+    encode_produce_frame,
+    encode_produce_response,
+    py_encode_produce_response,
+)
+from pulllog.net.protocol import RequestDecoder
+from pulllog.records.batch import build_batch
+
+NO_EXTENSIONS = os.environ.get("PULLLOG_NO_EXTENSIONS", "") not in ("", "0")
+
+try:
+    from pulllog.net import _cproduce
+except ImportError:
+    _cproduce = None  # type: ignore[assignment]
+else:
+    if NO_EXTENSIONS:  # built but unused: bound here for the comparisons
+        _cproduce.bind_decoder(protocol.Request, produce.ProduceRequestData, produce.TopicProduceData,
+                               produce.PartitionProduceData)
+        _cproduce.bind_encoder(TopicProduceResponse, PartitionProduceResponse, py_encode_produce_response)
+
+needs_c = pytest.mark.skipif(_cproduce is None, reason="the C codec is not built (test_the_c_produce_codec_is_built says so)")
+
+VERSIONS = range(3, 10)
+RECORDS = build_batch([(None, b"v" * 200)] * 3)
+DECODER = RequestDecoder({0: (3, 9)})
+
+
+def test_the_c_produce_codec_is_built() -> None:
+    if NO_EXTENSIONS:
+        assert produce.IMPLEMENTATION == "python"
+        assert protocol._c_decode_produce is None
+        assert encode_produce_response is py_encode_produce_response
+    else:
+        assert _cproduce is not None, "run `python setup.py build_ext --inplace` (or PULLLOG_NO_EXTENSIONS=1)"
+        assert produce.IMPLEMENTATION == "c"
+        assert protocol._c_decode_produce is _cproduce.decode_request
+        assert encode_produce_response is _cproduce.encode_response
+
+
+def python_decode(frame: bytes) -> Any:
+    """What the broker's decoder gives without the C code: the Request, or the error it raises."""
+    saved, protocol._c_decode_produce = protocol._c_decode_produce, None
+    try:
+        return DECODER.decode(frame)
+    except RequestError as error:
+        return error
+    finally:
+        protocol._c_decode_produce = saved
+
+
+def assert_same_request(c: Any, py: Any) -> None:
+    assert c == py
+    assert type(c) is type(py) and type(c.body) is type(py.body)
+    assert type(c.body.topic_data) is list
+    for c_topic, py_topic in zip(c.body.topic_data, py.body.topic_data, strict=True):
+        assert type(c_topic) is type(py_topic) and type(c_topic.partition_data) is list
+        for c_partition, py_partition in zip(c_topic.partition_data, py_topic.partition_data, strict=True):
+            assert type(c_partition) is type(py_partition)
+            assert type(c_partition.records) is type(py_partition.records)
+
+
+def check(frame: bytes, low: int = 3, high: int = 9) -> Any:
+    """The C decoder gives the Python decoder's Request, or None where Python refuses the frame."""
+    py = python_decode(frame)
+    c = _cproduce.decode_request(frame, low, high)
+    if isinstance(py, RequestError):
+        assert c is None, f"C decoded a frame the Python decoder refuses ({py}): {c}"
+    elif c is not None:
+        assert_same_request(c, py)
+    return c
+
+
+SHAPES = [
+    [("bench", [(0, RECORDS)])],
+    [("a", [(0, RECORDS), (1, None), (2, b"")]), ("b\u00e9", [])],
+    [],
+    [("t" * 300, [(7, RECORDS * 60)])],  # a long name, and records with a 3-byte compact length
+]
+
+
+@needs_c
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("client_id", [None, "", "pulllog-producer", "cl\u00efent"])
+@pytest.mark.parametrize("transactional_id", [None, "tx-1"])
+@pytest.mark.parametrize("shape", range(len(SHAPES)))
+def test_a_request_decodes_to_the_python_decoders_request(
+        version: int, client_id: str | None, transactional_id: str | None, shape: int) -> None:
+    frame = encode_produce_frame(version, 123456, client_id, transactional_id, -1, 30_000, SHAPES[shape])[4:]
+    assert check(frame) is not None  # the C decoder takes every request of the usual shape
+
+
+@needs_c
+def test_the_same_names_twice_decode_to_equal_requests() -> None:
+    # (the decoder reuses the previous request's str for a name it sees again)
+    frame = encode_produce_frame(9, 1, "client", None, 1, 30_000, SHAPES[0])[4:]
+    other = encode_produce_frame(9, 2, "client2", None, 1, 30_000, [("bench2", [(0, RECORDS)])])[4:]
+    for f in (frame, frame, other, frame):
+        assert check(f) is not None
+
+
+@needs_c
+@pytest.mark.parametrize("version", VERSIONS)
+def test_versions_not_served_and_other_apis_are_left_to_python(version: int) -> None:
+    frame = encode_produce_frame(version, 1, "c", None, 1, 30_000, SHAPES[0])[4:]
+    assert _cproduce.decode_request(frame, version + 1, 9) is None
+    assert _cproduce.decode_request(frame, 3, version - 1) is None
+    assert _cproduce.decode_request(b"\x00\x03" + frame[2:], 0, 12) is None  # Metadata's key
+    assert _cproduce.decode_request(bytearray(frame), 3, 9) is None  # bytes only
+
+
+@needs_c
+def test_non_empty_tag_buffers_are_left_to_python() -> None:
+    frame = encode_produce_frame(9, 1, "c", None, 1, 30_000, SHAPES[0])[4:]
+    header_end = 10 + 1  # api key, version, correlation id, client id "c"
+    assert frame[header_end] == 0
+    tagged = frame[:header_end] + b"\x01\x05\x02ab" + frame[header_end + 1:]  # one tagged field, 2 bytes
+    assert _cproduce.decode_request(tagged, 3, 9) is None
+    request = python_decode(tagged)
+    assert not isinstance(request, RequestError)
+    assert request == python_decode(frame)
+
+
+@needs_c
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_truncated_request_is_left_to_python(version: int) -> None:
+    frame = encode_produce_frame(version, 1, "c", "tx", 1, 30_000, SHAPES[1])[4:]
+    for end in range(len(frame)):
+        assert check(frame[:end]) is None
+    assert check(frame + b"\x00") is None  # a byte left over
+
+
+@needs_c
+@settings(max_examples=400, deadline=None)
+@given(version=st.sampled_from(VERSIONS), shape=st.sampled_from(range(len(SHAPES) - 1)),
+       seed=st.integers(0, 2**32 - 1), flips=st.integers(1, 4))
+def test_mutated_requests_decode_as_python_decodes_them(version: int, shape: int, seed: int, flips: int) -> None:
+    frame = bytearray(encode_produce_frame(version, 1, "client", None, 1, 30_000, SHAPES[shape])[4:])
+    rng = random.Random(seed)
+    for _ in range(flips):
+        frame[rng.randrange(len(frame))] = rng.choice((0x00, 0x01, 0x7F, 0x80, 0xFF, rng.randrange(256)))
+    check(bytes(frame), 0, 12)
+
+
+@needs_c
+def test_bad_utf8_in_a_name_is_left_to_python() -> None:
+    frame = encode_produce_frame(9, 1, "client", None, 1, 30_000, [("ab", [(0, RECORDS)])])[4:]
+    at = frame.index(b"ab")
+    bad = frame[:at] + b"\xff\xfe" + frame[at + 2:]
+    assert check(bad) is None
+    assert isinstance(python_decode(bad), RequestError)
+
+
+# ---------------------------------------------------------------------------- answers
+
+ANSWERS = [
+    [TopicProduceResponse("t", [PartitionProduceResponse(0, 0, 99, -1, 0)])],
+    [TopicProduceResponse("t\u00e9", [PartitionProduceResponse(3, 6, -1, 12, 4),
+                                      PartitionProduceResponse(1, 0, 2**62, 1_700_000_000_000, 2**40)]),
+     TopicProduceResponse("u", [])],
+    [],
+    # record errors and messages: the Python encoder's share
+    [TopicProduceResponse("t", [PartitionProduceResponse(0, 87, -1, -1, -1, [(0, "bad"), (2, None)], "why"),
+                                PartitionProduceResponse(1, 0, 5)])],
+    [TopicProduceResponse("t", [PartitionProduceResponse(0, 2, -1, -1, -1, (), "message only")])],
+    [TopicProduceResponse("t", (PartitionProduceResponse(0, 0, 1),))],  # a tuple of partitions
+    (TopicProduceResponse("t" * 200, [PartitionProduceResponse(-(2**31), -(2**15), -(2**63), 2**63 - 1, 0)]),),
+]
+
+
+@needs_c
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("answer", range(len(ANSWERS)))
+@pytest.mark.parametrize("throttle", [None, 0, 1234])
+def test_an_answer_encodes_to_the_python_encoders_bytes(version: int, answer: int, throttle: int | None) -> None:
+    args: tuple[Any, ...] = (-7, version, ANSWERS[answer]) + (() if throttle is None else (throttle,))
+    assert _cproduce.encode_response(*args) == py_encode_produce_response(*args)
+
+
+@needs_c
+@pytest.mark.parametrize("bad", [
+    (1, 10, []),  # a version outside 3-9: ValueError
+    (1, 2, []),
+    (2**31, 9, []),  # a correlation id out of int32: struct.error
+    (1, 9, [TopicProduceResponse("t", [PartitionProduceResponse(2**31, 0, 0)])]),
+    (1, 9, [TopicProduceResponse("t", [PartitionProduceResponse(0, 2**15, 0)])]),
+    (1, 9, [TopicProduceResponse("t", [PartitionProduceResponse(0, 0, 2**63)])]),
+    (1, 9, [TopicProduceResponse("t", [PartitionProduceResponse(0, 0, 0, 0, "x")])]),
+    (1, 9, [TopicProduceResponse("\ud800", [])]),  # no UTF-8: UnicodeEncodeError
+    (1, 9, [], 2**31),
+])
+def test_an_answer_python_refuses_is_refused_the_same_way(bad: tuple[Any, ...]) -> None:
+    with pytest.raises(Exception) as python_error:
+        py_encode_produce_response(*bad)
+    with pytest.raises(type(python_error.value)) as c_error:
+        _cproduce.encode_response(*bad)
+    assert str(c_error.value) == str(python_error.value)
+
+
+@needs_c
+def test_values_of_int_subclasses_encode_as_python_encodes_them() -> None:
+    answer = [TopicProduceResponse("t", [PartitionProduceResponse(True, False, 5)])]
+    assert _cproduce.encode_response(1, 9, answer) == py_encode_produce_response(1, 9, answer)
+
+
+@needs_c
+def test_a_large_answer_grows_the_buffer() -> None:
+    answer = [TopicProduceResponse(f"topic-{t}", [PartitionProduceResponse(p, 0, p * 10) for p in range(50)])
+              for t in range(40)]
+    frame = _cproduce.encode_response(3, 9, answer)
+    assert frame == py_encode_produce_response(3, 9, answer)
+    assert struct.unpack_from(">i", frame)[0] == len(frame) - 4
