@@ -362,6 +362,42 @@ def test_topic_compression_producer_keeps_the_batch_as_sent(tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize("leader_epoch", [-1, 7])
+@pytest.mark.parametrize("timestamp_type", ["CreateTime", "LogAppendTime"])
+def test_the_headers_an_append_hands_on_are_the_ones_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, leader_epoch: int, timestamp_type: str) -> None:
+    """The append patches each batch's offset (and leader epoch, and with LogAppendTime its
+    timestamp and CRC) and hands the headers to the segment and the producer state without
+    parsing the written bytes again: they must be exactly what reading those bytes gives."""
+    from pulllog.log.segment import LogSegment
+    from pulllog.records.batch import read_header
+
+    handed: list[tuple[int, object]] = []
+    real_append = LogSegment.append
+
+    def recording_append(segment: LogSegment, data: object, batches: list[tuple[int, object]]) -> None:
+        start = segment.size
+        handed.extend((start + pos, header) for pos, header in batches)
+        real_append(segment, data, batches)
+
+    monkeypatch.setattr(LogSegment, "append", recording_append)
+    log = Log.open(tmp_path / "t-0", cfg(**{"message.timestamp.type": timestamp_type}))
+    if leader_epoch >= 0:
+        log.become_leader(leader_epoch)
+    small = build_batch([(b"k", b"v" * 100, 1_000)], producer_id=9, producer_epoch=2, base_sequence=0)
+    large = build_batch([(b"k", b"v" * 5_000, 2_000)], producer_id=9, producer_epoch=2, base_sequence=1)
+    pair = build_batch([(None, b"a", 3_000)] * 3, producer_id=9, producer_epoch=2, base_sequence=2) + \
+        build_batch([(None, b"b", 3_001)] * 2, producer_id=9, producer_epoch=2, base_sequence=5)
+    copied = bytearray(build_batch([(b"k", b"w" * 100, 4_000)], producer_id=9, producer_epoch=2, base_sequence=7))
+    for data in (small, large, pair, copied):  # bytes (small, large: written as pieces; two batches) and a bytearray
+        log.append(data)
+    written = (tmp_path / "t-0" / "00000000000000000000.log").read_bytes()
+    assert len(handed) == 5
+    for position, header in handed:
+        assert header == read_header(written, position)
+    assert [h.base_offset for _, h in handed] == [0, 1, 2, 5, 7]
+
+
+@pytest.mark.parametrize("leader_epoch", [-1, 7])
 def test_a_single_batch_written_without_a_copy_is_the_same_bytes_as_one_patched_in_a_copy(
         tmp_path: Path, leader_epoch: int) -> None:
     """A request's one batch as bytes goes out as its patched first 16 bytes plus a view of

@@ -82,6 +82,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("pulllog.broker")
 
 _ids = itertools.count(1)
+_new_tuple = tuple.__new__  # a named tuple (RequestContext) from its fields, without its Python __new__
 _HOLD_MAX = 64
 _CLOSE = object()  # Connection._storage_failed: no answer can carry the error; close the connection
 
@@ -277,7 +278,7 @@ class Connection(asyncio.Protocol):
             await self._write(b"")
         if broker.faults:  # a test injected faults (broker/faults.py): one truth test when none is set
             handler = await broker.faults.intercept(handler, request)
-        ctx = RequestContext(request, self.peer[0], self.peer[1], self.id)
+        ctx = _new_tuple(RequestContext, (request, *self.peer, self.id))
         try:
             response: Any = handler.fn(broker, ctx)
             if handler.waits:
@@ -377,7 +378,7 @@ class Connection(asyncio.Protocol):
                 request = broker.decoder.decode(frame)
             except RequestError:
                 break  # the task refuses it, in order, as it refuses any other
-            ctx = RequestContext(request, self.peer[0], self.peer[1], self.id)
+            ctx = _new_tuple(RequestContext, (request, *self.peer, self.id))
             try:
                 response: Any = handler.fn(broker, ctx)
                 if type(response) is Deferred:

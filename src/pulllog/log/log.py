@@ -156,6 +156,13 @@ _WRITEV_FROM = 4096
 """A smaller batch is copied to be patched: the copy costs less than the pieces' Python."""  # a named tuple from its fields in order, without its Python __new__
 
 
+def _patched(header: BatchHeader, base_offset: int, epoch: int) -> BatchHeader:
+    """``header`` as ``read_header`` reads it back once its batch got ``base_offset`` and, if
+    ``epoch`` >= 0, that partitionLeaderEpoch: the first three fields replaced, the rest as
+    validated (an append's batch is parsed once, not again after patching)."""
+    return _new_tuple(BatchHeader, (base_offset, header[1], epoch if epoch >= 0 else header[2], *header[3:]))
+
+
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -712,7 +719,7 @@ class Log:
             data, batches = _recompress(data, batches, Compression.parse(target))
         now = self.clock()
         log_append_time = config.log_append_time
-        first_offset = next_offset = self.log_end_offset
+        first_offset = next_offset = self._view[0][-1].next_offset  # the log end offset
         records = 0
         max_timestamp = -1
         epoch = self.leader_epoch
@@ -726,7 +733,7 @@ class Log:
             header = batches[0][1]
             head = _BASE_LENGTH_EPOCH.pack(next_offset, header.batch_length,
                                            epoch if epoch >= 0 else header.partition_leader_epoch)
-            header = read_header(head + data[_PATCHED_BYTES:BATCH_HEADER_SIZE])
+            header = _patched(header, next_offset, epoch)
             patched.append((0, header))
             next_offset = header.base_offset + header.last_offset_delta + 1
             records = header.records_count
@@ -739,9 +746,11 @@ class Log:
                 set_base_offset(buf, pos, next_offset)
                 if epoch >= 0:
                     set_partition_leader_epoch(buf, pos, epoch)
-                if log_append_time:
+                if log_append_time:  # (attributes, maxTimestamp and the CRC change: read them back)
                     set_log_append_time(buf, pos, now)
-                header = read_header(buf, pos)
+                    header = read_header(buf, pos)
+                else:
+                    header = _patched(header, next_offset, epoch)
                 patched.append((pos, header))
                 next_offset = header.base_offset + header.last_offset_delta + 1
                 records += header.records_count
