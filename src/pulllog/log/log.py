@@ -111,7 +111,6 @@ from ..records.compression import Compression
 from .producer_state import SNAPSHOT_SUFFIX, BatchMetadata, MarkerReader, ProducerSnapshotView, ProducerStateManager
 from ..records.control import ControlRecord, build_control_batch, read_control_record
 from ..records.batch import (
-    BATCH_HEADER_SIZE,
     CONTROL_MASK,
     LOG_OVERHEAD,
     BatchHeader,
