@@ -155,6 +155,25 @@ _WRITEV_FROM = 4096
 """A smaller batch is copied to be patched: the copy costs less than the pieces' Python."""  # a named tuple from its fields in order, without its Python __new__
 
 
+def _c_validate() -> Callable[[bytes | bytearray | memoryview, int], list[tuple[int, BatchHeader]] | None] | None:
+    """``pulllog.log._clog.validate`` (``_clog.c``: the batch checks of ``Log.validate`` in C,
+    None where one fails and the Python code then says why) if built and not switched off by
+    ``PULLLOG_NO_EXTENSIONS=1``; else None."""
+    if os.environ.get("PULLLOG_NO_EXTENSIONS", "") not in ("", "0"):
+        return None
+    try:
+        from . import _clog  # type: ignore[attr-defined]
+    except ImportError:  # not built (no C compiler when installed)
+        return None
+    from ..records.crc import crc32c
+
+    _clog.bind(BatchHeader, crc32c)
+    return _clog.validate  # type: ignore[no-any-return]
+
+
+_C_VALIDATE = _c_validate()
+
+
 def _patched(header: BatchHeader, base_offset: int, epoch: int) -> BatchHeader:
     """``header`` as ``read_header`` reads it back once its batch got ``base_offset`` and, if
     ``epoch`` >= 0, that partitionLeaderEpoch: the first three fields replaced, the rest as
@@ -648,13 +667,19 @@ class Log:
     def validate(self, data: bytes | bytearray | memoryview) -> list[tuple[int, BatchHeader]]:
         """Check every batch (magic, bounds, CRC, size limit, keys for compacted topics)
         before anything is written. Raises InvalidRecordError subclasses."""
+        config = self.config
+        max_bytes = config.max_message_bytes
+        if _C_VALIDATE is not None:
+            checked = _C_VALIDATE(data, max_bytes)  # the same checks in C, None if one fails
+            if checked is not None:
+                if config.compact:
+                    self._check_keys(data, checked)
+                return checked
         batches: list[tuple[int, BatchHeader]] = []
         pos = 0
         end = len(data)
         if end == 0:
             raise InvalidRecordError("the request holds no record batch")
-        config = self.config
-        max_bytes = config.max_message_bytes
         while pos < end:
             header = validate_batch(data, pos)
             size = LOG_OVERHEAD + header.batch_length
