@@ -238,7 +238,7 @@ class LogSegment:
         ``batches`` gives each batch's position within ``data`` and its header.
         """
         start = self.size
-        f = self.file
+        f = self._log_file.get()  # (self.file, without the property's call: per request)
         if type(data) is tuple:
             length = sum(map(len, data))
             written = os.writev(f.fileno(), data)

@@ -82,9 +82,11 @@ def handle(broker: "BrokerApi", ctx: RequestContext) -> list[TopicProduceRespons
                                  f"{name} is an internal topic: clients cannot produce to it")
                 for p in topic_data.partition_data]))
             continue
-        responses.append(TopicProduceResponse(name, [append_partition(broker, name, p.index, p.records, flushes,
-                                                                      body.transactional_id, acks, acks_all)
-                                                     for p in topic_data.partition_data]))
+        partitions = []  # (a loop, not a comprehension, and the tuple without its Python __new__: per request)
+        for p in topic_data.partition_data:
+            partitions.append(append_partition(broker, name, p.index, p.records, flushes, body.transactional_id,
+                                               acks, acks_all))
+        responses.append(_new_tuple(TopicProduceResponse, (name, partitions)))
     if acks_all:
         assert replicas is not None
         op = replicas.wait_for_acks(body.timeout_ms, acks_all)
