@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import random
 import struct
+import tracemalloc
 from typing import Any
 
 import pytest
@@ -31,6 +32,7 @@ from pulllog.net.produce import (
 )
 from pulllog.net.protocol import RequestDecoder
 from pulllog.records.batch import build_batch
+from pulllog.records.varint import encode_uvarint
 
 NO_EXTENSIONS = os.environ.get("PULLLOG_NO_EXTENSIONS", "") not in ("", "0")
 
@@ -165,6 +167,54 @@ def test_mutated_requests_decode_as_python_decodes_them(version: int, shape: int
     for _ in range(flips):
         frame[rng.randrange(len(frame))] = rng.choice((0x00, 0x01, 0x7F, 0x80, 0xFF, rng.randrange(256)))
     check(bytes(frame), 0, 12)
+
+
+def _topics_frame(version: int, count: int, topics: bytes) -> bytes:
+    """A Produce frame without client id and transactional id declaring ``count`` topics,
+    whose topic data (and, in v9, the body's tags) are ``topics``."""
+    flexible = version >= 9
+    head = struct.pack(">hhih", 0, version, 5, -1) + (b"\x00\x00" if flexible else b"\xff\xff")
+    head += struct.pack(">hi", 1, 30_000)
+    return head + (encode_uvarint(count + 1) if flexible else struct.pack(">i", count)) + topics
+
+
+@needs_c
+@pytest.mark.parametrize("version", [3, 9])
+@pytest.mark.parametrize("array", ["topics", "partitions"])
+def test_a_count_the_bytes_cannot_hold_allocates_nothing(version: int, array: str) -> None:
+    # 60,000 topics (or partitions) in 60,000 bytes: less than the smallest topic (6 bytes, 3
+    # in v9) or partition (8, 6) each, so the frame is broken; it goes to the Python decoder
+    # before the C decoder makes a list of 60,000 slots (8 bytes for each byte of the frame).
+    if array == "topics":
+        frame = _topics_frame(version, 60_000, b"\x00" * 60_000)
+    else:
+        flexible = version >= 9
+        topic = (b"\x02t" + encode_uvarint(60_001)) if flexible else (b"\x00\x01t" + struct.pack(">i", 60_000))
+        frame = _topics_frame(version, 1, topic + b"\x00" * 60_000)
+    assert isinstance(python_decode(frame), RequestError)
+    tracemalloc.start()
+    try:
+        assert _cproduce.decode_request(frame, 3, 9) is None
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 10_000, f"{peak} bytes allocated for a frame the Python decoder refuses"
+
+
+@needs_c
+@pytest.mark.parametrize("version", [3, 8, 9])
+def test_as_many_elements_as_the_bytes_can_hold_decode_in_c(version: int) -> None:
+    flexible = version >= 9
+    tags = b"\x00" if flexible else b""
+    # the smallest topic: an empty name, no partitions, no tags
+    smallest_topic = (b"\x01\x01" if flexible else b"\x00\x00\x00\x00\x00\x00") + tags
+    request = check(_topics_frame(version, 500, smallest_topic * 500 + tags))
+    assert request is not None and len(request.body.topic_data) == 500
+    # the smallest partition: null records, no tags
+    smallest_partition = struct.pack(">i", 3) + (b"\x00" if flexible else b"\xff\xff\xff\xff") + tags
+    topic = (b"\x02t" + encode_uvarint(501)) if flexible else (b"\x00\x01t" + struct.pack(">i", 500))
+    request = check(_topics_frame(version, 1, topic + smallest_partition * 500 + tags + tags))
+    assert request is not None and len(request.body.topic_data[0].partition_data) == 500
 
 
 @needs_c

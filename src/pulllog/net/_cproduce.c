@@ -17,7 +17,8 @@
  *   Python encoder for an answer with record errors or an error message, a value out of its
  *   field's range, or objects not of the expected types.
  * - Never read outside the frame: every length is checked against the bytes that remain
- *   before anything is read or sliced.
+ *   before anything is read or sliced. An array's count is checked against the elements the
+ *   bytes that remain can hold at their smallest before its list is made.
  * - The objects made are the ones the Python code makes: Request, ProduceRequestData,
  *   TopicProduceData and PartitionProduceData named tuples (lists for the arrays, bytes for
  *   the records, str for the names), made as tuple.__new__ makes them. The types are given
@@ -168,14 +169,22 @@ read_length(reader *r, int flexible, int width, int64_t *length)
     return *length >= -1 && *length <= r->end - r->pos;
 }
 
-/* A non-nullable array's count, which the bytes left must be able to hold. */
+/* The smallest encoding of a topic's data (name length, partition count, [v9] tags) and of
+ * a partition's (index, records length, [v9] tags), by flexible (1) or not (0). */
+static const Py_ssize_t smallest_topic[2] = {2 + 4, 1 + 1 + 1};
+static const Py_ssize_t smallest_partition[2] = {4 + 4, 4 + 1 + 1};
+
+/* A non-nullable array's count, which the bytes left must be able to hold at `smallest`
+ * bytes an element: a larger count is a broken frame, left to Python before a list of that
+ * many 8-byte slots is made (checked against the bytes alone, a count could make the lists
+ * 8 times the frame's size; so at most 8/3 times, less than a valid frame's objects). */
 static int
-read_count(reader *r, int flexible, int64_t *count)
+read_count(reader *r, int flexible, Py_ssize_t smallest, int64_t *count)
 {
     if (!read_size(r, flexible, 4, count)) {
         return 0;
     }
-    return *count >= 0 && *count <= r->end - r->pos;
+    return *count >= 0 && *count <= (r->end - r->pos) / smallest;
 }
 
 /* An empty tag buffer (a non-empty one is left to Python). */
@@ -224,7 +233,8 @@ decode_body(reader *r, int flexible)
         r->pos += (Py_ssize_t)length;
     }
     PyObject *topics = NULL;
-    if (!read_int16(r, &acks) || !read_int32(r, &timeout) || !read_count(r, flexible, &count)) {
+    if (!read_int16(r, &acks) || !read_int32(r, &timeout)
+            || !read_count(r, flexible, smallest_topic[flexible], &count)) {
         goto fail;
     }
     topics = PyList_New((Py_ssize_t)count);
@@ -240,7 +250,7 @@ decode_body(reader *r, int flexible)
         if (name == NULL) {
             goto fail;
         }
-        if (!read_count(r, flexible, &partitions)) {
+        if (!read_count(r, flexible, smallest_partition[flexible], &partitions)) {
             Py_DECREF(name);
             goto fail;
         }
