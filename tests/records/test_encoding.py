@@ -224,6 +224,41 @@ def test_the_c_and_python_records_builders_agree() -> None:
         assert (c_builder.records_count, c_builder.max_timestamp) == (py_builder.records_count, py_builder.max_timestamp)
 
 
+@needs_c
+def test_the_c_and_python_builders_seal_the_same_batch() -> None:
+    """seal(): the same bytes from both, a batch that reads back with its CRC checked and the
+    producer fields given (none, an idempotent producer's, the extremes of each field)."""
+    from pulllog.records.batch import RecordBatch
+    from pulllog.records.crc import crc32c
+
+    producers = [(0, -1, -1, -1), (0x10, 4_000_000_000, 3, 17), (0x10, 2**63 - 1, 2**15 - 1, 2**31 - 1),
+                 (0, -(2**63), -(2**15), -(2**31))]
+    for seed in range(200):
+        attributes, producer_id, epoch, sequence = producers[seed % len(producers)]
+        c_builder, _ = _fill(_crecords.RecordsBuilder, random.Random(seed))
+        py_builder, _ = _fill(encoding.PyRecordsBuilder, random.Random(seed))
+        if c_builder.records_count == 0:
+            continue
+        wire = c_builder.seal(attributes, producer_id, epoch, sequence, crc32c)
+        assert wire == py_builder.seal(attributes, producer_id, epoch, sequence, crc32c), f"seed {seed}"
+        batch = RecordBatch.from_bytes(wire)  # checks the CRC
+        header = batch.header
+        assert (header.attributes, header.producer_id, header.producer_epoch, header.base_sequence) == (
+            attributes, producer_id, epoch, sequence)
+        assert (header.records_count, header.base_timestamp, header.max_timestamp) == (
+            c_builder.records_count, BASE_TS, c_builder.max_timestamp)
+        assert (header.base_offset, header.partition_leader_epoch) == (0, -1)
+        assert wire[61:] == bytes(c_builder)
+
+
+@pytest.mark.parametrize("builder_type", _builders(), ids=lambda t: t.__module__.rsplit(".", 1)[-1])
+def test_sealing_an_empty_builder_is_refused(builder_type: type[Any]) -> None:
+    from pulllog.records.crc import crc32c
+
+    with pytest.raises(ValueError):
+        builder_type(BASE_TS).seal(0, -1, -1, -1, crc32c)
+
+
 @pytest.mark.parametrize("builder_type", _builders(), ids=lambda t: t.__module__.rsplit(".", 1)[-1])
 def test_a_records_builder_is_a_bytearray_with_its_counters(builder_type: type[Any]) -> None:
     builder = builder_type(BASE_TS)

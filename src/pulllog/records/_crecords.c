@@ -679,6 +679,8 @@ append_values(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
  *   Python twins cut batches at the same records.
  * - add_values(items, timestamp) -> n or -1: append_values on the builder.
  * - add_encoded(data, n, max_timestamp): n records the caller encoded (the general loop).
+ * - seal(attributes, producer_id, producer_epoch, base_sequence, crc32c) -> bytes: the
+ *   uncompressed batch, header and CRC included, in one allocation.
  * - add(key, value, headers, timestamp, reserved, room) -> make_future(result, delta,
  *   timestamp), or None without room: add_record, then ``reserved`` counted in
  *   self.reserved; the accumulator's whole per-record step in one call (RecordsBuilder's
@@ -718,7 +720,12 @@ builder_grow(RecordsBuilder *self, Py_ssize_t more, char **at)
         return grow((PyObject *)self, more, at);
     }
     if (need + 1 > b->ob_alloc) {
-        Py_ssize_t alloc = b->ob_alloc < 512 ? 1024 : b->ob_alloc * 2;
+        /* The first records get what they need and no more: a batch of one record (a batch-1
+         * producer's every batch) or one message set never grows, and a small block comes
+         * from pymalloc, where 1 KiB was a malloc'd block, fresh pages, for each of the
+         * thousands of such batches a producer may hold unsent. From the next growth on, at
+         * least 1 KiB and doubling. */
+        Py_ssize_t alloc = b->ob_alloc == 0 ? need + 1 : b->ob_alloc < 512 ? 1024 : b->ob_alloc * 2;
         if (alloc < need + 1) {
             alloc = need + 1;
         }
@@ -978,11 +985,100 @@ builder_add_encoded(RecordsBuilder *self, PyObject *const *args, Py_ssize_t narg
     Py_RETURN_NONE;
 }
 
+static void
+put_be(char *p, uint64_t v, int n)
+{
+    for (int i = n - 1; i >= 0; i--) {
+        p[i] = (char)(v & 0xff);
+        v >>= 8;
+    }
+}
+
+PyDoc_STRVAR(builder_seal_doc,
+"seal(attributes, producer_id, producer_epoch, base_sequence, crc32c) -> bytes\n"
+"\n"
+"The uncompressed RecordBatch v2 of the records so far: its 61-byte header (baseOffset 0,\n"
+"partitionLeaderEpoch -1, magic 2, lastOffsetDelta count - 1, the base and max timestamps,\n"
+"the producer fields, the count) and the records, with the CRC-32C that ``crc32c(data)``\n"
+"gives for everything after the crc field, in one bytes object: what ProducerBatch.seal\n"
+"packs and joins in Python (PyRecordsBuilder.seal).");
+
+static PyObject *
+builder_seal(RecordsBuilder *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_Format(PyExc_TypeError, "seal() takes 5 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    int64_t attributes, producer_id, producer_epoch, base_sequence;
+    if (get_int64(args[0], &attributes) < 0 || get_int64(args[1], &producer_id) < 0 ||
+        get_int64(args[2], &producer_epoch) < 0 || get_int64(args[3], &base_sequence) < 0) {
+        return NULL;
+    }
+    if (attributes < INT16_MIN || attributes > INT16_MAX || producer_epoch < INT16_MIN ||
+        producer_epoch > INT16_MAX || base_sequence < INT32_MIN || base_sequence > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "seal(): a header field is out of its range");
+        return NULL;
+    }
+    Py_ssize_t count = self->count;
+    Py_ssize_t size = PyByteArray_GET_SIZE(self);
+    if (count <= 0 || count > INT32_MAX || size > INT32_MAX - 49) {
+        PyErr_SetString(PyExc_ValueError, "seal(): no records, or more than a batch can hold");
+        return NULL;
+    }
+    PyObject *wire = PyBytes_FromStringAndSize(NULL, 61 + size);
+    if (wire == NULL) {
+        return NULL;
+    }
+    char *p = PyBytes_AS_STRING(wire);
+    put_be(p, 0, 8);                                /* baseOffset: the broker's to assign */
+    put_be(p + 8, (uint64_t)(49 + size), 4);        /* batchLength: from partitionLeaderEpoch on */
+    put_be(p + 12, (uint64_t)(int64_t)-1, 4);       /* partitionLeaderEpoch: the broker's to set */
+    p[16] = 2;                                      /* magic */
+    put_be(p + 21, (uint64_t)attributes, 2);
+    put_be(p + 23, (uint64_t)(count - 1), 4);       /* lastOffsetDelta */
+    put_be(p + 27, (uint64_t)self->base_timestamp, 8);
+    put_be(p + 35, (uint64_t)self->max_timestamp, 8);
+    put_be(p + 43, (uint64_t)producer_id, 8);
+    put_be(p + 51, (uint64_t)producer_epoch, 2);
+    put_be(p + 53, (uint64_t)base_sequence, 4);
+    put_be(p + 57, (uint64_t)count, 4);
+    if (size > 0) {
+        memcpy(p + 61, PyByteArray_AS_STRING(self), size);
+    }
+    /* the CRC covers attributes to the end; the bytes object is ours alone until returned */
+    PyObject *view = PyMemoryView_FromMemory(p + 21, 40 + size, PyBUF_READ);
+    if (view == NULL) {
+        Py_DECREF(wire);
+        return NULL;
+    }
+    PyObject *crc = PyObject_CallOneArg(args[4], view);
+    Py_DECREF(view);
+    if (crc == NULL) {
+        Py_DECREF(wire);
+        return NULL;
+    }
+    unsigned long long value = PyLong_AsUnsignedLongLong(crc);
+    Py_DECREF(crc);
+    if (value == (unsigned long long)-1 && PyErr_Occurred()) {
+        Py_DECREF(wire);
+        return NULL;
+    }
+    if (value > 0xffffffffULL) {
+        Py_DECREF(wire);
+        PyErr_SetString(PyExc_ValueError, "seal(): crc32c gave more than 32 bits");
+        return NULL;
+    }
+    put_be(p + 17, (uint64_t)value, 4);
+    return wire;
+}
+
 static PyMethodDef builder_methods[] = {
     {"add", (PyCFunction)(void (*)(void))builder_add, METH_FASTCALL, builder_add_doc},
     {"add_record", (PyCFunction)(void (*)(void))builder_add_record, METH_FASTCALL, builder_add_record_doc},
     {"add_values", (PyCFunction)(void (*)(void))builder_add_values, METH_FASTCALL, builder_add_values_doc},
     {"add_encoded", (PyCFunction)(void (*)(void))builder_add_encoded, METH_FASTCALL, builder_add_encoded_doc},
+    {"seal", (PyCFunction)(void (*)(void))builder_seal, METH_FASTCALL, builder_seal_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -31,7 +31,12 @@ This module is the one place that chooses the implementation:
     ``reserved`` added to ``self.reserved`` and ``make_future(result, offset delta, timestamp)``
     returned, or None (nothing appended) without room: the producer's whole per-record step,
     ``result`` and ``make_future`` being the optional constructor arguments after
-    ``base_timestamp``.
+    ``base_timestamp``;
+  - ``seal(attributes, producer_id, producer_epoch, base_sequence, crc32c)``: the whole
+    uncompressed RecordBatch v2 (baseOffset 0, partitionLeaderEpoch -1, magic 2, the
+    builder's count and timestamps, the CRC-32C that ``crc32c`` computes) as one bytes
+    object: in C one allocation and one copy of the records, where the Python packs and
+    joins the pieces.
 
 - ``append_record(records, offset_delta, timestamp_delta, key, value, headers)`` appends one
   record; key and value are None (null) or bytes-like, ``headers`` the encoded headers part
@@ -80,6 +85,7 @@ checks it on random records and message sets, for every codec once sealed.
 from __future__ import annotations
 
 import os
+import struct
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -90,6 +96,9 @@ __all__ = ["IMPLEMENTATION", "PyRecordsBuilder", "RecordsBuilder", "SendPath", "
            "append_values", "now_ms", "py_append_record", "py_ready", "ready", "values_size"]
 
 _NULL = b"\x01"  # varint(-1): a null key or value
+# a RecordBatch v2 header (records/batch.py): up to the crc, and after it (what the crc covers)
+_HEADER_HEAD = struct.Struct(">qiibI")
+_HEADER_TAIL = struct.Struct(">hiqqqhii")
 _T = TypeVar("_T")
 
 
@@ -161,6 +170,16 @@ class PyRecordsBuilder(bytearray):
         self.records_count += n
         if n and max_timestamp > self.max_timestamp:
             self.max_timestamp = max_timestamp
+
+    def seal(self, attributes: int, producer_id: int, producer_epoch: int, base_sequence: int,
+             crc32c: Callable[..., int]) -> bytes:
+        count = self.records_count
+        if count <= 0:
+            raise ValueError("seal(): no records, or more than a batch can hold")
+        tail = _HEADER_TAIL.pack(attributes, count - 1, self.base_timestamp, self.max_timestamp, producer_id,
+                                 producer_epoch, base_sequence, count)
+        crc = crc32c(self, crc32c(tail))
+        return b"".join((_HEADER_HEAD.pack(0, 49 + len(self), -1, 2, crc), tail, self))
 
 
 def py_now_ms() -> int:
