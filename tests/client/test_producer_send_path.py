@@ -287,3 +287,38 @@ async def test_a_transactional_producer_takes_the_c_send_path_only_while_the_tra
     assert all(f.done() and f.exception() is not None for f in aborted)
     offsets = [f.result().offset for f in first]
     assert offsets == sorted(offsets) and len(set(offsets)) == 6_000
+
+
+@needs_c
+async def test_a_new_batch_is_what_the_classes_init_makes() -> None:
+    """RecordAccumulator.new_batch copies templates in C (SlotsMaker); every slot of the batch
+    and of its ProduceResult must be what ProducerBatch.__init__ and ProduceResult.__init__ set."""
+    import asyncio
+    import time
+
+    from pulllog.client.accumulator import ProducerBatch, RecordAccumulator
+    from pulllog.client.record_future import ProduceResult
+
+    loop = asyncio.get_running_loop()
+    acc = RecordAccumulator(batch_size=1, buffer_memory=1 << 20, loop=loop, on_batch_closed=lambda t, p: None,
+                            wake=lambda: None)
+    before = time.monotonic()
+    made = acc.new_batch("topic", 3, BASE_TIMESTAMP_MS)
+    built = ProducerBatch("topic", 3, BASE_TIMESTAMP_MS, made.created, loop)
+    assert type(made) is ProducerBatch and before <= made.created <= time.monotonic()
+    for name in ProducerBatch.__slots__:
+        if name not in ("records", "result"):
+            assert getattr(made, name) == getattr(built, name), name
+    assert type(made.result) is ProduceResult and made.result is not built.result
+    for name in ProduceResult.__slots__:
+        assert getattr(made.result, name) == getattr(built.result, name), name
+    assert type(made.records) is type(built.records)
+    assert made.records.result is made.result
+    assert (made.records.base_timestamp, made.records.records_count) == (BASE_TIMESTAMP_MS, 0)
+    # each batch its own builder and result: a record in one is not in another
+    other = acc.new_batch("topic", 3, BASE_TIMESTAMP_MS)
+    made.records.add_record(None, b"v", b"\x00", BASE_TIMESTAMP_MS)
+    assert (made.records.records_count, other.records.records_count) == (1, 0)
+    assert other.result is not made.result and not made.result.finished
+    made.result.set_acknowledged(5, -1)
+    assert made.result.finished and made.result.done.done() and not other.result.finished

@@ -193,7 +193,7 @@ class ProducerBatch:
     __slots__ = (
         "topic", "partition", "records", "sealed_count", "base_timestamp", "sealed_max_timestamp",
         "set_futures", "held", "created", "attempts", "retry_at", "wire", "base_sequence", "last_error",
-        "result", "done", "order", "span",
+        "result", "order", "span", "sent_on",
     )
 
     # The class that encodes the records section: pulllog.records.encoding's choice (C or
@@ -206,15 +206,16 @@ class ProducerBatch:
         self.partition = partition
         # the outcome all its records' futures read (send() keeps no per-record state here)
         self.result = ProduceResult(topic, partition, loop)
-        self.done: asyncio.Future[None] = self.result.done
         # the records section and its count, timestamps and the buffer_memory its records
         # hold (a RecordsBuilder) until sealed; its add() makes each record's future
         self.records: Any = self.builder(base_timestamp, self.result, _new_record_future)
         self.sealed_count = 0
         self.base_timestamp = base_timestamp
         self.sealed_max_timestamp = base_timestamp
-        # (first offset delta, count, first timestamp, future) per message set (send_batch)
-        self.set_futures: list[tuple[int, int, int, asyncio.Future[Any]]] = []
+        # (first offset delta, count, first timestamp, future) per message set (send_batch);
+        # the shared empty tuple until the first set (a batch of send()'s records has none,
+        # and one list fewer per batch is one object fewer for the garbage collector)
+        self.set_futures: list[tuple[int, int, int, asyncio.Future[Any]]] | tuple[()] = ()
         self.held = 0  # buffer_memory to give back when done, besides the open records' (``reserved``)
         self.created = created  # monotonic seconds: delivery_timeout_ms counts from here
         self.attempts = 0  # retries so far
@@ -226,6 +227,12 @@ class ProducerBatch:
         # the room in ``order`` up to the next batch's: a split batch's pieces take orders in
         # [order, order + span), so they keep their place among the partition's batches
         self.span = 1.0
+        self.sent_on: Any = None  # in flight: the connection its request went out on (the sender's)
+
+    @property
+    def done(self) -> asyncio.Future[None]:
+        """A future that resolves when the batch is done (``result.finished`` says so without one)."""
+        return self.result.done
 
     @property
     def size(self) -> int:
@@ -271,7 +278,7 @@ class ProducerBatch:
         n = records.add_values(items, timestamp)  # the C encoder takes plain values and keys at once
         if n >= 0:
             if future is not None:
-                self.set_futures.append((first, n, timestamp, future))
+                self._add_set(first, n, timestamp, future)
             return
         vt = ZIGZAG
         size = _TABLE_SIZE
@@ -322,7 +329,14 @@ class ProducerBatch:
             od += 1
         records.add_encoded(b"".join(parts), od - first, max(max_ts, timestamp) if default_used else max_ts)
         if future is not None:
-            self.set_futures.append((first, od - first, timestamp, future))
+            self._add_set(first, od - first, timestamp, future)
+
+    def _add_set(self, first: int, count: int, timestamp: int, future: asyncio.Future[Any]) -> None:
+        sets = self.set_futures
+        if sets:
+            sets.append((first, count, timestamp, future))  # type: ignore[union-attr]
+        else:
+            self.set_futures = [(first, count, timestamp, future)]
 
     def seal(self, compression: Compression, producer_id: int, producer_epoch: int, base_sequence: int,
              transactional: bool = False) -> bytes:
@@ -332,16 +346,20 @@ class ProducerBatch:
         assert records is not None and records.records_count > 0
         count = records.records_count
         max_timestamp = records.max_timestamp
-        # uncompressed, the records go into the wire bytes straight from the builder: one copy
-        payload = compress(compression, bytes(records)) if compression is not _UNCOMPRESSED else records
-        # the header after the crc field, packed once: the crc covers it and then the records
-        tail = _HEADER_TAIL.pack(
-            _CODEC_BITS[compression] | (_TRANSACTIONAL if transactional else 0),  # attributes: codec; CreateTime; not control
-            count - 1, self.base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence, count)
-        crc = crc32c(payload, crc32c(tail))
-        # baseOffset 0 (the broker assigns it), partitionLeaderEpoch -1 (the broker's to set)
-        wire = b"".join((_HEADER_HEAD.pack(0, BATCH_HEADER_SIZE - LOG_OVERHEAD + len(payload), -1, _MAGIC, crc),
-                         tail, payload))
+        if compression is _UNCOMPRESSED:
+            # the builder writes the header, the records and the crc into one bytes object
+            wire = records.seal(_TRANSACTIONAL if transactional else 0, producer_id, producer_epoch,
+                                base_sequence, crc32c)
+        else:
+            payload = compress(compression, bytes(records))
+            # the header after the crc field, packed once: the crc covers it and then the records
+            tail = _HEADER_TAIL.pack(
+                _CODEC_BITS[compression] | (_TRANSACTIONAL if transactional else 0),  # attributes: codec; CreateTime; not control
+                count - 1, self.base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence, count)
+            crc = crc32c(payload, crc32c(tail))
+            # baseOffset 0 (the broker assigns it), partitionLeaderEpoch -1 (the broker's to set)
+            wire = b"".join((_HEADER_HEAD.pack(0, BATCH_HEADER_SIZE - LOG_OVERHEAD + len(payload), -1, _MAGIC, crc),
+                             tail, payload))
         self.base_sequence = base_sequence
         self.wire = wire
         self.sealed_count = count
@@ -455,10 +473,21 @@ class RecordAccumulator:
         self.queues: dict[tuple[str, int], PartitionQueue] = {}
         # the queue append() used last: a producer usually sends to one partition many
         # times in a row, and comparing two fields is cheaper than a dict lookup by tuple
-        self._last: PartitionQueue = PartitionQueue("", -1)
+        # (the producer reads it too: the queue its record just went to)
+        self.last: PartitionQueue = PartitionQueue("", -1)
         self.incomplete: set[ProducerBatch] = set()
         self.flushing = 0  # > 0 while someone waits in flush(): open batches are sendable now
         self._loop = loop
+        # ProducerBatch and ProduceResult for a new batch: with the C extension, copies of a
+        # template with the slots that differ set (what __init__ makes, without two Python
+        # frames and some thirty stores per batch: a batch-1 producer makes one per record;
+        # tests/client/test_producer_send_path.py checks they agree)
+        self._make_result: Callable[..., ProduceResult] | None = None
+        self._make_batch: Callable[..., ProducerBatch] | None = None
+        if SlotsMaker is not None:
+            self._make_result = SlotsMaker(ProduceResult("", -1, loop), ("topic", "partition"))
+            self._make_batch = SlotsMaker(ProducerBatch("", -1, 0, 0.0, loop), (
+                "topic", "partition", "records", "result", "base_timestamp", "sealed_max_timestamp", "created"))
         self._on_batch_closed = on_batch_closed
         self._wake = wake
         # The sender's "this partition has all its batches in flight" (Sender.partition_busy):
@@ -484,11 +513,20 @@ class RecordAccumulator:
             if batch.count == 0 or len(batch.records) + size <= self.batch_size:  # type: ignore[arg-type]
                 return batch, False
             self.close(q)
-        batch = q.open = ProducerBatch(q.topic, q.partition, timestamp, time.monotonic(), self._loop)
+        batch = q.open = self.new_batch(q.topic, q.partition, timestamp)
         self.incomplete.add(batch)
         if not self.partition_busy(q.key):
             self._wake()
         return batch, True
+
+    def new_batch(self, topic: str, partition: int, base_timestamp: int) -> ProducerBatch:
+        """``ProducerBatch(topic, partition, base_timestamp, now, loop)``, made faster where it can."""
+        make = self._make_batch
+        if make is None:
+            return ProducerBatch(topic, partition, base_timestamp, time.monotonic(), self._loop)
+        result = self._make_result(topic, partition)  # type: ignore[misc]
+        return make(topic, partition, ProducerBatch.builder(base_timestamp, result, _new_record_future), result,
+                    base_timestamp, base_timestamp, time.monotonic())
 
     def append(self, topic: str, partition: int, key: bytes | None, value: bytes | None, headers: bytes,
                timestamp: int, reserved: int, reroute: bool = False) -> RecordFuture | None:
@@ -500,9 +538,9 @@ class RecordAccumulator:
         the next batch where the partitioner now points instead of stranding alone in a new
         batch here (Kafka's ``abortOnNewBatch``).
         """
-        q = self._last
+        q = self.last
         if q.partition != partition or q.topic != topic:
-            q = self._last = self.queue(topic, partition)
+            q = self.last = self.queue(topic, partition)
         batch = q.open
         if batch is not None:
             # the common case, kept short: room in the open batch checked, the record
@@ -516,24 +554,36 @@ class RecordAccumulator:
             if reroute:
                 self.close(q)
                 return None
-        batch, _new = self._batch_for(q, reserved - _OVERESTIMATE, timestamp)
-        delta = batch.count
+        # _batch_for's work, written out: a record that opens a batch and fills it at once
+        # (batch_size=1: every record) checks for the sender's wake-up once, when it closes
+        if batch is not None and (batch.count == 0 or len(batch.records) + reserved - _OVERESTIMATE <= self.batch_size):
+            new = False
+        else:
+            if batch is not None:
+                self.close(q)
+            batch = q.open = self.new_batch(q.topic, q.partition, timestamp)
+            self.incomplete.add(batch)
+            new = True
+        records = batch.records
+        delta = records.records_count
         try:
-            batch.append(key, value, headers, timestamp)
+            records.add_record(key, value, headers, timestamp)
         except BaseException:
             self._drop_if_empty(q, batch)
             raise
         batch.held += reserved  # ``batch.reserved += reserved`` without the property's round trip
-        if len(batch.records) >= self.batch_size:  # type: ignore[arg-type]
-            self.close(q)
+        if len(records) >= self.batch_size:
+            self.close(q)  # wakes the sender (unless the partition's slots are all taken)
+        elif new and not self.partition_busy(q.key):
+            self._wake()
         return _new_record_future(batch.result, delta, timestamp)
 
     def append_set(self, topic: str, partition: int, items: Sequence[Any], timestamp: int,
                    future: asyncio.Future[Any] | None, reserved: int, reroute: bool = False) -> int:
         """Add a message set, contiguous within one batch; as ``append`` otherwise."""
-        q = self._last
+        q = self.last
         if q.partition != partition or q.topic != topic:
-            q = self._last = self.queue(topic, partition)
+            q = self.last = self.queue(topic, partition)
         size = reserved - _OVERESTIMATE * len(items)
         if reroute and q.open is not None and len(q.open.records) + size > self.batch_size:  # type: ignore[arg-type]
             self.close(q)
@@ -679,8 +729,11 @@ class RecordAccumulator:
         """The batch is done: free its memory (the caller then sets its outcome, batch.result)."""
         self.incomplete.discard(batch)
         records = batch.records
-        if records is None:  # sealed: everything it holds is in ``held``
-            self.pool.release(batch.held)
+        if records is None:  # sealed (every batch answered): everything it holds is in ``held``
+            pool = self.pool
+            pool.available += batch.held  # pool.release(), written out
+            if pool.waiters:
+                pool._grant()
             batch.held = 0
         else:
             self.pool.release(batch.held + records.reserved)
@@ -706,7 +759,7 @@ class RecordAccumulator:
         return list(self.incomplete)
 
 
-def _cut_points(count: int, set_futures: list[tuple[int, int, int, asyncio.Future[Any]]]) -> list[int]:
+def _cut_points(count: int, set_futures: Sequence[tuple[int, int, int, asyncio.Future[Any]]]) -> list[int]:
     """Where a batch of ``count`` records may be cut: between records, never inside a set."""
     inside: set[int] = set()
     for first, n, _ts, _future in set_futures:

@@ -416,7 +416,7 @@ class Producer:
                     newest[key] = batch
             deadline = None if timeout is None else time.monotonic() + timeout
             await asyncio.wait([batch.done for batch in newest.values()], timeout=timeout)
-            pending = [batch.done for batch in batches if not batch.done.done()]
+            pending = [batch.done for batch in batches if not batch.result.finished]
             if pending:
                 await asyncio.wait(pending, timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
         finally:
@@ -697,7 +697,7 @@ class Producer:
             return _raise(_bad_record(key, value, exc))
         fast = self._fast
         if fast is not None:  # the C send path takes this partition's next records (an arm per batch)
-            q = acc.queue(topic, partition)
+            q = acc.last  # the queue the record went to
             if q.open is not None:  # (not after a batch that closed at once: batch_size=1)
                 fast.arm(q, topic, partition, sticky and self._sticky_known)
         if future.relative_offset == 0 and self._yield_after_new_batch(topic, partition):

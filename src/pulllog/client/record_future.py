@@ -3,10 +3,10 @@
 Kafka's Java client does not complete one future per record: a batch has one
 ``ProduceRequestResult``, and each record's ``FutureRecordMetadata`` only points at it with
 the record's relative offset; the ``RecordMetadata`` is built when someone asks. We do the
-same. A batch has one ``ProduceResult`` (its base offset, LogAppendTime or error, and one
-asyncio future that resolves when the batch is done), and ``send()`` returns a
+same. A batch has one ``ProduceResult`` (its base offset, LogAppendTime or error, whether it
+is done, and an asyncio future of that made only for whoever asks, such as ``flush()``), and ``send()`` returns a
 ``RecordFuture``: that result, the record's offset within the batch and its timestamp.
-Completing a batch of 1,000 records is then one ``set_result``, not 1,000 futures and
+Completing a batch of 1,000 records is then one flag set, not 1,000 futures and
 1,000 ``RecordMetadata`` objects, and a record whose future the caller drops costs the
 garbage collector nothing. A batch split after MESSAGE_TOO_LARGE (``pulllog.client.
 accumulator``) keeps its ``ProduceResult``, which then lists its pieces' results: a record
@@ -73,8 +73,8 @@ class BatchMetadata:
 class ProduceResult:
     """One batch's outcome, shared by its records' futures (Kafka's ProduceRequestResult)."""
 
-    __slots__ = ("topic", "partition", "base_offset", "log_append_time", "error", "error_tb", "done", "waiting",
-                 "pieces")
+    __slots__ = ("topic", "partition", "base_offset", "log_append_time", "error", "error_tb", "loop", "finished",
+                 "_done", "waiting", "pieces")
 
     def __init__(self, topic: str, partition: int, loop: asyncio.AbstractEventLoop) -> None:
         self.topic = topic
@@ -83,12 +83,28 @@ class ProduceResult:
         self.log_append_time = -1  # ms, for LogAppendTime topics; else -1
         self.error: BaseException | None = None
         self.error_tb: TracebackType | None = None
-        self.done: asyncio.Future[None] = loop.create_future()  # resolves (to None) when the batch is done
+        self.loop = loop
+        self.finished = False  # acknowledged or failed (``done``'s state, without making it)
+        # ``done``'s future, made when first asked for: flush() waits on a few batches, a
+        # split batch on its pieces; records are told through ``waiting``. A batch-1 producer
+        # would otherwise make and resolve an asyncio future per record, and every unsent
+        # batch would hold one more object for the garbage collector to walk.
+        self._done: asyncio.Future[None] | None = None
         # record futures with done-callbacks: told here, in one pass, when the batch is done
         self.waiting: list[RecordFuture] | None = None
         # After a split (MESSAGE_TOO_LARGE): (first relative offset, the piece's result) per
         # piece, in order; a record's outcome is then its piece's (see ``outcome``).
         self.pieces: list[tuple[int, ProduceResult]] | None = None
+
+    @property
+    def done(self) -> asyncio.Future[None]:
+        """A future that resolves (to None) when the batch is done: acknowledged or failed."""
+        done = self._done
+        if done is None:
+            done = self._done = self.loop.create_future()
+            if self.finished:
+                done.set_result(None)
+        return done
 
     def split_into(self, pieces: list[tuple[int, ProduceResult]]) -> None:
         """The batch was split and its pieces re-sent: each record's outcome is its piece's,
@@ -98,7 +114,7 @@ class ProduceResult:
 
         def piece_done(_f: asyncio.Future[None]) -> None:
             left[0] -= 1
-            if left[0] == 0 and not self.done.done():
+            if left[0] == 0 and not self.finished:
                 self._set_done()
 
         for _first, piece in pieces:
@@ -117,7 +133,10 @@ class ProduceResult:
     def set_acknowledged(self, base_offset: int, log_append_time: int) -> None:
         self.base_offset = base_offset
         self.log_append_time = log_append_time
-        self._set_done()
+        if self._done is None and self.waiting is None:  # nobody to tell (_set_done's common case)
+            self.finished = True
+        else:
+            self._set_done()
 
     def set_failed(self, error: BaseException) -> None:
         self.error = error
@@ -125,11 +144,13 @@ class ProduceResult:
         self._set_done()
 
     def _set_done(self) -> None:
-        done = self.done
-        done.set_result(None)
+        self.finished = True
+        done = self._done
+        if done is not None:
+            done.set_result(None)
         waiting, self.waiting = self.waiting, None
         if waiting:
-            done.get_loop().call_soon(_run_callbacks, waiting)
+            self.loop.call_soon(_run_callbacks, waiting)
 
 
 def _run_callbacks(waiting: list[RecordFuture]) -> None:
@@ -185,10 +206,10 @@ class RecordFuture:
         self._asyncio_future_blocking = False
 
     def get_loop(self) -> asyncio.AbstractEventLoop:
-        return self._result.done.get_loop()
+        return self._result.loop
 
     def done(self) -> bool:
-        return self._cancelled is not None or self._result.done.done()
+        return self._cancelled is not None or self._result.finished
 
     def cancelled(self) -> bool:
         return self._cancelled is not None
@@ -199,7 +220,7 @@ class RecordFuture:
 
     def cancel(self, msg: Any = None) -> bool:
         """Detach this future (the record is still sent); False if it is done already."""
-        if self._cancelled is not None or self._result.done.done():
+        if self._cancelled is not None or self._result.finished:
             return False
         self._cancelled = (msg,)
         loop = self.get_loop()
@@ -213,8 +234,8 @@ class RecordFuture:
         As with asyncio.Future, ``fn`` runs in ``context``, by default a copy of the caller's.
         """
         r = self._result
-        if self._cancelled is not None or r.done.done():
-            r.done.get_loop().call_soon(fn, self, context=context)
+        if self._cancelled is not None or r.finished:
+            r.loop.call_soon(fn, self, context=context)
             return
         if context is None:
             context = contextvars.copy_context()
@@ -253,7 +274,7 @@ class RecordFuture:
         if self._cancelled is not None:
             raise self._make_cancelled_error()
         r = self._result
-        if not r.done.done():
+        if not r.finished:
             raise asyncio.InvalidStateError("the record is not acknowledged yet")
         relative_offset = self.relative_offset
         if r.pieces is not None:
@@ -268,7 +289,7 @@ class RecordFuture:
         if self._cancelled is not None:
             raise self._make_cancelled_error()
         r = self._result
-        if not r.done.done():
+        if not r.finished:
             raise asyncio.InvalidStateError("the record is not acknowledged yet")
         if r.pieces is not None:
             return r.outcome(self.relative_offset)[0].error
@@ -286,6 +307,6 @@ class RecordFuture:
 
     def __repr__(self) -> str:
         r = self._result
-        state = ("cancelled" if self._cancelled is not None else "pending" if not r.done.done()
+        state = ("cancelled" if self._cancelled is not None else "pending" if not r.finished
                  else "failed" if r.error is not None else "acknowledged")
         return f"<RecordFuture {r.topic}-{r.partition} +{self.relative_offset} {state}>"

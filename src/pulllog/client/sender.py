@@ -128,7 +128,6 @@ class Sender:
         self._connecting: dict[int, asyncio.Task[None]] = {}
         self._connect_retry_at: dict[int, float] = {}
         self._connect_errors: dict[int, BaseException] = {}
-        self._sent_on: dict[ProducerBatch, KafkaConnection] = {}  # each batch in flight: its connection
         # Produce requests awaiting an answer, oldest first (a dict as an ordered set)
         self._requests: dict[_Request, None] = {}
         self._encoders: dict[int, tuple[KafkaConnection, ProduceRequestEncoder]] = {}  # node -> for its connection
@@ -136,9 +135,9 @@ class Sender:
         self._held: list[KafkaConnection] = []  # connections with requests to write at the turn's end
         self._tg: asyncio.TaskGroup | None = None  # run()'s, while it runs (_after_answers passes in it)
         # batches acknowledged by the answers of the read being handled, completed by
-        # _after_answers once it wrote the requests for the slots they freed: (batch, base
-        # offset, log append time)
-        self._acked: list[tuple[ProducerBatch, int, int]] = []
+        # _after_answers once it wrote the requests for the slots they freed: (batch, (base
+        # offset, log append time)), the pair as one_partition_ack gave it
+        self._acked: list[tuple[ProducerBatch, tuple[int, int]]] = []
         self._answers_read = False  # a read brought answers: _after_answers has a pass to make
         # a transactional producer: its coordinator's requests, and the AddPartitionsToTxn running
         self.txn_coordinator: TxnCoordinatorClient | None = None
@@ -273,7 +272,9 @@ class Sender:
                         # in flight; otherwise it fills until an answer (or it is full), so batches
                         # still form under load. Full batches do not wait: they pipeline.
                         break
-                wake_in = _sooner(wake_in, batch.created + timeout - now)
+                expires_in = batch.created + timeout - now
+                if wake_in is None or expires_in < wake_in:
+                    wake_in = expires_in
                 info = topics.get(q.topic)
                 pinfo = info.partitions.get(q.partition) if info is not None else None
                 if pinfo is None or pinfo.leader < 0:
@@ -303,13 +304,17 @@ class Sender:
                 if batch.attempts and flying and not idempotence.may_send_retry(
                         batch.attempts, self._earlier_elsewhere(flying_batches, batch, conn)):  # type: ignore[arg-type]
                     break  # the earlier batch's answer (or failure) wakes us
-                size = batch.size
-                if k < len(node_requests) and request_bytes[node][k] + size > config.max_request_size:
+                if k < len(node_requests) and request_bytes[node][k] + batch.size > config.max_request_size:
                     wake_in = 0.0  # the next pass's request can take it right away
                     break
                 acc.drain(q, batch)
-                self._mark_in_flight(q.key, flying_batches, batch)
-                self._sent_on[batch] = conn
+                if flying_batches is None:
+                    in_flight[q.key] = [batch]
+                elif flying_batches and flying_batches[-1].order > batch.order:
+                    _insert_by_order(flying_batches, batch)  # a retry overtakes nothing: keep the order
+                else:
+                    flying_batches.append(batch)
+                batch.sent_on = conn
                 if batch.wire is None:
                     if idempotence.enabled:
                         batch.seal(config.compression, *idempotence.stamp(batch), txn is not None)  # type: ignore[arg-type]
@@ -378,18 +383,9 @@ class Sender:
 
     # ------------------------------------------------------------------ batches in flight
 
-    def _mark_in_flight(self, key: tuple[str, int], flying: list[ProducerBatch] | None,
-                        batch: ProducerBatch) -> None:
-        if flying is None:
-            self._in_flight[key] = [batch]
-        elif flying and flying[-1].order > batch.order:  # a retry overtakes nothing: keep the order
-            _insert_by_order(flying, batch)
-        else:
-            flying.append(batch)
-
     def _landed(self, batch: ProducerBatch) -> None:
         """``batch`` is no longer in flight (answered, failed or back for a retry)."""
-        self._sent_on.pop(batch, None)
+        batch.sent_on = None
         flying = self._in_flight.get((batch.topic, batch.partition))
         if not flying:
             return
@@ -412,8 +408,7 @@ class Sender:
         """Is an earlier batch of ``batch``'s partition in flight on a connection other than
         ``conn`` (one that failed, its batches not back yet)? Then a retry of ``batch`` on
         ``conn`` could overtake it."""
-        sent_on = self._sent_on
-        return any(b.order < batch.order and sent_on.get(b) is not conn for b in flying)
+        return any(b.order < batch.order and b.sent_on is not conn for b in flying)
 
     def _earlier_in_flight(self, batch: ProducerBatch) -> bool:
         flying = self._in_flight.get((batch.topic, batch.partition))
@@ -618,9 +613,10 @@ class Sender:
     def _answered(self, request: _Request, frame: bytes | None, error: BaseException | None) -> None:
         """The connection's answer to ``request``: its response frame, or why it has none.
 
-        A batch acknowledged without error (the usual answer) leaves its in-flight slot at
-        once but is completed by ``_after_answers``, after the requests for the freed slots
-        were written: the broker works on those while the client completes these."""
+        A batch acknowledged without error (the usual answer, read by ``_Request.__call__``
+        before it calls this for any other) leaves its in-flight slot at once but is
+        completed by ``_after_answers``, after the requests for the freed slots were
+        written: the broker works on those while the client completes these."""
         batches = request.batches
         if error is not None:  # the connection ended (ConnectionClosedError)
             if self._request_done(request):
@@ -629,14 +625,8 @@ class Sender:
         if not self._request_done(request, wake=False):
             return
         if len(batches) == 1:
+            # (an error-free answer outside a transaction was read by _Request.__call__)
             batch = batches[0]
-            if self._transactional_id is None:
-                ack = request.encoder.one_partition_ack(frame, batch.topic, batch.partition)  # type: ignore[arg-type]
-                if ack is not None:
-                    self._landed(batch)
-                    self._acked.append((batch, *ack))
-                    self._answers_read = True
-                    return
             self._wakeup.set()
             result = request.encoder.one_partition_answer(frame, batch.topic)  # type: ignore[arg-type]
             if result is not None and result.index == batch.partition:
@@ -713,8 +703,9 @@ class Sender:
         batches completed at once (from a request with more partitions) or failed meanwhile
         (expired by the pass), and Kafka tells a partition's outcomes in order."""
         acked, self._acked = self._acked, []
-        for batch, base_offset, log_append_time in acked:
-            self._acknowledged(batch, base_offset, log_append_time)
+        acknowledged = self._acknowledged
+        for batch, (base_offset, log_append_time) in acked:
+            acknowledged(batch, base_offset, log_append_time)
 
     def _batch_answered(self, batch: ProducerBatch, result: PartitionProduceResponse) -> None:
         code = result.error_code
@@ -737,7 +728,7 @@ class Sender:
         send the pieces in its place (Kafka's split-and-reenqueue); False if it cannot be cut,
         and then it fails. With idempotence the pieces take the batch's sequences in order,
         so the partition's later batches (refused meanwhile as out of order) follow them."""
-        if batch.done.done() or self.closed:
+        if batch.result.finished or self.closed:
             return False
         pieces = self._acc.split(batch)
         if pieces is None:
@@ -777,7 +768,7 @@ class Sender:
         backoff = config.retry_backoff_s
         timeout = config.delivery_timeout_s
         for batch in batches:
-            if batch.done.done():
+            if batch.result.finished:
                 continue  # failed meanwhile (closed)
             batch.last_error = error
             if stale:
@@ -803,7 +794,7 @@ class Sender:
             f"delivery_timeout_ms={self.config.delivery_timeout_ms}{last}"))
 
     def _complete(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:
-        if batch.done.done():
+        if batch.result.finished:
             return  # failed meanwhile (closed): its outcome is told already
         self._landed(batch)
         if self._acked:
@@ -812,24 +803,25 @@ class Sender:
 
     def _acknowledged(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:
         """``batch`` (no longer in flight) was acknowledged: tell its records' futures."""
-        if batch.done.done():
+        if batch.result.finished:
             return
         if self._transactional_id is not None:
             self._idempotence.batch_acknowledged((batch.topic, batch.partition))  # type: ignore[attr-defined]
         self._acc.deallocate(batch)
         batch.result.set_acknowledged(base_offset, log_append_time)  # every record's future at once
-        topic, partition = batch.topic, batch.partition
-        for first, count, ts, future in batch.set_futures:
-            if not future.done():
-                future.set_result(BatchMetadata(topic, partition, base_offset + first if base_offset >= 0 else -1,
-                                                count, ts if log_append_time < 0 else log_append_time))
+        if batch.set_futures:
+            topic, partition = batch.topic, batch.partition
+            for first, count, ts, future in batch.set_futures:
+                if not future.done():
+                    future.set_result(BatchMetadata(topic, partition, base_offset + first if base_offset >= 0 else -1,
+                                                    count, ts if log_append_time < 0 else log_append_time))
 
     def _fail(self, batch: ProducerBatch, error: BaseException) -> None:
-        if batch.done.done():
+        if batch.result.finished:
             return
         if self._acked:
             self._tell_acked()  # older batches of the partition first
-            if batch.done.done():
+            if batch.result.finished:
                 return  # it was one of them
         self._idempotence.batch_failed(batch, closing=self.closed, error=error)
         self._landed(batch)
@@ -848,16 +840,33 @@ class Sender:
 class _Request:
     """A Produce request in flight, and its connection's callback for the answer."""
 
-    __slots__ = ("sender", "node", "conn", "batches", "encoder", "version", "deadline")
+    __slots__ = ("sender", "node", "conn", "batches", "encoder", "version", "deadline", "one")
 
     def __init__(self, sender: Sender, node: int, conn: KafkaConnection, batches: list[ProducerBatch],
                  encoder: ProduceRequestEncoder, deadline: float) -> None:
         self.sender, self.node, self.conn, self.batches = sender, node, conn, batches
         self.encoder, self.version, self.deadline = encoder, encoder.version, deadline
+        # its one batch, outside a transaction: an error-free answer is read right here
+        self.one = batches[0] if len(batches) == 1 and sender._transactional_id is None else None
 
     def __call__(self, frame: bytes | None, error: BaseException | None) -> None:
         sender = self.sender
         try:
+            batch = self.one
+            if batch is None or error is not None:
+                sender._answered(self, frame, error)
+                return
+            # the usual answer (``_answered``'s first case, written out: one call per answer)
+            requests = sender._requests
+            if self in requests:
+                ack = self.encoder.one_partition_ack(frame, batch.topic, batch.partition)  # type: ignore[arg-type]
+                if ack is not None:
+                    del requests[self]
+                    sender._in_flight_by_node[self.node] -= 1
+                    sender._landed(batch)
+                    sender._acked.append((batch, ack))
+                    sender._answers_read = True
+                    return
             sender._answered(self, frame, error)
         except BaseException as exc:  # a bug: run() raises it, as a request task's would have
             if sender._callback_error is None:
