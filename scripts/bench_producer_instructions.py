@@ -19,7 +19,13 @@ A loop awaiting an empty ``async def`` with ``send()``'s signature costs about 2
 instructions per call by itself on CPython 3.11, which is why ``send()`` returns a C awaitable
 and its common case is C (``records.encoding.SendPath``) with no Python frame at all.
 
-    python scripts/bench_producer_instructions.py [--records 20000] [--cases natural,batch50,batch1]
+    python scripts/bench_producer_instructions.py [--records 20000] [--cases natural,batch50,batch1] [--repeat 3]
+
+The count is not exact from run to run: how many answers one read brings (so how many loop
+turns and sender passes a request takes) depends on when the broker answers, and under
+valgrind that spreads a batch-1 figure by 10-25% between runs of the same code. ``--repeat``
+runs the measured client that many times and prints the median and the range; compare
+versions by their medians.
 
 Run it against another checkout with ``PYTHONPATH=/that/checkout/src``. Needs valgrind.
 """
@@ -31,6 +37,7 @@ import os
 import re
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -100,6 +107,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=20_000)
     parser.add_argument("--cases", default="natural,batch50")
+    parser.add_argument("--repeat", type=int, default=1, help="measured runs per case (the median is printed)")
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (apt-get install valgrind)")
@@ -114,9 +122,11 @@ def main() -> None:
             print(f"{'case':10} {'records':>8} {'instructions per record':>24}  (Python {sys.version.split()[0]}, "
                   f"load average {os.getloadavg()[0]:.1f})")
             for case in cases:
-                measured = instructions(case, args.records, f"127.0.0.1:{port}", tmp)
                 baseline = instructions(case, 0, f"127.0.0.1:{port}", tmp)
-                print(f"{case:10} {args.records:>8} {(measured - baseline) / args.records:>24,.0f}", flush=True)
+                per_record = sorted((instructions(case, args.records, f"127.0.0.1:{port}", tmp) - baseline)
+                                    / args.records for _ in range(max(1, args.repeat)))
+                spread = f"  ({per_record[0]:,.0f}-{per_record[-1]:,.0f})" if len(per_record) > 1 else ""
+                print(f"{case:10} {args.records:>8} {statistics.median(per_record):>24,.0f}{spread}", flush=True)
         finally:
             broker.terminate()
             broker.wait()
