@@ -51,7 +51,9 @@ timestamp and the buffer_memory they hold), in C when the extension is built, el
 Python. ``append()``'s common case, a record for the partition it had last whose open batch
 has room, is one call on it (``add``): room checked, record encoded and counted, memory
 held, the record's ``RecordFuture`` made (copied from a template in C, ``SlotsMaker``,
-rather than running its ``__init__``). The producer's C send path (``records.encoding.SendPath``)
+rather than running its ``__init__``); a new batch's ``ProducerBatch`` and ``ProduceResult``
+are copied from templates the same way (``new_batch``), and sealing an uncompressed batch is
+the builder's ``seal``: header, records and CRC in one bytes object. The producer's C send path (``records.encoding.SendPath``)
 does that same step for a record without a Python frame at all: it reads a queue's ``open``
 batch, that batch's ``records`` and the pool's ``available`` and ``waiters`` through their
 slots, so those stay ``__slots__``. A message set of plain values and keys is one call
