@@ -16,13 +16,22 @@ Both clients pace transactions alike, as Kafka's producer-perf-test does with
 ``--transaction-duration-ms``: ``--commit-ms`` of sending, then ``commit_transaction()``,
 then the next transaction begins (the time the commit takes is not part of the 100 ms).
 
-The two modes alternate (idempotent, transactional, idempotent, ...) for ``--runs`` runs, so
-a busy moment of the shared machine hits both alike; the table shows the median of the runs
+Each client first runs ``--warmup-rounds`` (1) rounds that are not recorded: on this
+project's VM the first seconds of writing into a fresh broker ran up to 2.8x faster than
+every later run, whichever mode had them. The two modes alternate for ``--runs`` rounds, which of them goes first alternating too
+(idempotent, transactional, transactional, idempotent, ...), so a busy moment of the shared
+machine, or a drift through the series, hits both alike; the table shows the median of the runs
 and the transactional producer's throughput relative to the idempotent one (Kafka's KIP-98
 measured about 3% less at a 100 ms commit interval).
 
     python scripts/bench_txn.py [--seconds 10] [--runs 3] [--brokers pulllog,kafka] [--clients librdkafka,pulllog]
     python scripts/bench_txn.py --breakdown [--seconds 3] [--runs 2] [--brokers pulllog]
+    python scripts/bench_txn.py --data-parent /dev/shm ...   # the broker's data in memory (tmpfs)
+
+Each run writes gigabytes. On a disk whose writeback cannot keep up (this project's 2-vCPU VM:
+about 4 GB in, the broker's writes start to wait for it) the runs of a series slow down one
+after another, whichever mode they measure; ``--data-parent /dev/shm`` compares the two modes
+without that (the runs' data then take memory: keep ``--seconds`` x ``--runs`` small).
 
 ``--breakdown`` prints, per run, medians per transaction instead: how long
 ``commit_transaction()`` took (the application cannot send meanwhile), the backlog when it
@@ -61,6 +70,14 @@ from pulllog.client.admin import NewTopic  # noqa: E402
 from pulllog.records.batch import iter_batches  # noqa: E402
 
 MODES = ("idempotent", "transactional")
+
+
+def modes_of_run(run: int) -> tuple[str, ...]:
+    """The two modes in turn, the first of a round alternating (idempotent first in even
+    rounds, transactional first in odd ones): a machine whose rate drifts through a series
+    (this VM's: the first run up to 4x the later ones, then slowly down) would otherwise
+    always favour the mode measured first."""
+    return MODES if run % 2 == 0 else MODES[::-1]
 
 
 @dataclass(frozen=True)
@@ -267,7 +284,7 @@ def run_breakdown(args: argparse.Namespace, starters: dict[str, Callable[[Path],
     machine = bench_paper.machine()
     rows = []
     for broker in args.brokers.split(","):
-        with tempfile.TemporaryDirectory(prefix=f"bench-txn-{broker}-") as tmp:
+        with tempfile.TemporaryDirectory(prefix=f"bench-txn-{broker}-", dir=args.data_parent) as tmp:
             data_dir = Path(tmp) / "data"
             served = starters[broker](data_dir)
             try:
@@ -275,7 +292,7 @@ def run_breakdown(args: argparse.Namespace, starters: dict[str, Callable[[Path],
                     **{**vars(args), "seconds": 2.0}))  # warm-up, not recorded
                 for client in args.clients.split(","):
                     for run in range(args.runs):
-                        for mode in MODES:
+                        for mode in modes_of_run(run):
                             trace: list[CommitSample] = []
                             rate = measure(served.bootstrap, client, mode, run, args, trace)
                             found = breakdown(trace, log_batches(data_dir, f"txn-bench-{client}-{mode}-{run}"))
@@ -309,6 +326,11 @@ def main() -> int:
     parser.add_argument("--commit-ms", type=int, default=100)
     parser.add_argument("--brokers", default="pulllog,kafka")
     parser.add_argument("--clients", default="librdkafka,pulllog")
+    parser.add_argument("--warmup-rounds", type=int, default=1,
+                        help="rounds (both modes) per client before the measured ones, not recorded")
+    parser.add_argument("--data-parent", default=None, metavar="DIR",
+                        help="where the broker's data directory goes (default: the system's temporary "
+                             "directory); /dev/shm keeps the disk's writeback out of the comparison")
     parser.add_argument("--breakdown", action="store_true",
                         help="per transaction: time in commit_transaction(), backlog at commit, the log's "
                              "quiet time around each marker (instead of the throughput table)")
@@ -320,30 +342,36 @@ def main() -> int:
     rows = []
     machine = bench_paper.machine()  # its load average is the one at the start
     for broker in args.brokers.split(","):
-        with tempfile.TemporaryDirectory(prefix=f"bench-txn-{broker}-") as tmp:
+        with tempfile.TemporaryDirectory(prefix=f"bench-txn-{broker}-", dir=args.data_parent) as tmp:
             served = starters[broker](Path(tmp) / "data")
             try:
                 measure(served.bootstrap, "librdkafka", "transactional", -1, argparse.Namespace(
                     **{**vars(args), "seconds": 2.0}))  # warm-up (a JVM compiles its hot paths), not recorded
                 for client in args.clients.split(","):
+                    for warm in range(args.warmup_rounds):  # not recorded (see the module docstring)
+                        for mode in modes_of_run(warm):
+                            rate = measure(served.bootstrap, client, mode, -10 - warm, args)  # its own topic
+                            print(f"{broker} {client} {mode} warm-up {warm}: {rate:,.0f} records/s", file=sys.stderr)
                     rates: dict[str, list[float]] = {m: [] for m in MODES}
                     for run in range(args.runs):
-                        for mode in MODES:
+                        for mode in modes_of_run(run):
                             rate = measure(served.bootstrap, client, mode, run, args)
                             rates[mode].append(rate)
                             print(f"{broker} {client} {mode} run {run}: {rate:,.0f} records/s", file=sys.stderr)
                     idem, txn = (statistics.median(rates[m]) for m in MODES)
-                    rows.append((broker, client, idem, txn))
+                    rounds = [t / i for i, t in zip(rates["idempotent"], rates["transactional"])]
+                    rows.append((broker, client, idem, txn, rounds))
             finally:
                 served.stop()  # type: ignore[operator]
     mib = args.record_size / 2**20
     print(f"\n{machine}; {args.record_size}-byte records, one partition, acks=all, "
           f"commit every {args.commit_ms} ms, {args.seconds:g} s per measurement, median of {args.runs}\n")
-    print("| broker | client | idempotent records/s (MiB/s) | transactional records/s (MiB/s) | transactional / idempotent |")
-    print("|---|---|---|---|---|")
-    for broker, client, idem, txn in rows:
+    print("| broker | client | idempotent records/s (MiB/s) | transactional records/s (MiB/s) | transactional / idempotent "
+          "| per round (median) |")
+    print("|---|---|---|---|---|---|")
+    for broker, client, idem, txn, rounds in rows:
         print(f"| {broker} | {client} | {idem:,.0f} ({idem * mib:.1f}) | {txn:,.0f} ({txn * mib:.1f}) | "
-              f"{txn / idem:.2f} |")
+              f"{txn / idem:.2f} | {', '.join(f'{r:.2f}' for r in rounds)} ({statistics.median(rounds):.2f}) |")
     return 0
 
 
