@@ -17,13 +17,16 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from pulllog.client.partitioner import StickyPartitioner
-from pulllog.client.producer import Producer, ProducerClosedError
 from kio.schema.errors import ErrorCode
 
 from pulllog.client.errors import KafkaError
-from pulllog.client.transactions import AbortableTransactionError, Outcome, TransactionStateError
+from pulllog.client.partitioner import StickyPartitioner
+from pulllog.client.producer import Producer, ProducerClosedError
+from pulllog.client.transactions import (
+    AbortableTransactionError,
+    Outcome,
+    TransactionStateError,
+)
 from pulllog.records.encoding import SendPath
 from pulllog.testing import BrokerThread
 

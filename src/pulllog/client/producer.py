@@ -101,20 +101,36 @@ from kio.schema.errors import ErrorCode
 
 from ..records.compression import Compression
 from ..records.encoding import SendPath, now_ms, ready
-from .connection import BrokerUnreachableError
 from .accumulator import (
     NEW_BATCH,
-    PartitionQueue,
-    ProducerBatch,
     RECORD_OVERHEAD,
     REROUTE,
+    PartitionQueue,
+    ProducerBatch,
     RecordAccumulator,
     encode_headers,
     estimate_set_size,
 )
 from .cluster import DEFAULT_BOOTSTRAP, Cluster
+from .connection import BrokerUnreachableError
 from .errors import KafkaError, UnknownTopicError
 from .idempotence import IdempotenceManager
+from .partitioner import (
+    Partitioner,
+    PartitionerCallable,
+    StickyPartitioner,
+    make_partitioner,
+)
+from .producer_config import MAX_IDEMPOTENT_IN_FLIGHT, ProducerConfig
+from .record_future import (
+    BatchMetadata,
+    DeliveryTimeoutError,
+    ProducerClosedError,
+    ProduceResult,
+    RecordFuture,
+)
+from .sender import Sender
+from .task_scope import TaskScope, join_despite_cancellation
 from .transactions import (
     AbortableTransactionError,
     FatalTransactionError,
@@ -125,18 +141,7 @@ from .transactions import (
     TransactionStateError,
 )
 from .txn_coordinator import TxnCoordinatorClient
-from .types import ConsumerGroupMetadata, TopicPartition
-from .partitioner import (
-    Partitioner,
-    PartitionerCallable,
-    StickyPartitioner,
-    make_partitioner,
-)
-from .producer_config import MAX_IDEMPOTENT_IN_FLIGHT, ProducerConfig
-from .record_future import BatchMetadata, DeliveryTimeoutError, ProduceResult, ProducerClosedError, RecordFuture
-from .sender import Sender
-from .task_scope import TaskScope, join_despite_cancellation
-from .types import RecordMetadata
+from .types import ConsumerGroupMetadata, RecordMetadata, TopicPartition
 
 __all__ = [
     "MAX_IDEMPOTENT_IN_FLIGHT",
