@@ -13,6 +13,7 @@ from pulllog.client.transactions import (
     FatalTransactionError,
     Outcome,
     ProducerFencedError,
+    TransactionAbortedError,
     TransactionManager,
     TransactionState,
     TransactionStateError,
@@ -185,6 +186,20 @@ def test_a_sealed_batch_that_fails_needs_a_new_epoch_after_the_abort() -> None:
     assert lowest == 3 and (data["producer_id"], data["producer_epoch"]) == (7, 0)
     txn.set_producer_id_and_epoch(7, 1)
     assert not txn.epoch_bump_required
+
+
+def test_a_sealed_batch_the_abort_drops_needs_a_new_epoch() -> None:
+    """A batch waiting for its retry holds sequence numbers; the abort drops it unsent, so the
+    broker never sees them and the next transaction's first batch of the partition would be
+    refused as out of order (OUT_OF_ORDER_SEQUENCE_NUMBER, seen against Kafka) without a new
+    epoch. One never sealed took no sequence numbers: no new epoch for it."""
+    txn = ready()
+    txn.begin()
+    txn.start_abort()
+    txn.batch_failed(_Batch(sealed=False), error=TransactionAbortedError("aborted before it was sent"))
+    assert not txn.epoch_bump_required
+    txn.batch_failed(_Batch(sealed=True), error=TransactionAbortedError("aborted before it was sent"))
+    assert txn.state is S.ABORTING_TRANSACTION and txn.epoch_bump_required
 
 
 def test_a_batch_failing_while_aborting_changes_nothing() -> None:

@@ -484,11 +484,14 @@ class TransactionManager(IdempotenceManager):
         must abort (and if the batch had sequences, the abort takes a new epoch)."""
         if closing:
             return
+        if batch.wire is not None:
+            # Its sequences were taken and will never be written: every later batch of the
+            # partition would be refused as out of order. That holds for a batch the abort
+            # drops too (a sealed batch waiting for its retry), so the abort takes a new epoch.
+            self.epoch_bump_required = True
         if isinstance(error, TransactionAbortedError):
             return  # failed by the abort itself
         code = error.code if isinstance(error, KafkaError) else None
-        if batch.wire is not None:
-            self.epoch_bump_required = True
         if code in _FATAL_FOR_RECORDS:
             self.fail(O.FENCED if code == E.producer_fenced else O.FATAL,
                       error if isinstance(error, KafkaError) else KafkaError(E.unknown_server_error, str(error)))
