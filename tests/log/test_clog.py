@@ -9,7 +9,6 @@ the log uses the Python code alone (the comparisons still call the C function di
 
 from __future__ import annotations
 
-import os
 import random
 import struct
 from pathlib import Path
@@ -26,8 +25,9 @@ from pulllog.records.batch import BatchHeader
 from pulllog.records.compression import Compression
 from pulllog.records.control import build_control_batch
 from pulllog.records.crc import crc32c
+from pulllog.records.extensions import extensions_disabled
 
-NO_EXTENSIONS = os.environ.get("PULLLOG_NO_EXTENSIONS", "") not in ("", "0")
+NO_EXTENSIONS = extensions_disabled()
 
 try:
     from pulllog.log import _clog  # type: ignore[attr-defined]

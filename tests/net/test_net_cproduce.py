@@ -11,7 +11,6 @@ C functions directly where they are built).
 
 from __future__ import annotations
 
-import os
 import random
 import struct
 import tracemalloc
@@ -32,9 +31,10 @@ from pulllog.net.produce import (
 )
 from pulllog.net.protocol import RequestDecoder
 from pulllog.records.batch import build_batch
+from pulllog.records.extensions import extensions_disabled
 from pulllog.records.varint import encode_uvarint
 
-NO_EXTENSIONS = os.environ.get("PULLLOG_NO_EXTENSIONS", "") not in ("", "0")
+NO_EXTENSIONS = extensions_disabled()
 
 try:
     from pulllog.net import _cproduce

@@ -8,15 +8,12 @@ go unnoticed. Set PULLLOG_NO_EXTENSIONS=1 to test the pure-Python decoder alone.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from pulllog.client.types import ConsumerRecord
 from pulllog.records import decoding
-from pulllog.records.compression import Compression, decompress
 from pulllog.records.batch import (
     BATCH_HEADER_SIZE,
     CorruptRecordError,
@@ -24,8 +21,10 @@ from pulllog.records.batch import (
     encode_varint,
     read_header,
 )
+from pulllog.records.compression import Compression, decompress
+from pulllog.records.extensions import extensions_disabled
 
-NO_EXTENSIONS = os.environ.get("PULLLOG_NO_EXTENSIONS", "") not in ("", "0")
+NO_EXTENSIONS = extensions_disabled()
 
 try:
     from pulllog.records import _crecords

@@ -9,7 +9,6 @@ uses the pure-Python encoder (the comparisons still call the C one directly wher
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 from typing import Any
 
@@ -24,8 +23,9 @@ from pulllog.records import encoding
 from pulllog.records.batch import BATCH_HEADER_SIZE, read_header
 from pulllog.records.compression import Compression, decompress
 from pulllog.records.decoding import py_decode_records
+from pulllog.records.extensions import extensions_disabled
 
-NO_EXTENSIONS = os.environ.get("PULLLOG_NO_EXTENSIONS", "") not in ("", "0")
+NO_EXTENSIONS = extensions_disabled()
 
 try:
     from pulllog.records import _crecords

@@ -104,12 +104,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from .swap import SWAP_SUFFIX, complete_interrupted_swaps
-from .config import LogConfig
-from .leader_epoch import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache
-from ..records.compression import Compression
-from .producer_state import SNAPSHOT_SUFFIX, BatchMetadata, MarkerReader, ProducerSnapshotView, ProducerStateManager
-from ..records.control import ControlRecord, build_control_batch, read_control_record
 from ..records.batch import (
     CONTROL_MASK,
     LOG_OVERHEAD,
@@ -124,7 +118,20 @@ from ..records.batch import (
     set_partition_leader_epoch,
     validate_batch,
 )
+from ..records.compression import Compression
+from ..records.control import ControlRecord, build_control_batch, read_control_record
+from ..records.extensions import extensions_disabled
+from .config import LogConfig
+from .leader_epoch import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache
+from .producer_state import (
+    SNAPSHOT_SUFFIX,
+    BatchMetadata,
+    MarkerReader,
+    ProducerSnapshotView,
+    ProducerStateManager,
+)
 from .segment import FileSlice, LogSegment, RecoveryResult, parse_segment_name
+from .swap import SWAP_SUFFIX, complete_interrupted_swaps
 
 __all__ = [
     "AppendInfo",
@@ -159,7 +166,7 @@ def _c_validate() -> Callable[[bytes | bytearray | memoryview, int], list[tuple[
     """``pulllog.log._clog.validate`` (``_clog.c``: the batch checks of ``Log.validate`` in C,
     None where one fails and the Python code then says why) if built and not switched off by
     ``PULLLOG_NO_EXTENSIONS=1``; else None."""
-    if os.environ.get("PULLLOG_NO_EXTENSIONS", "") not in ("", "0"):
+    if extensions_disabled():
         return None
     try:
         from . import _clog  # type: ignore[attr-defined]

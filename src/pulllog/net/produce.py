@@ -69,11 +69,11 @@ fields (current leader, node endpoints belong to v10+).
 
 from __future__ import annotations
 
-import os
 import struct
 from collections.abc import Sequence
 from typing import Any, Final, NamedTuple
 
+from ..records.extensions import extensions_disabled
 from ..records.varint import VarintError, encode_uvarint, read_uvarint
 from .guard import MalformedError, skip_tag_buffer
 
@@ -470,7 +470,7 @@ def decode_produce_request(frame: bytes, position: int, version: int) -> Produce
 def _c_module() -> Any:
     """``pulllog.net._cproduce`` (``_cproduce.c``) if built and not switched off by
     ``PULLLOG_NO_EXTENSIONS=1``, else None: then the Python code here does everything."""
-    if os.environ.get("PULLLOG_NO_EXTENSIONS", "") not in ("", "0"):
+    if extensions_disabled():
         return None
     try:
         from . import _cproduce

@@ -32,13 +32,13 @@ null and a record may not have a negative number of headers.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 from .errors import CorruptRecordError, InvalidRecordError
+from .extensions import extensions_disabled
 from .varint import VarintError, decode_varint
 
 __all__ = ["IMPLEMENTATION", "DecodedRecord", "decode_records", "py_decode_records"]
@@ -217,7 +217,7 @@ def _py_decode(record_type: type, data: bytes, pos: int, end: int, count: int, b
 
 
 def _choose() -> tuple[str, Callable[..., list[Any]]]:
-    if os.environ.get("PULLLOG_NO_EXTENSIONS", "") not in ("", "0"):
+    if extensions_disabled():
         return "python", py_decode_records
     try:
         from ._crecords import decode_records as c_decode_records

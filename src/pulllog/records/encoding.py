@@ -84,12 +84,12 @@ checks it on random records and message sets, for every codec once sealed.
 
 from __future__ import annotations
 
-import os
 import struct
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
+from .extensions import extensions_disabled
 from .varint import ZIGZAG, ZIGZAG_TABLE_SIZE, encode_varint
 
 __all__ = ["IMPLEMENTATION", "PyRecordsBuilder", "RecordsBuilder", "SendPath", "SlotsMaker", "append_record",
@@ -195,7 +195,7 @@ async def py_ready(value: _T) -> _T:
 def _choose() -> tuple[str, type[Any], Callable[..., None], Callable[[bytearray, Sequence[Any], int, int], int] | None,
                        Any, Callable[[Sequence[Any]], int] | None, Callable[[], int], Callable[[Any], Awaitable[Any]],
                        Any]:
-    if os.environ.get("PULLLOG_NO_EXTENSIONS", "") not in ("", "0"):
+    if extensions_disabled():
         return "python", PyRecordsBuilder, py_append_record, None, None, None, py_now_ms, py_ready, None
     try:
         from ._crecords import Ready as CReady
