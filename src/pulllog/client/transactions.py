@@ -308,8 +308,8 @@ class TransactionManager(IdempotenceManager):
             raise TransactionStateError(f"cannot move from {self.state.value} to {target.value}")
         self.state = target
         if target is not S.IN_TRANSACTION:
-            self._passed_topic = self.fast_topic = None
-            self.fast_path_lost()
+            self._passed_topic = None
+            self._no_fast_path()
         if error is not None:
             self.last_error = error
         elif target in (S.INITIALIZING, S.READY, S.IN_TRANSACTION):
@@ -388,10 +388,14 @@ class TransactionManager(IdempotenceManager):
         self._passed_topic, self._passed_partition = topic, partition
         self._update_fast_path()
 
+    def _no_fast_path(self) -> None:
+        """The one way fast_topic goes back to None: the producer's C send path stops with it."""
+        self.fast_topic = None
+        self.fast_path_lost()
+
     def _update_fast_path(self) -> None:
         if self.starting_partitions:
-            self.fast_topic = None
-            self.fast_path_lost()
+            self._no_fast_path()
         else:
             self.fast_topic, self.fast_partition = self._passed_topic, self._passed_partition
 
@@ -451,8 +455,8 @@ class TransactionManager(IdempotenceManager):
         self.to_add.clear()
         self.transaction_started = False
         self.starting_partitions.clear()
-        self._passed_topic = self.fast_topic = None
-        self.fast_path_lost()
+        self._passed_topic = None
+        self._no_fast_path()
 
     # ------------------------------------------------------------ InitProducerId
 
