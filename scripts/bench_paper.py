@@ -119,11 +119,41 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# --pin: the CPUs the broker's process runs on (None: wherever the scheduler puts it)
+BROKER_CPUS: set[int] | None = None
+
+
+def pin(broker_cpu: int = 1, client_cpu: int = 0) -> None:
+    """``--pin``: the benchmark's own process (the clients, librdkafka's threads too: they
+    inherit it) on ``client_cpu`` and every broker started after this on ``broker_cpu``, as
+    the paper's producer and broker ran on separate machines. Call before any thread starts."""
+    global BROKER_CPUS
+    if (os.cpu_count() or 1) < 2:
+        raise SystemExit("--pin needs at least 2 CPUs")
+    os.sched_setaffinity(0, {client_cpu})
+    BROKER_CPUS = {broker_cpu}
+
+
+def broker_prefix() -> list[str]:
+    """What a broker's command starts with to run on ``BROKER_CPUS`` (``taskset``; nothing
+    when not pinned). A command, not a ``preexec_fn``: those are unsafe once threads run."""
+    if BROKER_CPUS is None:
+        return []
+    return ["taskset", "-c", ",".join(map(str, sorted(BROKER_CPUS)))]
+
+
+def pinned() -> str:
+    """The header's words for the CPUs (empty when not pinned)."""
+    if BROKER_CPUS is None:
+        return ""
+    return f"; pinned: clients on CPU {sorted(os.sched_getaffinity(0))}, broker on CPU {sorted(BROKER_CPUS)}"
+
+
 class BrokerProcess:
     def __init__(self, data_dir: Path, loop: str) -> None:
         self.data_dir = data_dir
         self.port = free_port()
-        self.proc = subprocess.Popen([sys.executable, "-c", BROKER, str(data_dir), str(self.port), loop],
+        self.proc = subprocess.Popen([*broker_prefix(), sys.executable, "-c", BROKER, str(data_dir), str(self.port), loop],
                                      stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
         if self.proc.stdout.readline().strip() != "ready":
@@ -543,7 +573,7 @@ def machine() -> str:
     return (f"{dt.datetime.now():%Y-%m-%d %H:%M}, {cpu}, {os.cpu_count()} cpu(s), {platform.system()} "
             f"{platform.release()}, Python {platform.python_version()}, librdkafka {confluent_kafka.libversion()[0]}, "
             f"aiokafka {aiokafka.__version__}, pulllog's record decoder: {RECORD_DECODER} (see pulllog.records.decoding), "
-            f"load average {load:.1f} at start")
+            f"load average {load:.1f} at start{pinned()}")
 
 
 def main() -> None:
@@ -560,8 +590,13 @@ def main() -> None:
     parser.add_argument("--max-in-flight", type=int, default=None, metavar="N",
                         help="Produce requests in flight per connection for pulllog (max_in_flight) and librdkafka "
                              "(max.in.flight.requests.per.connection); default: each client's own (5; 1,000,000)")
+    parser.add_argument("--pin", action="store_true",
+                        help="clients on CPU 0, the broker on CPU 1 (the paper's separate machines; "
+                             "default: wherever the scheduler puts them)")
     parser.add_argument("--out", type=Path, default=Path("bench-out"))
     args = parser.parse_args()
+    if args.pin:
+        pin()
     clients = [c.strip() for c in args.clients.split(",") if c.strip()]
     unknown = set(clients) - set(CLIENTS)
     if unknown:

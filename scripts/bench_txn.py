@@ -334,7 +334,12 @@ def main() -> int:
     parser.add_argument("--breakdown", action="store_true",
                         help="per transaction: time in commit_transaction(), backlog at commit, the log's "
                              "quiet time around each marker (instead of the throughput table)")
+    parser.add_argument("--pin", action="store_true",
+                        help="clients on CPU 0, the broker on CPU 1 (as on separate machines; default: "
+                             "wherever the scheduler puts them)")
     args = parser.parse_args()
+    if args.pin:
+        bench_paper.pin()
     starters: dict[str, Callable[[Path], bench_vs_kafka.Served]] = {
         "pulllog": bench_vs_kafka.start_pulllog, "kafka": bench_vs_kafka.start_kafka}
     if args.breakdown:

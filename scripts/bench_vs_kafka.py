@@ -94,8 +94,8 @@ def start_pulllog(data_dir: Path) -> Served:
     compile_pulllog()
     port = bench_paper.free_port()
     started = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "pulllog.cli.main", "serve", "--data-dir", str(data_dir),
-                             "--listen", f"127.0.0.1:{port}", "--log-level", "warning"],
+    proc = subprocess.Popen([*bench_paper.broker_prefix(), sys.executable, "-m", "pulllog.cli.main", "serve",
+                             "--data-dir", str(data_dir), "--listen", f"127.0.0.1:{port}", "--log-level", "warning"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     start_s = _wait_serving(port, proc, started)
 
@@ -116,7 +116,8 @@ def start_kafka(data_dir: Path) -> Served:
     started = time.monotonic()
     # Kafka's own heap default (kafka-server-start.sh: -Xmx1G -Xms1G), not the test fixture's small one
     cmd = ["java", "-Xmx1G", "-Xms1G", "-XX:+UseG1GC", "-cp", f"{libs}/*", "kafka.Kafka", str(config)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen([*bench_paper.broker_prefix(), *cmd], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
     start_s = _wait_serving(ref.port, proc, started)
 
     def stop() -> None:
