@@ -43,6 +43,11 @@ from the last data batch before a commit marker to the first one after it; and h
 log grew while ``commit_transaction()`` ran beside how fast between commits (a pipeline that
 stays full while the application waits grows it as fast).
 
+Beside the throughput, each run reports the broker's and the client process's CPU per record
+and how busy each was (CPU time over the run's wall time; 100%: one core throughout): the side
+near 100% is the one that limits the rate; both well below it means the rate waits on round
+trips or on the machine (other work on a shared one shows as both sides idle).
+
 Prints a Markdown table with the machine and the date.
 """
 
@@ -90,8 +95,20 @@ class CommitSample:
     seconds: float  # until it returned
 
 
+@dataclass(frozen=True)
+class Measured:
+    """Records acknowledged (idempotent) or committed (transactional) in ``seconds``."""
+
+    records: int
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        return self.records / self.seconds
+
+
 def librdkafka_rate(bootstrap: str, topic: str, mode: str, seconds: float, size: int, commit_s: float,
-                    trace: list[CommitSample] | None = None) -> float:
+                    trace: list[CommitSample] | None = None) -> Measured:
     """Records per second acknowledged (idempotent) or committed (transactional); with
     ``trace``, a CommitSample per commit interval."""
     conf = {"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"}
@@ -137,11 +154,11 @@ def librdkafka_rate(bootstrap: str, topic: str, mode: str, seconds: float, size:
         except KafkaException:
             raise
         producer.poll(0)
-    return counted / (time.monotonic() - started)
+    return Measured(counted, time.monotonic() - started)
 
 
 async def pulllog_rate(bootstrap: str, topic: str, mode: str, seconds: float, size: int, commit_s: float,
-                       trace: list[CommitSample] | None = None) -> float:
+                       trace: list[CommitSample] | None = None) -> Measured:
     transactional_id = f"{topic}-tx" if mode == "transactional" else None
     value = b"x" * size
     async with Producer(bootstrap, transactional_id=transactional_id) as producer:
@@ -178,7 +195,7 @@ async def pulllog_rate(bootstrap: str, topic: str, mode: str, seconds: float, si
             in_txn += 100
             if transactional_id is None:
                 counted += 100
-        return counted / (time.monotonic() - started)
+        return Measured(counted, time.monotonic() - started)
 
 
 def unacknowledged_bytes(producer: Producer) -> int:
@@ -192,8 +209,24 @@ async def _create(bootstrap: str, topic: str, configs: dict[str, str] | None = N
         await admin.create_topics([NewTopic(topic, partitions=1, configs=configs)])
 
 
+@dataclass(frozen=True)
+class Cost:
+    """A process's CPU (user + system, in 10 ms ticks for the broker's, from /proc) over one
+    measurement, topic creation and the producer's start included: per record, and as a
+    share of the wall time (1.0: a core busy throughout). Which side is busy says which
+    one limits the throughput; a transactional run's round trips at each commit leave both
+    less busy."""
+
+    us_per_record: float
+    busy: float
+
+    @classmethod
+    def of(cls, cpu_s: float, wall_s: float, measured: Measured) -> Cost:
+        return cls(cpu_s / max(measured.records, 1) * 1e6, cpu_s / wall_s)
+
+
 def measure(bootstrap: str, client: str, mode: str, run: int, args: argparse.Namespace,
-            trace: list[CommitSample] | None = None) -> float:
+            trace: list[CommitSample] | None = None) -> Measured:
     topic = f"txn-bench-{client}-{mode}-{run}"
     # the breakdown reads the broker's append times from the log: LogAppendTime batches
     asyncio.run(_create(bootstrap, topic, {"message.timestamp.type": "LogAppendTime"} if trace is not None else None))
@@ -294,7 +327,7 @@ def run_breakdown(args: argparse.Namespace, starters: dict[str, Callable[[Path],
                     for run in range(args.runs):
                         for mode in modes_of_run(run):
                             trace: list[CommitSample] = []
-                            rate = measure(served.bootstrap, client, mode, run, args, trace)
+                            rate = measure(served.bootstrap, client, mode, run, args, trace).rate
                             found = breakdown(trace, log_batches(data_dir, f"txn-bench-{client}-{mode}-{run}"))
                             rows.append((broker, client, mode, run, rate, found))
                             print(f"{broker} {client} {mode} run {run}: {rate:,.0f} records/s {found}", file=sys.stderr)
@@ -355,28 +388,43 @@ def main() -> int:
                 for client in args.clients.split(","):
                     for warm in range(args.warmup_rounds):  # not recorded (see the module docstring)
                         for mode in modes_of_run(warm):
-                            rate = measure(served.bootstrap, client, mode, -10 - warm, args)  # its own topic
+                            rate = measure(served.bootstrap, client, mode, -10 - warm, args).rate  # its own topic
                             print(f"{broker} {client} {mode} warm-up {warm}: {rate:,.0f} records/s", file=sys.stderr)
                     rates: dict[str, list[float]] = {m: [] for m in MODES}
+                    costs: dict[str, list[tuple[Cost, Cost]]] = {m: [] for m in MODES}  # (broker, client)
                     for run in range(args.runs):
                         for mode in modes_of_run(run):
-                            rate = measure(served.bootstrap, client, mode, run, args)
-                            rates[mode].append(rate)
-                            print(f"{broker} {client} {mode} run {run}: {rate:,.0f} records/s", file=sys.stderr)
+                            cpu, own, wall = served.cpu_seconds(), time.process_time(), time.monotonic()
+                            measured = measure(served.bootstrap, client, mode, run, args)
+                            wall = time.monotonic() - wall
+                            cost = (Cost.of(served.cpu_seconds() - cpu, wall, measured),
+                                    Cost.of(time.process_time() - own, wall, measured))
+                            rates[mode].append(measured.rate)
+                            costs[mode].append(cost)
+                            print(f"{broker} {client} {mode} run {run}: {measured.rate:,.0f} records/s; CPU us per "
+                                  f"record (busy): broker {cost[0].us_per_record:.2f} ({cost[0].busy:.0%}), client "
+                                  f"{cost[1].us_per_record:.2f} ({cost[1].busy:.0%})", file=sys.stderr)
                     idem, txn = (statistics.median(rates[m]) for m in MODES)
                     rounds = [t / i for i, t in zip(rates["idempotent"], rates["transactional"])]
-                    rows.append((broker, client, idem, txn, rounds))
+                    rows.append((broker, client, idem, txn, rounds, costs))
             finally:
                 served.stop()  # type: ignore[operator]
     mib = args.record_size / 2**20
     print(f"\n{machine}; {args.record_size}-byte records, one partition, acks=all, "
           f"commit every {args.commit_ms} ms, {args.seconds:g} s per measurement, median of {args.runs}\n")
     print("| broker | client | idempotent records/s (MiB/s) | transactional records/s (MiB/s) | transactional / idempotent "
-          "| per round (median) |")
-    print("|---|---|---|---|---|---|")
-    for broker, client, idem, txn, rounds in rows:
+          "| per round (median) | CPU us / record (busy), idempotent: broker, client "
+          "| transactional: broker, client |")
+    print("|---|---|---|---|---|---|---|---|")
+    for broker, client, idem, txn, rounds, costs in rows:
+        cells = []
+        for m in MODES:
+            side = [(statistics.median(c[k].us_per_record for c in costs[m]),
+                     statistics.median(c[k].busy for c in costs[m])) for k in (0, 1)]
+            cells.append(", ".join(f"{us:.2f} ({busy:.0%})" for us, busy in side))
         print(f"| {broker} | {client} | {idem:,.0f} ({idem * mib:.1f}) | {txn:,.0f} ({txn * mib:.1f}) | "
-              f"{txn / idem:.2f} | {', '.join(f'{r:.2f}' for r in rounds)} ({statistics.median(rounds):.2f}) |")
+              f"{txn / idem:.2f} | {', '.join(f'{r:.2f}' for r in rounds)} ({statistics.median(rounds):.2f}) | "
+              f"{cells[0]} | {cells[1]} |")
     return 0
 
 
