@@ -910,6 +910,11 @@ class Log:
                 break
         return found
 
+    def has_ongoing_transaction(self, producer_id: int, epoch: int) -> bool:
+        """Has ``producer_id`` at ``epoch`` a transaction open in this log (its first batch
+        appended, no marker yet)? A Produce handler then needs no KIP-890 verification."""
+        return self.producer_state.has_ongoing_transaction(producer_id, epoch)
+
     def producer_states(self) -> list[ProducerSnapshotView]:
         """Every producer the log knows, for DescribeProducers."""
         return self.producer_state.views()

@@ -260,6 +260,13 @@ class ProducerStateManager:
         # for the LSO, which every read_committed fetch asks for)
         self.ongoing_txns: dict[int, int] = {}
 
+    def has_ongoing_transaction(self, producer_id: int, epoch: int) -> bool:
+        """Has ``producer_id`` at ``epoch`` an open transaction in this partition (a
+        transactional batch appended, its marker not yet)? Kafka's
+        ``UnifiedLog.hasOngoingTransaction``."""
+        entry = self.producers.get(producer_id)
+        return entry is not None and entry.current_txn_first_offset is not None and entry.epoch == epoch
+
     def first_unstable_offset(self) -> int | None:
         """The first offset of the oldest open transaction, None when none is open."""
         ongoing = self.ongoing_txns

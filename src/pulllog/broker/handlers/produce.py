@@ -203,9 +203,13 @@ def append_partition(broker: "BrokerApi", topic_name: str, index: int, records: 
                 # Kafka refuses transactional records from a request without a transactional id.
                 return _partition_error(index, ErrorCode.transactional_id_authorization_failed,
                                         "transactional records need the request's transactional id")
-            refused = _unverified(broker, transactional_id, topic_name, index, batches[0][1])
-            if refused is not None:
-                return refused
+            header = batches[0][1]
+            # As Kafka: a partition where this producer's transaction is already open (an
+            # earlier batch of it appended) was verified then; only its first batch asks
+            if not partition_log.has_ongoing_transaction(header.producer_id, header.producer_epoch):
+                refused = _unverified(broker, transactional_id, topic_name, index, header)
+                if refused is not None:
+                    return refused
         info = partition_log.append(records, validated=batches, defer_flush=True)
     except RecordErrors as exc:
         errors = [(rec, why) for _b, rec, why in exc.errors]
