@@ -146,8 +146,23 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
     return int(fields[11]) / tick, int(fields[12]) / tick
 
 
-def pulllog_client_case(port: int, requests: int, window: int) -> None:
-    """pulllog's own Producer at batch 1 (up to 5 requests in flight): what bench_paper runs."""
+def context_switches(pid: int) -> tuple[int, int]:
+    """(voluntary, involuntary) context switches of the process's threads so far."""
+    voluntary = involuntary = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/status") as f:
+            for line in f:
+                if line.startswith("voluntary_ctxt_switches"):
+                    voluntary += int(line.split()[1])
+                elif line.startswith("nonvoluntary_ctxt_switches"):
+                    involuntary += int(line.split()[1])
+    return voluntary, involuntary
+
+
+def pulllog_client_case(port: int, requests: int, window: int, records: int = 1) -> None:
+    """pulllog's own Producer, one batch per request (up to 5 requests in flight): what
+    bench_paper runs. ``records`` 1: ``send()`` with ``batch_size=1`` (batch 1); more:
+    ``send_batch()`` of that many values with ``batch_size=1`` (batch 50)."""
     import asyncio
 
     from pulllog.client.producer import Producer
@@ -156,8 +171,13 @@ def pulllog_client_case(port: int, requests: int, window: int) -> None:
         value = os.urandom(200)
         async with Producer(f"127.0.0.1:{port}", acks=1, batch_size=1) as producer:
             await producer.partitions_for("bench")
-            for _ in range(requests):
-                await producer.send("bench", value, partition=0)
+            if records == 1:
+                for _ in range(requests):
+                    await producer.send("bench", value, partition=0)
+            else:
+                values = [value] * records
+                for _ in range(requests):
+                    await producer.send_batch("bench", values, partition=0)
             await producer.flush()
 
     asyncio.run(produce())
@@ -275,17 +295,22 @@ def main() -> None:
 
             def case(w: int) -> None:
                 if args.client == "pulllog":
-                    pulllog_client_case(port, args.requests, w)
+                    pulllog_client_case(port, args.requests, w, args.records)
                 else:
                     run_case(port, request, args.requests, w, args.think_us, args.sleep_us, args.version)
 
             results: dict[int, list[tuple[float, float]]] = {w: [] for w in windows}
+            switches: dict[int, list[tuple[float, float]]] = {w: [] for w in windows}
             for _ in range(args.runs):
                 for w in windows:  # cases take turns: a busy spell hits them all
                     user, system = cpu_seconds(proc.pid)
+                    voluntary, involuntary = context_switches(proc.pid)
                     case(w)
                     user2, system2 = cpu_seconds(proc.pid)
+                    voluntary2, involuntary2 = context_switches(proc.pid)
                     results[w].append(((user2 - user) / args.requests * 1e6, (system2 - system) / args.requests * 1e6))
+                    switches[w].append(((voluntary2 - voluntary) / args.requests,
+                                        (involuntary2 - involuntary) / args.requests))
             import pulllog
             print(f"pulllog from {Path(pulllog.__file__).parent}; Produce v{args.version}, "
                   f"{args.requests} requests per run, {args.runs} runs, {args.broker_loop}")
@@ -293,7 +318,9 @@ def main() -> None:
                 us = [u + s for u, s in runs]
                 print(f"{args.client} window {w:3d}: broker CPU {statistics.median(us):6.1f} us/request "
                       f"(range {min(us):.1f}-{max(us):.1f}; user {statistics.median(u for u, _ in runs):.1f}, "
-                      f"system {statistics.median(s for _, s in runs):.1f})")
+                      f"system {statistics.median(s for _, s in runs):.1f}); context switches per request: "
+                      f"voluntary {statistics.median(v for v, _ in switches[w]):.2f}, "
+                      f"involuntary {statistics.median(i for _, i in switches[w]):.2f}")
             for w in windows:
                 faults = minor_faults(proc.pid)
                 case(w)

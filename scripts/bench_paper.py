@@ -150,11 +150,14 @@ def pinned() -> str:
 
 
 class BrokerProcess:
-    def __init__(self, data_dir: Path, loop: str) -> None:
+    def __init__(self, data_dir: Path, loop: str, path: str | None = None) -> None:
         self.data_dir = data_dir
         self.port = free_port()
+        env = None
+        if path is not None:  # --broker-path: the broker's code from another source tree than the client's
+            env = {**os.environ, "PYTHONPATH": path}
         self.proc = subprocess.Popen([*broker_prefix(), sys.executable, "-c", BROKER, str(data_dir), str(self.port), loop],
-                                     stdout=subprocess.PIPE, text=True)
+                                     stdout=subprocess.PIPE, text=True, env=env)
         assert self.proc.stdout is not None
         if self.proc.stdout.readline().strip() != "ready":
             raise SystemExit("the broker did not start")
@@ -165,9 +168,26 @@ class BrokerProcess:
 
     def cpu_seconds(self) -> float:
         """User + system CPU of the broker process so far."""
+        return sum(self.cpu_split())
+
+    def cpu_split(self) -> tuple[float, float]:
+        """(user, system) CPU seconds of the broker process so far."""
         with open(f"/proc/{self.proc.pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        tick = os.sysconf("SC_CLK_TCK")
+        return int(fields[11]) / tick, int(fields[12]) / tick
+
+    def context_switches(self) -> tuple[int, int]:
+        """(voluntary, involuntary) context switches of the broker's threads so far."""
+        voluntary = involuntary = 0
+        for task in os.listdir(f"/proc/{self.proc.pid}/task"):
+            with open(f"/proc/{self.proc.pid}/task/{task}/status") as f:
+                for line in f:
+                    if line.startswith("voluntary_ctxt_switches"):
+                        voluntary += int(line.split()[1])
+                    elif line.startswith("nonvoluntary_ctxt_switches"):
+                        involuntary += int(line.split()[1])
+        return voluntary, involuntary
 
     def storage(self, topic: str) -> tuple[int, int, int, int]:
         """(bytes in .log files, bytes in index files, batches, records) of partition 0."""
@@ -436,21 +456,27 @@ def run_all(args: argparse.Namespace, broker: BrokerProcess, clients: list[str])
                 n = args.batch1_messages if case == "batch 1" else args.messages
                 topic = f"{client}-{case.replace(' ', '')}-{run}"
                 curve = Curve(n)
-                cpu = broker.cpu_seconds()
+                user, system = broker.cpu_split()
+                switches = broker.context_switches()
                 client_cpu = time.process_time()
                 started = time.perf_counter()
                 call(PRODUCERS[client], broker.bootstrap, topic, n, case, curve,
                      loop=args.client_loop if client == "pulllog" else "asyncio")
                 seconds = time.perf_counter() - started if not curve.points else curve.points[-1][0]
                 client_cpu = time.process_time() - client_cpu
-                cpu = broker.cpu_seconds() - cpu
+                user2, system2 = broker.cpu_split()
+                user, system = user2 - user, system2 - system
+                cpu = user + system
+                voluntary, involuntary = (b - a for a, b in zip(switches, broker.context_switches()))
                 log_bytes, index_bytes, batches, records = broker.storage(topic)
                 assert records == n, f"{client} {case}: {records} records on disk, expected {n}"
                 runs.append(Run(client, case, run, n, seconds, cpu, log_bytes, index_bytes, batches,
                                 curve.throughput(), client_cpu))
                 print(f"  run {run + 1}: {client:10} produce {case:8} {n / seconds:>10,.0f} msgs/s  "
                       f"broker {cpu / n * 1e6:6.2f} s per M  client {client_cpu / n * 1e6:6.2f} s per M  "
-                      f"{n / batches:6.1f} msgs/request", file=sys.stderr, flush=True)
+                      f"{n / batches:6.1f} msgs/request; broker per request: user {user / batches * 1e6:.1f} "
+                      f"system {system / batches * 1e6:.1f} µs, context switches {voluntary / batches:.2f} "
+                      f"voluntary {involuntary / batches:.2f} involuntary", file=sys.stderr, flush=True)
             if not consume:
                 continue
             curve = Curve(args.messages)
@@ -593,6 +619,9 @@ def main() -> None:
     parser.add_argument("--pin", action="store_true",
                         help="clients on CPU 0, the broker on CPU 1 (the paper's separate machines; "
                              "default: wherever the scheduler puts them)")
+    parser.add_argument("--broker-path", metavar="DIR", default=None,
+                        help="run the broker with PYTHONPATH=DIR (another source tree's broker against this "
+                             "client: A/B a broker change with the client unchanged)")
     parser.add_argument("--out", type=Path, default=Path("bench-out"))
     args = parser.parse_args()
     if args.pin:
@@ -615,12 +644,13 @@ def main() -> None:
               else f"{MAX_IN_FLIGHT:,} Produce requests in flight for pulllog and librdkafka")
     args.out.mkdir(parents=True, exist_ok=True)
     header = (f"# The paper's experiment on one machine\n\n{machine()}; broker: pulllog in its own process "
-              f"({args.broker_loop} event loop); pulllog's client on {args.client_loop}'s event loop; "
+              f"({args.broker_loop} event loop{'' if args.broker_path is None else ', from ' + args.broker_path}); "
+              f"pulllog's client on {args.client_loop}'s event loop; "
               f"{args.runs} runs per case; {args.messages:,} messages per run "
               f"({args.batch1_messages:,} for batch 1); {window}")
     print(header.replace("\n\n", "\n"), file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="pulllog-bench-paper-") as tmp:
-        broker = BrokerProcess(Path(tmp), args.broker_loop)
+        broker = BrokerProcess(Path(tmp), args.broker_loop, args.broker_path)
         try:
             runs = run_all(args, broker, clients)
         finally:
