@@ -6,7 +6,8 @@ one consumer reads N messages with fetches of about 200 KB. Every case runs ``--
 times (clients and cases take turns, so a busy spell on a shared machine hits them all
 alike), against one broker started by this script in its own process (``pulllog serve``'s
 Broker; ``--broker-loop uvloop`` runs it on uvloop; ``--client-loop uvloop`` runs pulllog's
-client on uvloop, the application's choice of loop).
+client on uvloop, the application's choice of loop; ``--broker-path DIR`` runs the broker with
+``PYTHONPATH=DIR``, another source tree's broker against this client).
 
 Producer cases, each with pulllog's asyncio client, librdkafka (confluent-kafka) and
 aiokafka (the pure-Python reference):
@@ -36,6 +37,7 @@ Consumers (pulllog ``getmany(500)``, librdkafka ``consume(500)``, aiokafka
 Reported, per case: messages/s and MB/s (200-byte values, 10^6 bytes) as median and range
 over the runs, counted from the first send to the last acknowledgement; broker CPU
 (user + system of the broker process, from /proc) per million messages and per request
+(each run's line also splits it into user and system and counts the broker's context switches)
 (requests = batches here: one partition, one batch per request), which is steadier than
 wall-clock throughput on a shared machine; the log's bytes on disk per message (.log, and
 with the sparse .index / .timeindex files) next to the paper's 9 bytes of overhead per
@@ -48,7 +50,7 @@ Writes ``results.md`` (the tables), ``results.json`` (every run) and ``producer.
 
     python scripts/bench_paper.py [--messages 200000] [--batch1-messages 20000] [--runs 3]
                                   [--clients pulllog,librdkafka,aiokafka] [--broker-loop asyncio|uvloop]
-                                  [--client-loop asyncio|uvloop]
+                                  [--client-loop asyncio|uvloop] [--broker-path DIR]
                                   [--cases "batch 1,batch 50,natural,sets of 50,consume"]
                                   [--out bench-out]
 """
