@@ -124,10 +124,15 @@ async def test_the_c_send_path_stores_what_the_python_send_stores(pulllog_broker
 @needs_c
 async def test_the_c_send_path_takes_the_records_of_an_open_batch(pulllog_broker: BrokerThread,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """The Python send() runs about once per batch: for the record that opens it."""
+    """The Python send() runs about once per batch: for the record that opens it.
+
+    With linger_ms=0 the sender also takes an open batch early whenever its partition has
+    nothing in flight, so how many batches (and Python calls) the records make depended on
+    when the broker answered: under load the count once went past the bound. A long linger
+    closes a batch only when it is full (or at the flush), so the count is the records'."""
     calls = counting_send(monkeypatch)
     create_topic(pulllog_broker, "plain", 2)
-    async with Producer(pulllog_broker.bootstrap_servers, acks=1, batch_size=4_096) as producer:
+    async with Producer(pulllog_broker.bootstrap_servers, acks=1, batch_size=4_096, linger_ms=60_000) as producer:
         assert isinstance(producer.send, SendPath)
         futures = [await producer.send("plain", b"x" * 100, partition=i % 2 if i >= 1_000 else 0)
                    for i in range(2_000)]
@@ -325,3 +330,54 @@ async def test_a_new_batch_is_what_the_classes_init_makes() -> None:
     assert other.result is not made.result and not made.result.finished
     made.result.set_acknowledged(5, -1)
     assert made.result.finished and made.result.done.done() and not other.result.finished
+
+
+@needs_c
+def test_a_request_and_a_sets_metadata_are_what_the_classes_init_makes() -> None:
+    """The sender copies a template for each Produce request (_Request) and for each message
+    set's BatchMetadata (SlotsMaker): every slot must be what their __init__ sets."""
+    from pulllog.client import sender as sender_module
+    from pulllog.client.record_future import BatchMetadata
+
+    made = sender_module._new_batch_metadata("topic", 2, 40, 50, BASE_TIMESTAMP_MS)
+    assert type(made) is BatchMetadata and made == BatchMetadata("topic", 2, 40, 50, BASE_TIMESTAMP_MS)
+    assert made.last_offset == 89 and hash(made) == hash(BatchMetadata("topic", 2, 40, 50, BASE_TIMESTAMP_MS))
+
+    class Encoder:
+        version = 9
+
+    for transactional_id, batches in ((None, ["b"]), (None, ["b", "c"]), ("txn", ["b"])):
+        fake_sender: Any = type("S", (), {"_transactional_id": transactional_id})()
+        encoder: Any = Encoder()
+        built = sender_module._Request(fake_sender, 1, "conn", batches, encoder, 12.5)  # type: ignore[arg-type]
+        one = batches[0] if len(batches) == 1 and transactional_id is None else None
+        made_request = sender_module._make_request(fake_sender, 1, "conn", batches, encoder, 9, 12.5, one)
+        assert type(made_request) is sender_module._Request
+        for name in sender_module._Request.__slots__:
+            assert getattr(made_request, name) == getattr(built, name), name
+
+
+async def test_send_batch_appends_at_once_and_raises_from_the_await(pulllog_broker: BrokerThread) -> None:
+    """send_batch() is no coroutine function: a set that needs no wait is appended by the call
+    itself; what is wrong with a set is raised by the await, as from the coroutine it was."""
+    import inspect
+
+    create_topic(pulllog_broker, "sets", 2)
+    async with Producer(pulllog_broker.bootstrap_servers, acks=1, batch_size=1) as producer:
+        await producer.partitions_for("sets")
+        assert producer._acc is not None
+        sending = producer.send_batch("sets", [b"a", b"b"], partition=1)
+        assert not inspect.iscoroutinefunction(Producer.send_batch)
+        assert producer._acc.incomplete  # appended before the await
+        first = await sending
+        second = await producer.send_batch("sets", iter([(b"k", b"c"), b"d", None]), partition=1)
+        with pytest.raises(ValueError):
+            await producer.send_batch("sets", [], partition=1)
+        bad = producer.send_batch("sets", [b"ok", 5], partition=1)
+        with pytest.raises(TypeError):
+            await bad
+        with pytest.raises(KafkaError):
+            await producer.send_batch("sets", [b"x"], partition=7)
+        metadata = [await first, await second]
+    assert [(m.partition, m.base_offset, m.count) for m in metadata] == [(1, 0, 2), (1, 2, 3)]
+    assert metadata[0].topic == "sets"

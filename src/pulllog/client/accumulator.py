@@ -496,6 +496,10 @@ class RecordAccumulator:
         # a batch of such a partition cannot be sent before an answer, which wakes the sender
         # anyway, so it is not woken for it (a batch-1 producer would wake it per record).
         self.partition_busy: Callable[[tuple[str, int]], bool] = lambda key: False
+        # partition_busy of the partition of the batch ``append``/``append_set`` opened last,
+        # read when it was opened: the producer's yield rule reads it right after (nothing in
+        # flight changes in between), so a batch-1 record asks the sender once, not twice
+        self.opened_busy = False
 
     @property
     def room(self) -> int:
@@ -517,7 +521,8 @@ class RecordAccumulator:
             self.close(q)
         batch = q.open = self.new_batch(q.topic, q.partition, timestamp)
         self.incomplete.add(batch)
-        if not self.partition_busy(q.key):
+        busy = self.opened_busy = self.partition_busy(q.key)
+        if not busy:
             self._wake()
         return batch, True
 
@@ -574,10 +579,14 @@ class RecordAccumulator:
             self._drop_if_empty(q, batch)
             raise
         batch.held += reserved  # ``batch.reserved += reserved`` without the property's round trip
-        if len(records) >= self.batch_size:
-            self.close(q)  # wakes the sender (unless the partition's slots are all taken)
-        elif new and not self.partition_busy(q.key):
-            self._wake()
+        if new:
+            busy = self.opened_busy = self.partition_busy(q.key)
+            if len(records) >= self.batch_size:
+                self._close(q, busy)  # wakes the sender unless the partition's slots are all taken
+            elif not busy:
+                self._wake()
+        elif len(records) >= self.batch_size:
+            self.close(q)
         return _new_record_future(batch.result, delta, timestamp)
 
     def append_set(self, topic: str, partition: int, items: Sequence[Any], timestamp: int,
@@ -598,7 +607,10 @@ class RecordAccumulator:
             raise
         batch.held += reserved  # ``batch.reserved += reserved`` without the property's round trip
         if len(batch.records) >= self.batch_size:  # type: ignore[arg-type]
-            self.close(q)
+            if new:
+                self._close(q, self.opened_busy)  # (nothing in flight changed since it opened)
+            else:
+                self.close(q)
         return NEW_BATCH if new else APPENDED
 
     def _drop_if_empty(self, q: PartitionQueue, batch: ProducerBatch) -> None:
@@ -609,6 +621,12 @@ class RecordAccumulator:
 
     def close(self, q: PartitionQueue) -> None:
         """The open batch takes no more records: queue it for sending."""
+        if q.open is not None:
+            self._close(q, self.partition_busy(q.key))
+
+    def _close(self, q: PartitionQueue, busy: bool) -> None:
+        """``close`` with the partition's ``partition_busy`` known: the sender is woken unless
+        all of its in-flight slots are taken."""
         batch = q.open
         if batch is None:
             return
@@ -617,7 +635,7 @@ class RecordAccumulator:
         q.closed += 1
         q.ready.append(batch)
         self._on_batch_closed(q.topic, q.partition)
-        if not self.partition_busy(q.key):
+        if not busy:
             self._wake()
 
     # ------------------------------------------------------------ the sender's API

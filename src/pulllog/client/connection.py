@@ -206,6 +206,9 @@ class KafkaConnection:
         # (on_response, None) for send()
         self._pending: dict[int, tuple[Any, type | None]] = {}
         self._ids = itertools.count(1)
+        # the correlation ids, for a caller of send() that takes them without a method call
+        # (``next(conn.correlation_ids)``: the producer's sender, once per request)
+        self.correlation_ids = self._ids
         self._closed = False
         self._error: BaseException | None = None
         self._outgoing: list[bytes] = []  # frames written in this turn of the event loop (_write)

@@ -95,12 +95,12 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
 from ..records.compression import Compression
-from ..records.encoding import SendPath, now_ms, ready
+from ..records.encoding import SendPath, now_ms, ready, values_size
 from .accumulator import (
     NEW_BATCH,
     RECORD_OVERHEAD,
@@ -162,6 +162,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("pulllog.client.producer")
+_F = TypeVar("_F")
 
 # buffer_memory for a record without key or headers, on top of its value: the allowance and
 # the one byte of its empty headers
@@ -705,26 +706,32 @@ class Producer:
             q = acc.last  # the queue the record went to
             if q.open is not None:  # (not after a batch that closed at once: batch_size=1)
                 fast.arm(q, topic, partition, sticky and self._sticky_known)
-        if future.relative_offset == 0 and self._yield_after_new_batch(topic, partition):
+        if future.relative_offset == 0:  # it opened a batch: _yield_after_new_batch, written out
+            if acc.opened_busy:
+                self._busy_batches += 1
+                if self._busy_batches < self._busy_yield_every:
+                    return ready(future)
+            self._busy_batches = 0
             return self._yield_with(future)
         return ready(future)
 
-    def _yield_after_new_batch(self, topic: str, partition: int) -> bool:
-        """Whether a record or set that opened a batch of ``partition`` yields to the loop:
-        yes, so the sender ships what is ready, unless the partition's in-flight slots are all
-        taken (the sender could ship nothing); then only every ``_BUSY_YIELD_EVERY``-th such
-        batch, or sooner for big batches (``_BUSY_YIELD_BYTES``), so the answers that free the
-        slots are read. One rule and counter for ``send()``'s two paths and ``send_batch()``."""
+    def _yield_after_new_batch(self) -> bool:
+        """Whether a record or set that just opened a batch yields to the loop: yes, so the
+        sender ships what is ready, unless the partition's in-flight slots are all taken (the
+        sender could ship nothing: the accumulator's ``opened_busy``, read as it opened the
+        batch); then only every ``_BUSY_YIELD_EVERY``-th such batch, or sooner for big batches
+        (``_BUSY_YIELD_BYTES``), so the answers that free the slots are read. One rule and
+        counter for ``send()``'s two paths and ``send_batch()``."""
         acc = self._acc
         assert acc is not None
-        if acc.partition_busy((topic, partition)):
+        if acc.opened_busy:
             self._busy_batches += 1
             if self._busy_batches < self._busy_yield_every:
                 return False
         self._busy_batches = 0
         return True
 
-    async def _yield_with(self, future: RecordFuture) -> RecordFuture:
+    async def _yield_with(self, future: _F) -> _F:
         await asyncio.sleep(0)
         return future
 
@@ -796,7 +803,7 @@ class Producer:
             raise _bad_record(key, value, exc) from None
         offset = future.relative_offset
         if offset == 0:
-            if self._yield_after_new_batch(topic, partition):
+            if self._yield_after_new_batch():
                 await asyncio.sleep(0)
         elif txn is not None and txn.starting_partitions and not offset % _STARTING_YIELD_EVERY:
             # the sender needs a few quick turns to start the transaction's pipeline
@@ -816,7 +823,75 @@ class Producer:
         """``send()`` and wait for the acknowledgement."""
         return await (await self.send(topic, value, key, headers, partition, timestamp))
 
-    async def send_batch(
+    def send_batch(
+        self,
+        topic: str,
+        records: Iterable[Any],
+        *,
+        partition: int | None = None,
+        timestamp: int | None = None,
+    ) -> Awaitable[asyncio.Future[BatchMetadata]]:
+        """Queue a message set for one partition; ``await`` it for one future of its BatchMetadata.
+
+        ``records`` items are values (bytes or None) or tuples ``(key, value)``,
+        ``(key, value, headers)`` or ``(key, value, headers, timestamp_ms)``. The set is
+        appended contiguously in one RecordBatch (so it must fit ``max_request_size``).
+        ``partition=None`` lets the partitioner choose as for a record without a key: keys
+        in the set are stored but do not choose the partition (use ``send()`` for that).
+
+        As ``send()``, it is awaited but is not a coroutine function: when nothing needs
+        waiting (the topic known, buffer space free, no transaction) the call appends the
+        set and returns ``records.encoding.ready(future)`` (or a coroutine that yields to the
+        sender first, after a set that opened a batch); otherwise the coroutine that waits.
+        Errors come out of the ``await`` either way.
+        """
+        # the common case without a coroutine (a frame, a send and a StopIteration per set);
+        # anything unusual takes _send_batch before the partitioner is asked
+        if not self._accepting or self._txn is not None:
+            return self._send_batch(topic, records, partition=partition, timestamp=timestamp)
+        parts = self._partitions.get(topic)
+        items = records if isinstance(records, (list, tuple)) else list(records)
+        if parts is None or not items:
+            return self._send_batch(topic, items, partition=partition, timestamp=timestamp)
+        size = -1
+        if values_size is not None:  # estimate_set_size's common case, written out
+            size = values_size(items)
+            if size >= 0:
+                size += RECORD_OVERHEAD * len(items)
+        if size < 0:
+            try:
+                size = estimate_set_size(items)
+            except (TypeError, IndexError):
+                return self._send_batch(topic, items, partition=partition, timestamp=timestamp)
+        pool = self._pool
+        if size > self._max_record_size or size > pool.available or pool.waiters:
+            return self._send_batch(topic, items, partition=partition, timestamp=timestamp)
+        # from here on nothing goes back to _send_batch: a partitioner may count its calls
+        sticky = self._sticky and partition is None
+        if partition is None:
+            partition = self._partitioner.partition(topic, None, parts[0], parts[1])
+        elif not 0 <= partition < len(parts[0]):
+            return _raise(_no_such_partition(topic, partition, parts[0]))
+        if timestamp is None:
+            timestamp = now_ms()
+        future: asyncio.Future[BatchMetadata] = self._loop.create_future()  # type: ignore[union-attr]
+        acc = self._acc
+        assert acc is not None
+        pool.available -= size  # pool.try_reserve(size), written out: it fits, nobody waits
+        try:
+            outcome = acc.append_set(topic, partition, items, timestamp, future, size, sticky)
+            if outcome == REROUTE:
+                partition = self._partitioner.partition(topic, None, parts[0], parts[1])
+                outcome = acc.append_set(topic, partition, items, timestamp, future, size)
+        except (TypeError, IndexError):
+            pool.release(size)
+            return _raise(TypeError("send_batch() records must be values (bytes or None) or tuples "
+                                    "(key, value[, headers[, timestamp_ms]]) of bytes"))
+        if outcome == NEW_BATCH and self._yield_after_new_batch():
+            return self._yield_with(future)  # type: ignore[arg-type]
+        return ready(future)
+
+    async def _send_batch(
         self,
         topic: str,
         records: Iterable[Any],
@@ -824,14 +899,8 @@ class Producer:
         partition: int | None = None,
         timestamp: int | None = None,
     ) -> asyncio.Future[BatchMetadata]:
-        """Queue a message set for one partition; return one future of its BatchMetadata.
-
-        ``records`` items are values (bytes or None) or tuples ``(key, value)``,
-        ``(key, value, headers)`` or ``(key, value, headers, timestamp_ms)``. The set is
-        appended contiguously in one RecordBatch (so it must fit ``max_request_size``).
-        ``partition=None`` lets the partitioner choose as for a record without a key: keys
-        in the set are stored but do not choose the partition (use ``send()`` for that).
-        """
+        """``send_batch()``, every case: it waits (metadata, buffer space, the sender's turn in
+        a starting transaction) and raises what is wrong with the set."""
         if not self._accepting:
             self._check_running()
         items = records if isinstance(records, (list, tuple)) else list(records)
@@ -878,7 +947,7 @@ class Producer:
                             "(key, value[, headers[, timestamp_ms]]) of bytes") from None
         if self._txn is not None and self._txn.starting_partitions:
             await asyncio.sleep(0)
-        elif outcome == NEW_BATCH and self._yield_after_new_batch(topic, partition):
+        elif outcome == NEW_BATCH and self._yield_after_new_batch():
             await asyncio.sleep(0)
         return future
 
@@ -962,7 +1031,11 @@ class Producer:
             self._partitions[topic] = (everything, available)
 
     def _batch_closed(self, topic: str, partition: int) -> None:
-        self._disarm()  # the sticky partition may move, and the C send path found the open batch gone anyway
+        # _disarm(), written out (once per batch: per record at batch_size=1): the sticky
+        # partition may move, and the C send path found the open batch gone anyway
+        fast = self._fast
+        if fast is not None:
+            fast.disarm()
         parts = self._partitions.get(topic)
         if parts is not None:
             self._partitioner.batch_closed(topic, partition, parts[0], parts[1])

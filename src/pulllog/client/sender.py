@@ -60,6 +60,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ..net.guard import MalformedError
+from ..records.encoding import SlotsMaker
 from ..net.produce import PartitionProduceResponse, ProduceRequestEncoder, decode_produce_response
 from ..net.protocol import InvalidResponseError
 from .accumulator import ProducerBatch, RecordAccumulator
@@ -134,6 +135,9 @@ class Sender:
         self._callback_error: BaseException | None = None  # a bug in handling an answer (_Request)
         self._held: list[KafkaConnection] = []  # connections with requests to write at the turn's end
         self._tg: asyncio.TaskGroup | None = None  # run()'s, while it runs (_after_answers passes in it)
+        # run()'s loop (asyncio.get_running_loop() asks the OS for the process id on every call
+        # in Python 3.11: a system call per wake-up timer)
+        self._loop: asyncio.AbstractEventLoop | None = None
         # batches acknowledged by the answers of the read being handled, completed by
         # _after_answers once it wrote the requests for the slots they freed: (batch, (base
         # offset, log append time)), the pair as one_partition_ack gave it
@@ -166,6 +170,7 @@ class Sender:
             try:
                 async with asyncio.TaskGroup() as tg:
                     self._tg = tg
+                    self._loop = asyncio.get_running_loop()
                     while not self._stopping:
                         if self._callback_error is not None:
                             raise self._callback_error
@@ -197,7 +202,9 @@ class Sender:
         """Have the wake-up event set within ``delay`` seconds. One timer serves many waits:
         it is moved only for an earlier deadline (a pass woken early just computes the next
         one), since a fresh timeout per wait cost more than the pass of a one-record request."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
         when = loop.time() + delay
         timer = self._timer
         if timer is not None:
@@ -537,7 +544,7 @@ class Sender:
                 encoder = self._encoders[node] = (conn, ProduceRequestEncoder(
                     version, conn.client_id, self._transactional_id, config.acks, config.request_timeout_ms))
                 conn.after_frames = self._after_answers
-            correlation_id = conn.next_correlation_id()
+            correlation_id = next(conn.correlation_ids)
             if len(batches) == 1:
                 batch = batches[0]
                 frame = encoder[1].one_partition_frame(correlation_id, batch.topic, batch.partition, batch.wire)  # type: ignore[arg-type]
@@ -552,7 +559,9 @@ class Sender:
                 for batch in batches:
                     self._complete(batch, -1, -1)
                 return
-            request = _Request(self, node, conn, batches, encoder[1], now + self._request_timeout_s)
+            request = _make_request(self, node, conn, batches, encoder[1], encoder[1].version,
+                                    now + self._request_timeout_s,
+                                    batches[0] if len(batches) == 1 and self._transactional_id is None else None)
             conn.send(correlation_id, frame, request, hold=True)
             self._held.append(conn)
         except ConnectionError as exc:  # closed since it was drained
@@ -703,9 +712,17 @@ class Sender:
         batches completed at once (from a request with more partitions) or failed meanwhile
         (expired by the pass), and Kafka tells a partition's outcomes in order."""
         acked, self._acked = self._acked, []
-        acknowledged = self._acknowledged
+        # _acknowledged, written out (a batch-1 producer's every record): these batches are
+        # never a transaction's (_Request.one)
+        deallocate = self._acc.deallocate
         for batch, (base_offset, log_append_time) in acked:
-            acknowledged(batch, base_offset, log_append_time)
+            result = batch.result
+            if result.finished:
+                continue
+            deallocate(batch)
+            result.set_acknowledged(base_offset, log_append_time)  # every record's future at once
+            if batch.set_futures:
+                _tell_sets(batch, base_offset, log_append_time)
 
     def _batch_answered(self, batch: ProducerBatch, result: PartitionProduceResponse) -> None:
         code = result.error_code
@@ -810,11 +827,7 @@ class Sender:
         self._acc.deallocate(batch)
         batch.result.set_acknowledged(base_offset, log_append_time)  # every record's future at once
         if batch.set_futures:
-            topic, partition = batch.topic, batch.partition
-            for first, count, ts, future in batch.set_futures:
-                if not future.done():
-                    future.set_result(BatchMetadata(topic, partition, base_offset + first if base_offset >= 0 else -1,
-                                                    count, ts if log_append_time < 0 else log_append_time))
+            _tell_sets(batch, base_offset, log_append_time)
 
     def _fail(self, batch: ProducerBatch, error: BaseException) -> None:
         if batch.result.finished:
@@ -863,7 +876,14 @@ class _Request:
                 if ack is not None:
                     del requests[self]
                     sender._in_flight_by_node[self.node] -= 1
-                    sender._landed(batch)
+                    # sender._landed(batch), written out for its usual case (the oldest answered first)
+                    batch.sent_on = None
+                    flying = sender._in_flight.get((batch.topic, batch.partition))
+                    if flying:
+                        if flying[0] is batch:
+                            del flying[0]
+                        elif batch in flying:
+                            flying.remove(batch)
                     sender._acked.append((batch, ack))
                     sender._answers_read = True
                     return
@@ -872,6 +892,35 @@ class _Request:
             if sender._callback_error is None:
                 sender._callback_error = exc
             sender._wakeup.set()
+
+
+# _Request(sender, node, conn, batches, encoder, deadline) for a Produce request, one per
+# batch at batch_size=1: with the C extension a copy of a template with its eight slots set
+# (version and one as __init__ computes them), without __init__'s Python frame
+def _py_make_request(sender: Sender, node: int, conn: KafkaConnection, batches: list[ProducerBatch],
+                     encoder: ProduceRequestEncoder, version: int, deadline: float,
+                     one: ProducerBatch | None) -> _Request:
+    return _Request(sender, node, conn, batches, encoder, deadline)
+
+
+_make_request: Callable[..., _Request] = (
+    _py_make_request if SlotsMaker is None
+    else SlotsMaker(_Request.__new__(_Request), _Request.__slots__))  # type: ignore[arg-type]
+
+# BatchMetadata(topic, partition, base_offset, count, timestamp), one per message set: the
+# frozen dataclass's __init__ stores each field through object.__setattr__ from Python
+_new_batch_metadata: Callable[[str, int, int, int, int], BatchMetadata] = (
+    BatchMetadata if SlotsMaker is None
+    else SlotsMaker(BatchMetadata("", -1, -1, 0, -1), ("topic", "partition", "base_offset", "count", "timestamp")))
+
+
+def _tell_sets(batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:
+    """Resolve the futures of ``batch``'s message sets (``send_batch()``), acknowledged."""
+    topic, partition = batch.topic, batch.partition
+    for first, count, ts, future in batch.set_futures:
+        if not future.done():
+            future.set_result(_new_batch_metadata(topic, partition, base_offset + first if base_offset >= 0 else -1,
+                                                  count, ts if log_append_time < 0 else log_append_time))
 
 
 def _insert_by_order(batches: list[ProducerBatch], batch: ProducerBatch) -> None:
