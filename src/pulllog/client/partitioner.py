@@ -91,23 +91,25 @@ class StickyPartitioner:
 
     def __init__(self, rng: random.Random | None = None) -> None:
         self._rng = rng or random.Random()
-        self._sticky: dict[str, int] = {}
+        # topic -> its sticky partition (read, never written, by the producer: a batch that
+        # closes elsewhere needs no call to batch_closed, which would change nothing)
+        self.sticky: dict[str, int] = {}
 
     def partition(self, topic: str, key: bytes | None, all_partitions: Sequence[int],
                   available: Sequence[int]) -> int:
         if key is not None:
             return murmur2_partition(key, len(all_partitions))
-        current = self._sticky.get(topic)
+        current = self.sticky.get(topic)
         if current is None:
-            current = self._sticky[topic] = self._rng.choice(available or all_partitions)
+            current = self.sticky[topic] = self._rng.choice(available or all_partitions)
         return current
 
     def batch_closed(self, topic: str, partition: int, all_partitions: Sequence[int],
                      available: Sequence[int]) -> None:
-        if self._sticky.get(topic) != partition:
+        if self.sticky.get(topic) != partition:
             return  # a keyed or explicit batch closed: the sticky choice stands
         others = [p for p in (available or all_partitions) if p != partition]
-        self._sticky[topic] = self._rng.choice(others) if others else partition
+        self.sticky[topic] = self._rng.choice(others) if others else partition
 
 
 class RoundRobinPartitioner:

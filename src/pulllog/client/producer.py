@@ -1036,6 +1036,8 @@ class Producer:
         fast = self._fast
         if fast is not None:
             fast.disarm()
+        if self._sticky_known and self._partitioner.sticky.get(topic) != partition:  # type: ignore[attr-defined]
+            return  # not the sticky partition's batch: the built-in partitioner would do nothing
         parts = self._partitions.get(topic)
         if parts is not None:
             self._partitioner.batch_closed(topic, partition, parts[0], parts[1])
