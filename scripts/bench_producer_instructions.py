@@ -20,6 +20,7 @@ instructions per call by itself on CPython 3.11, which is why ``send()`` returns
 and its common case is C (``records.encoding.SendPath``) with no Python frame at all.
 
     python scripts/bench_producer_instructions.py [--records 20000] [--cases natural,batch50,batch1] [--repeat 3]
+                                                  [--rusage]
 
 The count is not exact from run to run: how many answers one read brings (so how many loop
 turns and sender passes a request takes) depends on when the broker answers, and under
@@ -27,12 +28,20 @@ valgrind that spreads a batch-1 figure by 10-25% between runs of the same code. 
 runs the measured client that many times and prints the median and the range; compare
 versions by their medians.
 
-Run it against another checkout with ``PYTHONPATH=/that/checkout/src``. Needs valgrind.
+``--rusage`` runs the same clients without valgrind and prints, per record, the client's user
+and system CPU (``getrusage``), its voluntary and involuntary context switches, the event
+loop's turns and the garbage collector's young (generation 0) collections: where a request's
+time goes besides the instructions (system calls, wake-ups), on the machine's real clock, so
+with the noise of whatever else runs (say the load).
+
+Run it against another checkout with ``PYTHONPATH=/that/checkout/src``. Needs valgrind
+(not for ``--rusage``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -87,6 +96,35 @@ CLIENT = textwrap.dedent(
 )
 
 
+# the measured run, counted from inside the client: CPU, context switches, loop turns, young collections
+RUSAGE = CLIENT.replace(
+    '''sorted([0], key=lambda _: loop.run_until_complete(run(producer, f"measured-{case}", n)))''',
+    textwrap.dedent('''
+    import gc, json, resource
+    turns, young = [0], [0]
+    run_once = loop._run_once
+    def counted():
+        turns[0] += 1
+        run_once()
+    loop._run_once = counted
+    gc.callbacks.append(lambda phase, info: young.__setitem__(0, young[0] + (phase == "start" and info["generation"] == 0)))
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    loop.run_until_complete(run(producer, f"measured-{case}", n))
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    print(json.dumps({"user": after.ru_utime - before.ru_utime, "system": after.ru_stime - before.ru_stime,
+                      "voluntary": after.ru_nvcsw - before.ru_nvcsw, "involuntary": after.ru_nivcsw - before.ru_nivcsw,
+                      "turns": turns[0], "young": young[0]}))
+    '''))
+
+
+def rusage(case: str, records: int, bootstrap: str) -> dict[str, float]:
+    """The measured run's counters per record (``--rusage``)."""
+    done = subprocess.run([sys.executable, "-c", RUSAGE, case, str(records), bootstrap],
+                          capture_output=True, text=True, check=True)
+    counts = json.loads(done.stdout.strip().splitlines()[-1])
+    return {name: value / records for name, value in counts.items()}
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -108,8 +146,10 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=20_000)
     parser.add_argument("--cases", default="natural,batch50")
     parser.add_argument("--repeat", type=int, default=1, help="measured runs per case (the median is printed)")
+    parser.add_argument("--rusage", action="store_true",
+                        help="no valgrind: CPU user/system µs, context switches, loop turns, young collections per record")
     args = parser.parse_args()
-    if shutil.which("valgrind") is None:
+    if not args.rusage and shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (apt-get install valgrind)")
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     with tempfile.TemporaryDirectory(prefix="pulllog-instructions-") as tmp:
@@ -119,6 +159,17 @@ def main() -> None:
             assert broker.stdout is not None
             if broker.stdout.readline().strip() != "ready":
                 raise SystemExit("the broker did not start")
+            if args.rusage:
+                print(f"{'case':10} {'records':>8} {'user µs':>8} {'system µs':>10} {'vol. cs':>8} {'invol. cs':>10} "
+                      f"{'turns':>6} {'young gc':>9}  per record, median of {max(1, args.repeat)} (Python "
+                      f"{sys.version.split()[0]}, load average {os.getloadavg()[0]:.1f})")
+                for case in cases:
+                    runs = [rusage(case, args.records, f"127.0.0.1:{port}") for _ in range(max(1, args.repeat))]
+                    m = {name: statistics.median(r[name] for r in runs) for name in runs[0]}
+                    print(f"{case:10} {args.records:>8} {m['user'] * 1e6:>8.1f} {m['system'] * 1e6:>10.1f} "
+                          f"{m['voluntary']:>8.3f} {m['involuntary']:>10.3f} {m['turns']:>6.3f} {m['young']:>9.4f}",
+                          flush=True)
+                return
             print(f"{'case':10} {'records':>8} {'instructions per record':>24}  (Python {sys.version.split()[0]}, "
                   f"load average {os.getloadavg()[0]:.1f})")
             for case in cases:

@@ -74,13 +74,13 @@ message_set = st.tuples(st.just("set"), st.lists(st.binary(max_size=100), min_si
                         st.integers(0, PARTITIONS - 1))
 
 
-async def send_all(broker: BrokerThread, topic: str, records: list[tuple[Any, ...]], use_c: bool) -> tuple[
-        list[tuple[int, int, int]], bool, list[tuple[int, int, int]]]:
+async def send_all(broker: BrokerThread, topic: str, records: list[tuple[Any, ...]], use_c: bool,
+                   batch_size: int = 1_500) -> tuple[list[tuple[int, int, int]], bool, list[tuple[int, int, int]]]:
     """Send ``records`` (batches close by size only: linger_ms is long); return the futures'
     (partition, offset, timestamp), whether the memory held adds up, and the open batches'
     (partition, records, buffer_memory held) before the final flush."""
     create_topic(broker, topic, PARTITIONS)
-    producer = Producer(broker.bootstrap_servers, acks=1, batch_size=1_500, linger_ms=600_000,
+    producer = Producer(broker.bootstrap_servers, acks=1, batch_size=batch_size, linger_ms=600_000,
                         partitioner=StickyPartitioner(random.Random(7)))
     producer.use_send_path = use_c
     async with producer:
@@ -145,6 +145,43 @@ async def test_the_c_send_path_takes_the_records_of_an_open_batch(pulllog_broker
     # 1,000 records alternating partitions take the Python path; the rest about one per batch
     # of ~35 records
     assert 1_000 < calls[0] < 1_000 + 2_500 // 20
+
+
+@needs_c
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(records=st.lists(record | message_set, min_size=1, max_size=60))
+async def test_the_c_send_path_opens_batches_as_the_python_send_does(pulllog_broker: BrokerThread,
+                                                                     records: list[tuple[Any, ...]]) -> None:
+    """batch_size=1: every record opens (and closes) its own batch, which the C path does
+    itself for an explicit partition; the broker stores the same bytes either way."""
+    name = f"sendpath-open-{next(_examples)}"
+    python = await send_all(pulllog_broker, f"{name}-py", records, use_c=False, batch_size=1)
+    c = await send_all(pulllog_broker, f"{name}-c", records, use_c=True, batch_size=1)
+    assert c == python
+    assert python[1], "the memory held by unsent records and the pool's free bytes add up to buffer_memory"
+    for partition in range(PARTITIONS):
+        assert segment_bytes(pulllog_broker, f"{name}-c", partition) == \
+            segment_bytes(pulllog_broker, f"{name}-py", partition)
+
+
+@needs_c
+async def test_the_c_send_path_opens_the_batches_of_a_batch_size_1_producer(pulllog_broker: BrokerThread,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """With batch_size=1 every record opens a batch: the Python send() runs for the first
+    record of an explicit partition only, and the C path opens, closes and yields after the
+    others as the Python path does (the order kept, every 16th busy batch a loop turn)."""
+    calls = counting_send(monkeypatch)
+    create_topic(pulllog_broker, "ones", 2)
+    async with Producer(pulllog_broker.bootstrap_servers, acks=1, batch_size=1) as producer:
+        await producer.partitions_for("ones")
+        futures = [await producer.send("ones", b"v%d" % i, partition=1) for i in range(600)]
+        assert calls[0] == 1
+        sticky = [await producer.send("ones", b"s") for _ in range(20)]  # the sticky partition moves: Python
+        assert calls[0] >= 1 + 20
+        await producer.flush()
+        assert producer._acc is not None and producer._acc.pool.available == producer._acc.pool.total
+    assert [f.result().offset for f in futures] == list(range(600))
+    assert all(f.done() and f.exception() is None for f in sticky)
 
 
 @needs_c

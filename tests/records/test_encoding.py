@@ -302,7 +302,7 @@ def test_the_slots_maker_makes_what_record_future_init_makes() -> None:
         assert type(made) is RecordFuture
         assert [getattr(made, name) for name in RecordFuture.__slots__] == [
             getattr(built, name) for name in RecordFuture.__slots__]
-        assert accumulator._new_record_future is not RecordFuture or NO_EXTENSIONS
+        assert accumulator.new_record_future is not RecordFuture or NO_EXTENSIONS
         result.set_acknowledged(100, -1)
         assert made.result().offset == 117 and made.result().timestamp == BASE_TS
     finally:

@@ -91,6 +91,7 @@ __all__ = [
     "RecordAccumulator",
     "encode_headers",
     "estimate_set_size",
+    "new_record_future",
 ]
 
 # Bytes buffer_memory counts per record on top of key, value and headers: the record's own
@@ -127,7 +128,7 @@ APPENDED, NEW_BATCH, REROUTE = 0, 1, -1
 # copy of a template future with those three slots set, which is what __init__ makes (its
 # other slots are constants) without its Python frame and eight stores
 # (tests/records/test_encoding.py checks they agree).
-_new_record_future: Callable[[ProduceResult, int, int], RecordFuture] = (
+new_record_future: Callable[[ProduceResult, int, int], RecordFuture] = (
     RecordFuture if SlotsMaker is None
     else SlotsMaker(RecordFuture(None, 0, 0), ("_result", "relative_offset", "_timestamp")))  # type: ignore[arg-type]
 
@@ -210,7 +211,7 @@ class ProducerBatch:
         self.result = ProduceResult(topic, partition, loop)
         # the records section and its count, timestamps and the buffer_memory its records
         # hold (a RecordsBuilder) until sealed; its add() makes each record's future
-        self.records: Any = self.builder(base_timestamp, self.result, _new_record_future)
+        self.records: Any = self.builder(base_timestamp, self.result, new_record_future)
         self.sealed_count = 0
         self.base_timestamp = base_timestamp
         self.sealed_max_timestamp = base_timestamp
@@ -490,6 +491,9 @@ class RecordAccumulator:
             self._make_result = SlotsMaker(ProduceResult("", -1, loop), ("topic", "partition"))
             self._make_batch = SlotsMaker(ProducerBatch("", -1, 0, 0.0, loop), (
                 "topic", "partition", "records", "result", "base_timestamp", "sealed_max_timestamp", "created"))
+        # (make_result, make_batch) for the producer's C send path, which opens batches as
+        # new_batch does (None without the extension)
+        self.makers = None if self._make_batch is None else (self._make_result, self._make_batch)
         self._on_batch_closed = on_batch_closed
         self._wake = wake
         # The sender's "this partition has all its batches in flight" (Sender.partition_busy):
@@ -532,7 +536,7 @@ class RecordAccumulator:
         if make is None:
             return ProducerBatch(topic, partition, base_timestamp, time.monotonic(), self._loop)
         result = self._make_result(topic, partition)  # type: ignore[misc]
-        return make(topic, partition, ProducerBatch.builder(base_timestamp, result, _new_record_future), result,
+        return make(topic, partition, ProducerBatch.builder(base_timestamp, result, new_record_future), result,
                     base_timestamp, base_timestamp, time.monotonic())
 
     def append(self, topic: str, partition: int, key: bytes | None, value: bytes | None, headers: bytes,
@@ -587,7 +591,7 @@ class RecordAccumulator:
                 self._wake()
         elif len(records) >= self.batch_size:
             self.close(q)
-        return _new_record_future(batch.result, delta, timestamp)
+        return new_record_future(batch.result, delta, timestamp)
 
     def append_set(self, topic: str, partition: int, items: Sequence[Any], timestamp: int,
                    future: asyncio.Future[Any] | None, reserved: int, reroute: bool = False) -> int:

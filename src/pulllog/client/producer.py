@@ -110,6 +110,7 @@ from .accumulator import (
     RecordAccumulator,
     encode_headers,
     estimate_set_size,
+    new_record_future,
 )
 from .cluster import DEFAULT_BOOTSTRAP, Cluster
 from .connection import BrokerUnreachableError
@@ -185,6 +186,16 @@ _BUSY_YIELD_EVERY = 16
 # space (a transaction starts with an empty buffer and gains 1-4 MiB in 100 ms) otherwise
 # appended 16 full batches, 4 MiB and milliseconds, between the turns that refill the slots.
 _BUSY_YIELD_BYTES = 256 * 1024
+
+
+class _BusyBatches:
+    """The yield rule's count of batches opened while their partition was busy (one slot:
+    the C send path reads and writes it too)."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
 
 
 class BufferExhaustedError(TimeoutError):
@@ -277,7 +288,9 @@ class Producer:
         self._txn_client: TxnCoordinatorClient | None = None
         self._state = _NEW
         self._accepting = False  # running, and the sender is healthy: send() may queue
-        self._busy_batches = 0  # batches opened without a yield since the last (_BUSY_YIELD_EVERY)
+        # batches opened without a yield since the last (_BUSY_YIELD_EVERY), counted by the
+        # Python send() and send_batch() and by the C send path alike
+        self._busy = _BusyBatches()
         self._busy_yield_every = max(1, min(_BUSY_YIELD_EVERY, _BUSY_YIELD_BYTES // max(self.batch_size, 1)))
         self._max_record_size = config.max_record_size
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -359,6 +372,16 @@ class Producer:
             return
         self._fast = SendPath(Producer.send.__get__(self, type(self)), acc.pool, acc.close, PartitionQueue,
                               ProducerBatch, acc.batch_size, acc.room, self._max_record_size, _PLAIN_RECORD_SIZE)
+        sender = self._sender
+        if acc.makers is not None and sender is not None:
+            # a record that opens a batch of an explicit partition in C too (a batch_size=1
+            # producer's every record): RecordAccumulator.append's new batch, the producer's
+            # yield rule, the partition's slots read from the sender's in-flight map
+            make_result, make_batch = acc.makers
+            self._fast.opening(make_result, make_batch, ProducerBatch.builder, new_record_future, acc.incomplete,
+                               sender.in_flight_map, self.config.partition_in_flight, self._wakeup.set,
+                               self._batch_closed, self._partitioner.sticky if self._sticky_known else None,  # type: ignore[attr-defined]
+                               self._busy, self._busy_yield_every, self._yield_with)
         self.send = self._fast  # type: ignore[method-assign]
         if self._txn is not None:
             self._txn.fast_path_lost = self._disarm
@@ -704,14 +727,17 @@ class Producer:
         fast = self._fast
         if fast is not None:  # the C send path takes this partition's next records (an arm per batch)
             q = acc.last  # the queue the record went to
-            if q.open is not None:  # (not after a batch that closed at once: batch_size=1)
+            # after a batch that closed at once (batch_size=1) only for an explicit partition:
+            # the C path then opens the next batch itself (the sticky one may have moved)
+            if q.open is not None or not sticky:
                 fast.arm(q, topic, partition, sticky and self._sticky_known)
         if future.relative_offset == 0:  # it opened a batch: _yield_after_new_batch, written out
             if acc.opened_busy:
-                self._busy_batches += 1
-                if self._busy_batches < self._busy_yield_every:
+                busy = self._busy
+                busy.count += 1
+                if busy.count < self._busy_yield_every:
                     return ready(future)
-            self._busy_batches = 0
+            self._busy.count = 0
             return self._yield_with(future)
         return ready(future)
 
@@ -725,10 +751,11 @@ class Producer:
         acc = self._acc
         assert acc is not None
         if acc.opened_busy:
-            self._busy_batches += 1
-            if self._busy_batches < self._busy_yield_every:
+            busy = self._busy
+            busy.count += 1
+            if busy.count < self._busy_yield_every:
                 return False
-        self._busy_batches = 0
+        self._busy.count = 0
         return True
 
     async def _yield_with(self, future: _F) -> _F:

@@ -404,6 +404,12 @@ class Sender:
         elif batch in flying:
             flying.remove(batch)
 
+    @property
+    def in_flight_map(self) -> dict[tuple[str, int], list[ProducerBatch]]:
+        """(topic, partition) -> its batches in flight, oldest first: the sender's own map,
+        which the producer's C send path reads (``partition_busy``'s rule) and never changes."""
+        return self._in_flight
+
     def partition_busy(self, key: tuple[str, int]) -> bool:
         """Are all of the partition's in-flight slots taken? Then only an answer (which wakes
         the sender) lets it send more of that partition."""

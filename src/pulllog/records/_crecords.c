@@ -1466,6 +1466,23 @@ static PyTypeObject ReadyType = {
  * Then it does what the Python send() does there: the record encoded (RecordsBuilder.add:
  * counted, its size held, its future made), ``pool.available`` lowered by the size, and
  * ``close(queue)`` once the records reach ``batch_size``.
+ *
+ * Opening a batch (``opening(...)`` given, the path armed for an explicit partition, not
+ * sticky, and the queue without an open batch: a batch_size=1 producer's every record) is
+ * C as well: what the accumulator's append() and the producer's yield rule do for a record
+ * that opens a batch. The batch and its result are made by the accumulator's makers
+ * (``make_result(topic, partition)``, ``make_batch(topic, partition, builder, result, ts, ts,
+ * monotonic now)``, the builder by ``make_builder(ts, result, make_future)``), the record put
+ * in, and only then, nothing having failed and the pool checked again, is anything changed:
+ * the pool charged, the batch added to ``incomplete`` and either closed at once (a record
+ * that reaches batch_size: ``order`` = the queue's ``closed``, which counts up, the batch
+ * appended to its ``ready``, and ``batch_closed(topic, partition)`` called unless
+ * ``sticky_map`` says the built-in sticky partitioner does not stick to this partition) or
+ * left as the queue's ``open`` batch. Then, as the Python path: the partition is busy when
+ * ``in_flight[queue.key]`` holds ``limit`` batches; if not, ``wake()``; the record is
+ * returned as ``Ready(future)`` unless the yield rule says to yield (not busy, or every
+ * ``yield_every``-th busy batch, counted in the ``count`` slot of ``yields``, which the
+ * Python path shares), and then as ``yield_later(future)``.
  */
 
 typedef struct {
@@ -1482,6 +1499,11 @@ typedef struct {
     int sticky;
     Py_ssize_t batch_size, room, max_record_size, plain_size;
     Py_ssize_t off_open, off_records, off_available, off_waiters;
+    /* opening(): NULL make_batch when not given */
+    PyObject *make_result, *make_batch, *make_builder, *make_future, *incomplete, *in_flight, *wake;
+    PyObject *batch_closed, *sticky_map, *yields, *yield_later;
+    Py_ssize_t limit, yield_every;
+    Py_ssize_t off_qtopic, off_qpartition, off_qkey, off_qclosed, off_qready, off_order, off_count;
 } SendPath;
 
 static PyObject *sendpath_names[6];  /* "topic", "value", "key", "headers", "partition", "timestamp" */
@@ -1496,6 +1518,17 @@ sendpath_traverse(SendPath *self, visitproc visit, void *arg)
     Py_VISIT(self->topic);
     Py_VISIT(self->queue_type);
     Py_VISIT(self->batch_type);
+    Py_VISIT(self->make_result);
+    Py_VISIT(self->make_batch);
+    Py_VISIT(self->make_builder);
+    Py_VISIT(self->make_future);
+    Py_VISIT(self->incomplete);
+    Py_VISIT(self->in_flight);
+    Py_VISIT(self->wake);
+    Py_VISIT(self->batch_closed);
+    Py_VISIT(self->sticky_map);
+    Py_VISIT(self->yields);
+    Py_VISIT(self->yield_later);
     return 0;
 }
 
@@ -1509,6 +1542,17 @@ sendpath_clear(SendPath *self)
     Py_CLEAR(self->topic);
     Py_CLEAR(self->queue_type);
     Py_CLEAR(self->batch_type);
+    Py_CLEAR(self->make_result);
+    Py_CLEAR(self->make_batch);
+    Py_CLEAR(self->make_builder);
+    Py_CLEAR(self->make_future);
+    Py_CLEAR(self->incomplete);
+    Py_CLEAR(self->in_flight);
+    Py_CLEAR(self->wake);
+    Py_CLEAR(self->batch_closed);
+    Py_CLEAR(self->sticky_map);
+    Py_CLEAR(self->yields);
+    Py_CLEAR(self->yield_later);
     return 0;
 }
 
@@ -1627,6 +1671,229 @@ sendpath_parse(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObj
     return a[0] != NULL && a[1] != NULL;
 }
 
+/* The pool's free bytes, or -1 when the record may not take them (a waiter, or not an int) */
+static Py_ssize_t
+sendpath_free_bytes(SendPath *self)
+{
+    PyObject *available = slot_at(self->pool, self->off_available);
+    PyObject *waiters = slot_at(self->pool, self->off_waiters);
+    if (available == NULL || !PyLong_CheckExact(available) || waiters == NULL) {
+        return -1;
+    }
+    Py_ssize_t free_bytes = PyLong_AsSsize_t(available);
+    Py_ssize_t waiting = PyObject_Length(waiters);
+    if (free_bytes == -1 || waiting == -1) {
+        PyErr_Clear();
+        return -1;
+    }
+    return waiting > 0 ? -1 : free_bytes;
+}
+
+/* Store ``value`` (a new reference, taken) in the object slot at ``offset`` of ``obj``. */
+static inline void
+slot_set(PyObject *obj, Py_ssize_t offset, PyObject *value)
+{
+    PyObject **slot = (PyObject **)((char *)obj + offset);
+    Py_XSETREF(*slot, value);
+}
+
+/* A record that opens a batch of the armed queue (the SendPath comment): the Ready or
+ * coroutine send() returns, Py_None (a new reference) when the record is not taken and
+ * nothing changed (the caller falls back), NULL on an error after something changed. */
+static PyObject *
+sendpath_open(SendPath *self, PyObject *key, Py_ssize_t lk, PyObject *value, Py_ssize_t lv, int64_t ts,
+              PyObject *timestamp)
+{
+    Py_ssize_t size = (lv > 0 ? lv : 0) + (lk > 0 ? lk : 0) + self->plain_size;
+    Py_ssize_t free_bytes = sendpath_free_bytes(self);
+    if (size > self->max_record_size || free_bytes < 0 || size > free_bytes) {
+        Py_RETURN_NONE;
+    }
+    PyObject *queue = Py_NewRef(self->queue);  /* held: the calls below may run Python code */
+    PyObject *topic = slot_at(queue, self->off_qtopic), *partition = slot_at(queue, self->off_qpartition);
+    PyObject *key_obj = slot_at(queue, self->off_qkey);
+    PyObject *ts_obj = NULL, *result = NULL, *builder = NULL, *batch = NULL, *created = NULL, *future = NULL;
+    PyObject *out = NULL, *zero = NULL;
+    struct timespec mono;
+    if (topic == NULL || partition == NULL || key_obj == NULL || clock_gettime(CLOCK_MONOTONIC, &mono) != 0) {
+        Py_DECREF(queue);
+        Py_RETURN_NONE;
+    }
+    Py_INCREF(topic);
+    Py_INCREF(partition);
+    Py_INCREF(key_obj);
+    ts_obj = timestamp != NULL ? Py_NewRef(timestamp) : PyLong_FromLongLong(ts);
+    created = PyFloat_FromDouble((double)mono.tv_sec + mono.tv_nsec * 1e-9);  /* time.monotonic() */
+    zero = PyLong_FromLong(0);
+    if (ts_obj == NULL || created == NULL || zero == NULL) {
+        goto failed;
+    }
+    PyObject *result_args[2] = {topic, partition};
+    if ((result = PyObject_Vectorcall(self->make_result, result_args, 2, NULL)) == NULL) {
+        goto failed;
+    }
+    PyObject *builder_args[3] = {ts_obj, result, self->make_future};
+    if ((builder = PyObject_Vectorcall(self->make_builder, builder_args, 3, NULL)) == NULL) {
+        goto failed;
+    }
+    if (!Py_IS_TYPE(builder, &RecordsBuilderType)) {
+        PyErr_SetString(PyExc_TypeError, "SendPath: make_builder did not make a C RecordsBuilder");
+        goto failed;
+    }
+    PyObject *batch_args[7] = {topic, partition, builder, result, ts_obj, ts_obj, created};
+    if ((batch = PyObject_Vectorcall(self->make_batch, batch_args, 7, NULL)) == NULL) {
+        goto failed;
+    }
+    RecordsBuilder *b = (RecordsBuilder *)builder;
+    if (b->count != 0 || b->base_timestamp != ts) {
+        PyErr_SetString(PyExc_ValueError, "SendPath: make_builder made a builder that is not empty at ts");
+        goto failed;
+    }
+    Py_ssize_t body = record_body_size(0, 0, lk, lv, 1);
+    char *p;
+    if (builder_grow(b, varint_size(body) + body, &p) < 0) {
+        goto failed;
+    }
+    put_record(p, body, 0, 0, key == NULL ? NULL : PyBytes_AS_STRING(key), lk,
+               lv < 0 ? NULL : PyBytes_AS_STRING(value), lv, "\0", 1);
+    b->count = 1;
+    b->max_timestamp = ts;
+    b->reserved = size;
+    PyObject *future_args[3] = {result, zero, ts_obj};
+    if ((future = PyObject_Vectorcall(self->make_future, future_args, 3, NULL)) == NULL) {
+        goto failed;
+    }
+    /* Nothing changed so far: Python code run meanwhile (the cycle collector's finalizers)
+     * may have disarmed the path, opened a batch or taken the memory. Check again. */
+    free_bytes = sendpath_free_bytes(self);
+    if (self->queue != queue || slot_at(queue, self->off_open) != Py_None || free_bytes < 0 || size > free_bytes) {
+        out = Py_NewRef(Py_None);
+        goto done;
+    }
+    PyObject *remaining = PyLong_FromSsize_t(free_bytes - size);
+    if (remaining == NULL) {
+        goto failed;
+    }
+    if (PySet_Add(self->incomplete, batch) < 0) {
+        Py_DECREF(remaining);
+        goto failed;
+    }
+    slot_set(self->pool, self->off_available, remaining);  /* charged: from here on, the record is taken */
+    int busy = 0;
+    PyObject *flying = PyDict_GetItemWithError(self->in_flight, key_obj);  /* borrowed */
+    if (flying != NULL) {
+        Py_ssize_t n = PyObject_Length(flying);
+        if (n < 0) {
+            goto error;
+        }
+        busy = n >= self->limit;
+    } else if (PyErr_Occurred()) {
+        goto error;
+    }
+    if (PyByteArray_GET_SIZE(builder) >= self->batch_size) {
+        /* RecordAccumulator._close: its order, into the queue's ready batches, the partitioner told */
+        PyObject *closed = slot_at(queue, self->off_qclosed);
+        PyObject *ready = slot_at(queue, self->off_qready);
+        if (closed == NULL || ready == NULL) {
+            PyErr_SetString(PyExc_AttributeError, "SendPath: the queue has no closed or ready");
+            goto error;
+        }
+        Py_ssize_t order = PyLong_AsSsize_t(closed);
+        if (order == -1 && PyErr_Occurred()) {
+            goto error;
+        }
+        PyObject *next = PyLong_FromSsize_t(order + 1);
+        if (next == NULL) {
+            goto error;
+        }
+        slot_set(batch, self->off_order, Py_NewRef(closed));
+        slot_set(queue, self->off_qclosed, next);
+        PyObject *appended = PyObject_CallMethod(ready, "append", "O", batch);
+        if (appended == NULL) {
+            goto error;
+        }
+        Py_DECREF(appended);
+        int tell = 1;
+        if (self->sticky_map != Py_None) {
+            PyObject *stuck = PyDict_GetItemWithError(self->sticky_map, topic);  /* borrowed */
+            if (stuck == NULL && PyErr_Occurred()) {
+                goto error;
+            }
+            tell = stuck == NULL ? 0 : PyObject_RichCompareBool(stuck, partition, Py_EQ);
+            if (tell < 0) {
+                goto error;
+            }
+        }
+        if (tell) {
+            PyObject *told_args[2] = {topic, partition};
+            PyObject *told = PyObject_Vectorcall(self->batch_closed, told_args, 2, NULL);
+            if (told == NULL) {
+                goto error;
+            }
+            Py_DECREF(told);
+        }
+    } else {
+        slot_set(queue, self->off_open, Py_NewRef(batch));
+    }
+    if (!busy) {
+        PyObject *woken = PyObject_CallNoArgs(self->wake);
+        if (woken == NULL) {
+            goto error;
+        }
+        Py_DECREF(woken);
+    }
+    /* Producer._yield_after_new_batch */
+    PyObject *count = slot_at(self->yields, self->off_count);
+    Py_ssize_t n = 0;
+    if (busy) {
+        n = count == NULL ? -1 : PyLong_AsSsize_t(count);
+        if (n < 0) {
+            if (!PyErr_Occurred()) {
+                PyErr_SetString(PyExc_TypeError, "SendPath: the yield count is not an int");
+            }
+            goto error;
+        }
+        n += 1;
+        if (n >= self->yield_every) {
+            n = 0;
+        }
+    }
+    PyObject *n_obj = PyLong_FromSsize_t(n);
+    if (n_obj == NULL) {
+        goto error;
+    }
+    slot_set(self->yields, self->off_count, n_obj);
+    if (n > 0) {
+        Ready *ready = (Ready *)ReadyType.tp_alloc(&ReadyType, 0);
+        if (ready != NULL) {
+            ready->value = Py_NewRef(future);
+        }
+        out = (PyObject *)ready;
+    } else {
+        out = PyObject_CallOneArg(self->yield_later, future);
+    }
+    goto done;
+failed:
+    /* nothing changed: the record is not taken, but the error (memory) is the caller's */
+    out = NULL;
+    goto done;
+error:
+    out = NULL;
+done:
+    Py_XDECREF(future);
+    Py_XDECREF(batch);
+    Py_XDECREF(builder);
+    Py_XDECREF(result);
+    Py_XDECREF(created);
+    Py_XDECREF(zero);
+    Py_XDECREF(ts_obj);
+    Py_DECREF(topic);
+    Py_DECREF(partition);
+    Py_DECREF(key_obj);
+    Py_DECREF(queue);
+    return out;
+}
+
 static PyObject *
 sendpath_call(SendPath *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -1671,6 +1938,17 @@ sendpath_call(SendPath *self, PyObject *const *args, size_t nargsf, PyObject *kw
         goto fallback;
     }
     PyObject *batch = slot_at(self->queue, self->off_open);
+    if (batch == Py_None && self->make_batch != NULL && !self->sticky) {
+        /* no open batch: this record opens one (sendpath_open checks the pool) */
+        Py_ssize_t lv = value == Py_None ? -1 : PyBytes_GET_SIZE(value);
+        Py_ssize_t lk = key == NULL ? -1 : PyBytes_GET_SIZE(key);
+        PyObject *opened = sendpath_open(self, key, lk, value, lv, ts, timestamp);
+        if (opened == Py_None) {  /* not taken, nothing changed */
+            Py_DECREF(opened);
+            goto fallback;
+        }
+        return opened;
+    }
     if (batch == NULL || !PyObject_TypeCheck(batch, (PyTypeObject *)self->batch_type)) {
         goto fallback;  /* None (no open batch), or not what the slot offset was taken from */
     }
@@ -1809,6 +2087,75 @@ sendpath_arm(SendPath *self, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(sendpath_opening_doc,
+"opening(make_result, make_batch, make_builder, make_future, incomplete, in_flight, limit, wake,\n"
+"        batch_closed, sticky_map, yields, yield_every, yield_later)\n"
+"\n"
+"Let the path open batches too (the SendPath comment in _crecords.c says what each is for).");
+
+static PyObject *
+sendpath_opening(SendPath *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 13) {
+        PyErr_Format(PyExc_TypeError, "opening() takes 13 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (!PyCallable_Check(args[0]) || !PyCallable_Check(args[1]) || !PyCallable_Check(args[2]) ||
+        !PyCallable_Check(args[3]) || !PyCallable_Check(args[7]) || !PyCallable_Check(args[8]) ||
+        !PyCallable_Check(args[12])) {
+        PyErr_SetString(PyExc_TypeError, "opening(): the makers, wake, batch_closed and yield_later must be callable");
+        return NULL;
+    }
+    if (!PySet_CheckExact(args[4]) || !PyDict_CheckExact(args[5]) || (args[9] != Py_None && !PyDict_CheckExact(args[9]))) {
+        PyErr_SetString(PyExc_TypeError, "opening(): incomplete must be a set, in_flight a dict, sticky_map a dict or None");
+        return NULL;
+    }
+    Py_ssize_t limit = PyLong_AsSsize_t(args[6]), yield_every = PyLong_AsSsize_t(args[11]);
+    if ((limit == -1 || yield_every == -1) && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (limit < 1 || yield_every < 1) {
+        PyErr_SetString(PyExc_ValueError, "opening(): limit and yield_every must be at least 1");
+        return NULL;
+    }
+    static const char *const queue_names[5] = {"topic", "partition", "key", "closed", "ready"};
+    Py_ssize_t offsets[7];
+    for (int i = 0; i < 7; i++) {
+        PyTypeObject *type = i < 5 ? (PyTypeObject *)self->queue_type : i == 5 ? (PyTypeObject *)self->batch_type
+                             : Py_TYPE(args[10]);
+        PyObject *name = PyUnicode_InternFromString(i < 5 ? queue_names[i] : i == 5 ? "order" : "count");
+        if (name == NULL) {
+            return NULL;
+        }
+        offsets[i] = slot_offset(type, name);
+        Py_DECREF(name);
+        if (offsets[i] < 0) {
+            return NULL;
+        }
+    }
+    self->off_qtopic = offsets[0];
+    self->off_qpartition = offsets[1];
+    self->off_qkey = offsets[2];
+    self->off_qclosed = offsets[3];
+    self->off_qready = offsets[4];
+    self->off_order = offsets[5];
+    self->off_count = offsets[6];
+    self->limit = limit;
+    self->yield_every = yield_every;
+    Py_XSETREF(self->make_result, Py_NewRef(args[0]));
+    Py_XSETREF(self->make_batch, Py_NewRef(args[1]));
+    Py_XSETREF(self->make_builder, Py_NewRef(args[2]));
+    Py_XSETREF(self->make_future, Py_NewRef(args[3]));
+    Py_XSETREF(self->incomplete, Py_NewRef(args[4]));
+    Py_XSETREF(self->in_flight, Py_NewRef(args[5]));
+    Py_XSETREF(self->wake, Py_NewRef(args[7]));
+    Py_XSETREF(self->batch_closed, Py_NewRef(args[8]));
+    Py_XSETREF(self->sticky_map, Py_NewRef(args[9]));
+    Py_XSETREF(self->yields, Py_NewRef(args[10]));
+    Py_XSETREF(self->yield_later, Py_NewRef(args[12]));
+    Py_RETURN_NONE;
+}
+
 static PyObject *
 sendpath_disarm(SendPath *self, PyObject *Py_UNUSED(ignored))
 {
@@ -1827,6 +2174,7 @@ sendpath_get_armed(SendPath *self, void *Py_UNUSED(closure))
 static PyMethodDef sendpath_methods[] = {
     {"arm", (PyCFunction)(void (*)(void))sendpath_arm, METH_FASTCALL, sendpath_arm_doc},
     {"disarm", (PyCFunction)sendpath_disarm, METH_NOARGS, "disarm(): every call falls back until armed again"},
+    {"opening", (PyCFunction)(void (*)(void))sendpath_opening, METH_FASTCALL, sendpath_opening_doc},
     {NULL, NULL, 0, NULL},
 };
 
