@@ -280,8 +280,12 @@ class ProducerBatch:
         first = records.records_count
         n = records.add_values(items, timestamp)  # the C encoder takes plain values and keys at once
         if n >= 0:
-            if future is not None:
-                self._add_set(first, n, timestamp, future)
+            if future is not None:  # _add_set, written out (once per set)
+                sets = self.set_futures
+                if sets:
+                    sets.append((first, n, timestamp, future))  # type: ignore[union-attr]
+                else:
+                    self.set_futures = [(first, n, timestamp, future)]
             return
         vt = ZIGZAG
         size = _TABLE_SIZE
@@ -762,6 +766,24 @@ class RecordAccumulator:
         else:
             self.pool.release(batch.held + records.reserved)
             batch.held = -records.reserved
+
+    def deallocate_all(self, batches: Iterable[ProducerBatch]) -> None:
+        """``deallocate`` each of ``batches`` (a read's acknowledged batches), in one call."""
+        discard = self.incomplete.discard
+        freed = 0
+        for batch in batches:
+            discard(batch)
+            records = batch.records
+            if records is None:  # sealed: everything it holds is in ``held``
+                freed += batch.held
+                batch.held = 0
+            else:
+                freed += batch.held + records.reserved
+                batch.held = -records.reserved
+        pool = self.pool
+        pool.available += freed  # pool.release(), written out
+        if pool.waiters:
+            pool._grant()
 
     def abort_unsent(self) -> list[ProducerBatch]:
         """Drop every batch not sent yet (open, ready, waiting for a retry) and return them,

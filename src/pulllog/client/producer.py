@@ -92,9 +92,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
@@ -294,6 +295,7 @@ class Producer:
         self._busy_yield_every = max(1, min(_BUSY_YIELD_EVERY, _BUSY_YIELD_BYTES // max(self.batch_size, 1)))
         self._max_record_size = config.max_record_size
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._new_future: Callable[[], asyncio.Future[Any]] = asyncio.Future  # the loop's create_future, at start()
         self._acc: RecordAccumulator | None = None
         self._sender: Sender | None = None
         self._tasks: TaskScope | None = None  # the supervisor: owns the sender's task
@@ -353,6 +355,12 @@ class Producer:
             self._state = _CLOSED
             raise
         self._pool = self._acc.pool
+        loop = self._loop
+        if type(loop).create_future is asyncio.BaseEventLoop.create_future:
+            # what the default loop's create_future makes, without its Python frame (once per set)
+            self._new_future = functools.partial(asyncio.Future, loop=loop)
+        else:
+            self._new_future = loop.create_future
         self._state = _RUNNING
         self._accepting = True
         self._install_send_path()
@@ -901,7 +909,7 @@ class Producer:
             return _raise(_no_such_partition(topic, partition, parts[0]))
         if timestamp is None:
             timestamp = now_ms()
-        future: asyncio.Future[BatchMetadata] = self._loop.create_future()  # type: ignore[union-attr]
+        future: asyncio.Future[BatchMetadata] = self._new_future()
         acc = self._acc
         assert acc is not None
         pool.available -= size  # pool.try_reserve(size), written out: it fits, nobody waits

@@ -721,15 +721,21 @@ class Sender:
         batches completed at once (from a request with more partitions) or failed meanwhile
         (expired by the pass), and Kafka tells a partition's outcomes in order."""
         acked, self._acked = self._acked, []
-        # _acknowledged, written out (a batch-1 producer's every record): these batches are
-        # never a transaction's (_Request.one)
-        deallocate = self._acc.deallocate
+        # _acknowledged, written out (a batch-1 producer's every record), their memory freed
+        # in one call: these batches are never a transaction's (_Request.one)
+        if not acked:
+            return
+        if len(acked) == 1:
+            told = [acked[0][0]] if not acked[0][0].result.finished else []
+        else:
+            told = [batch for batch, _ack in acked if not batch.result.finished]
+            if len(told) < len(acked):
+                acked = [(batch, ack) for batch, ack in acked if not batch.result.finished]
+        if not told:
+            return
+        self._acc.deallocate_all(told)
         for batch, (base_offset, log_append_time) in acked:
-            result = batch.result
-            if result.finished:
-                continue
-            deallocate(batch)
-            result.set_acknowledged(base_offset, log_append_time)  # every record's future at once
+            batch.result.set_acknowledged(base_offset, log_append_time)  # every record's future at once
             if batch.set_futures:
                 _tell_sets(batch, base_offset, log_append_time)
 
