@@ -185,6 +185,40 @@ async def test_the_c_send_path_opens_the_batches_of_a_batch_size_1_producer(pull
 
 
 @needs_c
+async def test_the_c_set_path_opens_the_batches_of_a_batch_size_1_producer(pulllog_broker: BrokerThread,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """send_batch() with batch_size=1: each set opens its own batch, in C (SetPath) after the
+    first set of an explicit partition; sets it cannot take (headers, an open batch, no
+    partition) go to the Python send_batch(), and the offsets follow the order of the calls."""
+    from pulllog.records.encoding import SetPath
+
+    calls = [0]
+    python_send_batch = Producer.send_batch
+
+    def send_batch(self: Producer, *args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        return python_send_batch(self, *args, **kwargs)
+
+    monkeypatch.setattr(Producer, "send_batch", send_batch)
+    create_topic(pulllog_broker, "setsof", 2)
+    async with Producer(pulllog_broker.bootstrap_servers, acks=1, batch_size=1) as producer:
+        await producer.partitions_for("setsof")
+        # (patched on the class before start(): the instance's send_batch is a SetPath in front of it)
+        assert isinstance(producer.send_batch, SetPath)
+        sets = [await producer.send_batch("setsof", [b"a%d" % i, (b"k", b"v"), None], partition=1)
+                for i in range(200)]
+        assert calls[0] == 1
+        sets.append(await producer.send_batch("setsof", [(b"k", b"v", [("h", b"1")])], partition=1))
+        sets.append(await producer.send_batch("setsof", (b"t",), partition=1, timestamp=BASE_TIMESTAMP_MS))
+        assert calls[0] == 2  # the headers went to Python; the tuple of one value did not
+        await producer.flush()
+        assert producer._acc is not None and producer._acc.pool.available == producer._acc.pool.total
+    metadata = [f.result() for f in sets]
+    assert [m.base_offset for m in metadata] == list(range(0, 600, 3)) + [600, 601]
+    assert metadata[-1].timestamp == BASE_TIMESTAMP_MS and metadata[0].count == 3
+
+
+@needs_c
 async def test_the_c_send_path_falls_back_after_close(pulllog_broker: BrokerThread) -> None:
     create_topic(pulllog_broker, "closed", 1)
     producer = Producer(pulllog_broker.bootstrap_servers, acks=1)

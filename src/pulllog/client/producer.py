@@ -101,7 +101,7 @@ from typing import Any, TypeVar
 from kio.schema.errors import ErrorCode
 
 from ..records.compression import Compression
-from ..records.encoding import SendPath, now_ms, ready, values_size
+from ..records.encoding import SendPath, SetPath, now_ms, ready, values_size
 from .accumulator import (
     NEW_BATCH,
     RECORD_OVERHEAD,
@@ -390,6 +390,10 @@ class Producer:
                                sender.in_flight_map, self.config.partition_in_flight, self._wakeup.set,
                                self._batch_closed, self._partitioner.sticky if self._sticky_known else None,  # type: ignore[attr-defined]
                                self._busy, self._busy_yield_every, self._yield_with)
+            if SetPath is not None and self._txn is None and type(self).send_batch is Producer.send_batch:
+                # send_batch()'s set that opens a batch (a batch_size=1 producer's every set) in C
+                self.send_batch = SetPath(  # type: ignore[method-assign]
+                    self._fast, Producer.send_batch.__get__(self, type(self)), self._new_future, RECORD_OVERHEAD)
         self.send = self._fast  # type: ignore[method-assign]
         if self._txn is not None:
             self._txn.fast_path_lost = self._disarm
@@ -922,6 +926,10 @@ class Producer:
             pool.release(size)
             return _raise(TypeError("send_batch() records must be values (bytes or None) or tuples "
                                     "(key, value[, headers[, timestamp_ms]]) of bytes"))
+        fast = self._fast
+        if fast is not None and not sticky:
+            # the C paths (send()'s and send_batch()'s SetPath) take this partition's next records
+            fast.arm(acc.last, topic, partition, False)
         if outcome == NEW_BATCH and self._yield_after_new_batch():
             return self._yield_with(future)  # type: ignore[arg-type]
         return ready(future)

@@ -1700,11 +1700,19 @@ slot_set(PyObject *obj, Py_ssize_t offset, PyObject *value)
 /* A record that opens a batch of the armed queue (the SendPath comment): the Ready or
  * coroutine send() returns, Py_None (a new reference) when the record is not taken and
  * nothing changed (the caller falls back), NULL on an error after something changed. */
+/* The message set a SetPath opens a batch with (sendpath_open's ``set``; NULL for a record). */
+typedef struct {
+    PyObject *items;        /* a list or tuple of simple items (put_values) */
+    Py_ssize_t size;        /* its buffer_memory: values_size + the per-record allowance */
+    PyObject *new_future;   /* makes the set's asyncio future */
+    Py_ssize_t off_sets;    /* the batch's set_futures slot */
+} OpeningSet;
+
 static PyObject *
 sendpath_open(SendPath *self, PyObject *key, Py_ssize_t lk, PyObject *value, Py_ssize_t lv, int64_t ts,
-              PyObject *timestamp)
+              PyObject *timestamp, OpeningSet *set)
 {
-    Py_ssize_t size = (lv > 0 ? lv : 0) + (lk > 0 ? lk : 0) + self->plain_size;
+    Py_ssize_t size = set != NULL ? set->size : (lv > 0 ? lv : 0) + (lk > 0 ? lk : 0) + self->plain_size;
     Py_ssize_t free_bytes = sendpath_free_bytes(self);
     if (size > self->max_record_size || free_bytes < 0 || size > free_bytes) {
         Py_RETURN_NONE;
@@ -1749,20 +1757,47 @@ sendpath_open(SendPath *self, PyObject *key, Py_ssize_t lk, PyObject *value, Py_
         PyErr_SetString(PyExc_ValueError, "SendPath: make_builder made a builder that is not empty at ts");
         goto failed;
     }
-    Py_ssize_t body = record_body_size(0, 0, lk, lv, 1);
-    char *p;
-    if (builder_grow(b, varint_size(body) + body, &p) < 0) {
-        goto failed;
+    if (set == NULL) {
+        Py_ssize_t body = record_body_size(0, 0, lk, lv, 1);
+        char *p;
+        if (builder_grow(b, varint_size(body) + body, &p) < 0) {
+            goto failed;
+        }
+        put_record(p, body, 0, 0, key == NULL ? NULL : PyBytes_AS_STRING(key), lk,
+                   lv < 0 ? NULL : PyBytes_AS_STRING(value), lv, "\0", 1);
+        b->count = 1;
+        PyObject *future_args[3] = {result, zero, ts_obj};
+        if ((future = PyObject_Vectorcall(self->make_future, future_args, 3, NULL)) == NULL) {
+            goto failed;
+        }
+    } else {
+        /* ProducerBatch.extend's C case and the set's (first, count, timestamp, future) */
+        Py_ssize_t n = put_values(builder, set->items, 0, 0, builder_grow_records);
+        if (n == -2) {
+            goto failed;
+        }
+        if (n <= 0) {  /* an item that is not simple: the Python path encodes the set */
+            out = Py_NewRef(Py_None);
+            goto done;
+        }
+        b->count = n;
+        PyObject *count = PyLong_FromSsize_t(n);
+        if (count == NULL || (future = PyObject_CallNoArgs(set->new_future)) == NULL) {
+            Py_XDECREF(count);
+            goto failed;
+        }
+        PyObject *entry = PyTuple_Pack(4, zero, count, ts_obj, future);
+        Py_DECREF(count);
+        PyObject *sets = entry == NULL ? NULL : PyList_New(1);
+        if (sets == NULL) {
+            Py_XDECREF(entry);
+            goto failed;
+        }
+        PyList_SET_ITEM(sets, 0, entry);
+        slot_set(batch, set->off_sets, sets);
     }
-    put_record(p, body, 0, 0, key == NULL ? NULL : PyBytes_AS_STRING(key), lk,
-               lv < 0 ? NULL : PyBytes_AS_STRING(value), lv, "\0", 1);
-    b->count = 1;
     b->max_timestamp = ts;
     b->reserved = size;
-    PyObject *future_args[3] = {result, zero, ts_obj};
-    if ((future = PyObject_Vectorcall(self->make_future, future_args, 3, NULL)) == NULL) {
-        goto failed;
-    }
     /* Nothing changed so far: Python code run meanwhile (the cycle collector's finalizers)
      * may have disarmed the path, opened a batch or taken the memory. Check again. */
     free_bytes = sendpath_free_bytes(self);
@@ -1942,7 +1977,7 @@ sendpath_call(SendPath *self, PyObject *const *args, size_t nargsf, PyObject *kw
         /* no open batch: this record opens one (sendpath_open checks the pool) */
         Py_ssize_t lv = value == Py_None ? -1 : PyBytes_GET_SIZE(value);
         Py_ssize_t lk = key == NULL ? -1 : PyBytes_GET_SIZE(key);
-        PyObject *opened = sendpath_open(self, key, lk, value, lv, ts, timestamp);
+        PyObject *opened = sendpath_open(self, key, lk, value, lv, ts, timestamp, NULL);
         if (opened == Py_None) {  /* not taken, nothing changed */
             Py_DECREF(opened);
             goto fallback;
@@ -2199,6 +2234,187 @@ static PyTypeObject SendPathType = {
     .tp_new = sendpath_new,
 };
 
+/* ------------------------------------------------------------------------------ SetPath
+ *
+ * SetPath(path, fallback, new_future, record_overhead): a producer's send_batch() for its
+ * common case in C, installed as the producer's ``send_batch`` (pulllog.client.producer),
+ * called as send_batch(topic, records, *, partition=None, timestamp=None). It takes a set
+ * only where its SendPath ``path`` would open a batch for a record (armed for ``topic`` and
+ * the explicit ``partition``, not sticky, ``opening()`` given, no open batch: a batch_size=1
+ * producer's every set), the records a list or tuple of simple items (values_size's), not
+ * empty, its buffer_memory (values_size + ``record_overhead`` per record) within
+ * max_record_size and free in the pool; then it does what sendpath_open does for a record,
+ * with the set encoded (put_values), its future made by ``new_future()`` and listed as the
+ * batch's set_futures [(0, count, timestamp, future)], and returns Ready(future) or
+ * yield_later(future) by the same yield rule. Anything else calls ``fallback`` (the Python
+ * send_batch()) with the same arguments, having changed nothing.
+ */
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    SendPath *path;
+    PyObject *fallback;
+    PyObject *new_future;
+    Py_ssize_t overhead;
+    Py_ssize_t off_sets;
+} SetPath;
+
+static PyObject *setpath_names[2];  /* "partition", "timestamp" */
+
+static int
+setpath_traverse(SetPath *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->path);
+    Py_VISIT(self->fallback);
+    Py_VISIT(self->new_future);
+    return 0;
+}
+
+static int
+setpath_clear(SetPath *self)
+{
+    Py_CLEAR(self->path);
+    Py_CLEAR(self->fallback);
+    Py_CLEAR(self->new_future);
+    return 0;
+}
+
+static void
+setpath_dealloc(SetPath *self)
+{
+    PyObject_GC_UnTrack(self);
+    setpath_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+setpath_call(SetPath *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    SendPath *path = self->path;
+    PyObject *partition = NULL, *timestamp = NULL;
+    if (path->queue == NULL || path->make_batch == NULL || path->sticky || nargs != 2) {
+        goto fallback;
+    }
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    for (Py_ssize_t j = 0; j < nkw; j++) {
+        PyObject *kw = PyTuple_GET_ITEM(kwnames, j);
+        if (kw == setpath_names[0] || PyUnicode_Compare(kw, setpath_names[0]) == 0) {
+            partition = args[nargs + j];
+        } else if (kw == setpath_names[1] || PyUnicode_Compare(kw, setpath_names[1]) == 0) {
+            timestamp = args[nargs + j];
+        } else {
+            PyErr_Clear();
+            goto fallback;
+        }
+    }
+    PyObject *topic = args[0], *items = args[1];
+    if (topic != path->topic && (!PyUnicode_CheckExact(topic) || PyUnicode_Compare(topic, path->topic) != 0)) {
+        goto fallback;
+    }
+    if (!(PyList_CheckExact(items) || PyTuple_CheckExact(items)) || PySequence_Fast_GET_SIZE(items) == 0) {
+        goto fallback;
+    }
+    int overflow;
+    if (partition == NULL || !PyLong_CheckExact(partition) ||
+        PyLong_AsLongLongAndOverflow(partition, &overflow) != path->partition || overflow) {
+        goto fallback;
+    }
+    int64_t ts;
+    if (timestamp == NULL || timestamp == Py_None) {
+        struct timespec now;
+        if (clock_gettime(CLOCK_REALTIME, &now) != 0) {
+            goto fallback;
+        }
+        ts = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+        timestamp = NULL;
+    } else if (!PyLong_CheckExact(timestamp) || get_int64(timestamp, &ts) < 0) {
+        PyErr_Clear();
+        goto fallback;
+    }
+    if (slot_at(path->queue, path->off_open) != Py_None) {
+        goto fallback;  /* an open batch: the Python path decides whether the set fits it */
+    }
+    /* values_size, then the allowance per record (estimate_set_size) */
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(items), total = 0;
+    PyObject **item = PySequence_Fast_ITEMS(items);
+    PyObject *key, *value;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (!simple_item(item[i], &key, &value)) {
+            goto fallback;
+        }
+        total += (key ? PyBytes_GET_SIZE(key) : 0) + (value ? PyBytes_GET_SIZE(value) : 0)
+                 + (PyTuple_CheckExact(item[i]) && PyTuple_GET_SIZE(item[i]) > 2);
+    }
+    OpeningSet set = {items, total + self->overhead * count, self->new_future, self->off_sets};
+    Py_INCREF(path);
+    PyObject *opened = sendpath_open(path, NULL, -1, Py_None, -1, ts, timestamp, &set);
+    Py_DECREF(path);
+    if (opened != Py_None) {
+        return opened;
+    }
+    Py_DECREF(opened);
+fallback:
+    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+}
+
+static PyObject *
+setpath_tp_call(SetPath *self, PyObject *args, PyObject *kwargs)
+{
+    return PyVectorcall_Call((PyObject *)self, args, kwargs);
+}
+
+static PyObject *
+setpath_new(PyTypeObject *subtype, PyObject *args, PyObject *kwargs)
+{
+    PyObject *path, *fallback, *new_future;
+    Py_ssize_t overhead;
+    static char *kwlist[] = {"path", "fallback", "new_future", "record_overhead", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OOn:SetPath", kwlist, &SendPathType, &path, &fallback,
+                                     &new_future, &overhead)) {
+        return NULL;
+    }
+    if (!PyCallable_Check(fallback) || !PyCallable_Check(new_future)) {
+        PyErr_SetString(PyExc_TypeError, "SetPath: fallback and new_future must be callable");
+        return NULL;
+    }
+    PyObject *name = PyUnicode_InternFromString("set_futures");
+    if (name == NULL) {
+        return NULL;
+    }
+    Py_ssize_t off_sets = slot_offset((PyTypeObject *)((SendPath *)path)->batch_type, name);
+    Py_DECREF(name);
+    if (off_sets < 0) {
+        return NULL;
+    }
+    SetPath *self = (SetPath *)subtype->tp_alloc(subtype, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->path = (SendPath *)Py_NewRef(path);
+    self->fallback = Py_NewRef(fallback);
+    self->new_future = Py_NewRef(new_future);
+    self->overhead = overhead;
+    self->off_sets = off_sets;
+    self->vectorcall = (vectorcallfunc)setpath_call;
+    return (PyObject *)self;
+}
+
+static PyTypeObject SetPathType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "pulllog.records._crecords.SetPath",
+    .tp_basicsize = sizeof(SetPath),
+    .tp_dealloc = (destructor)setpath_dealloc,
+    .tp_call = (ternaryfunc)setpath_tp_call,
+    .tp_vectorcall_offset = offsetof(SetPath, vectorcall),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "SetPath(path, fallback, new_future, record_overhead): send_batch()'s common case in C.",
+    .tp_traverse = (traverseproc)setpath_traverse,
+    .tp_clear = (inquiry)setpath_clear,
+    .tp_new = setpath_new,
+};
+
 PyDoc_STRVAR(now_ms_doc,
 "now_ms() -> int\n"
 "\n"
@@ -2281,6 +2497,12 @@ PyInit__crecords(void)
         }
     }
     if (add_type(m, &SendPathType, "SendPath") < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    if ((setpath_names[0] = PyUnicode_InternFromString("partition")) == NULL ||
+        (setpath_names[1] = PyUnicode_InternFromString("timestamp")) == NULL ||
+        add_type(m, &SetPathType, "SetPath") < 0) {
         Py_DECREF(m);
         return NULL;
     }

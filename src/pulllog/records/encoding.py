@@ -74,7 +74,12 @@ queue_type, batch_type, batch_size, room, max_record_size, plain_size)`` is call
 returns ``ready(future)``, or calls ``fallback``, the Python ``send()``, with the same
 arguments, having changed nothing. ``arm(queue, topic, partition, sticky)`` names the
 partition and ``disarm()`` stops it; the rules are at the SendPath section of ``_crecords.c``.
-There is no Python twin: without it every call is the Python ``send()``
+``SetPath`` (None without the extension) is the same for ``send_batch()``: ``SetPath(path,
+fallback, new_future, record_overhead)`` takes a message set of simple items for the partition
+``path`` (a SendPath) is armed for when that partition has no open batch (a batch_size=1
+producer's every set), opens the batch with the set in it as ``path`` opens one for a record,
+and returns ``ready(future)`` of the set's future; anything else calls ``fallback``, the
+Python ``send_batch()``. There is no Python twin: without it every call is the Python ``send()``
 (``pulllog.client.producer``), and tests/client/test_producer_send_path.py checks that both
 ways give the same batches, futures and memory accounting.
 
@@ -92,7 +97,7 @@ from typing import Any, TypeVar
 from .extensions import extensions_disabled
 from .varint import ZIGZAG, ZIGZAG_TABLE_SIZE, encode_varint
 
-__all__ = ["IMPLEMENTATION", "PyRecordsBuilder", "RecordsBuilder", "SendPath", "SlotsMaker", "append_record",
+__all__ = ["IMPLEMENTATION", "PyRecordsBuilder", "RecordsBuilder", "SendPath", "SetPath", "SlotsMaker", "append_record",
            "append_values", "now_ms", "py_append_record", "py_ready", "ready", "values_size"]
 
 _NULL = b"\x01"  # varint(-1): a null key or value
@@ -194,23 +199,24 @@ async def py_ready(value: _T) -> _T:
 
 def _choose() -> tuple[str, type[Any], Callable[..., None], Callable[[bytearray, Sequence[Any], int, int], int] | None,
                        Any, Callable[[Sequence[Any]], int] | None, Callable[[], int], Callable[[Any], Awaitable[Any]],
-                       Any]:
+                       Any, Any]:
     if extensions_disabled():
-        return "python", PyRecordsBuilder, py_append_record, None, None, None, py_now_ms, py_ready, None
+        return "python", PyRecordsBuilder, py_append_record, None, None, None, py_now_ms, py_ready, None, None
     try:
         from ._crecords import Ready as CReady
         from ._crecords import RecordsBuilder as CRecordsBuilder
         from ._crecords import SendPath as CSendPath
+        from ._crecords import SetPath as CSetPath
         from ._crecords import SlotsMaker as CSlotsMaker
         from ._crecords import append_record as c_append_record
         from ._crecords import append_values as c_append_values
         from ._crecords import now_ms as c_now_ms
         from ._crecords import values_size as c_values_size
     except ImportError:  # not built (no C compiler when installed), or an older build without the encoder
-        return "python", PyRecordsBuilder, py_append_record, None, None, None, py_now_ms, py_ready, None
+        return "python", PyRecordsBuilder, py_append_record, None, None, None, py_now_ms, py_ready, None, None
     return ("c", CRecordsBuilder, c_append_record, c_append_values, CSlotsMaker, c_values_size, c_now_ms, CReady,
-            CSendPath)
+            CSendPath, CSetPath)
 
 
 (IMPLEMENTATION, RecordsBuilder, append_record, append_values, SlotsMaker, values_size, now_ms, ready,
- SendPath) = _choose()
+ SendPath, SetPath) = _choose()
