@@ -56,7 +56,10 @@ are copied from templates the same way (``new_batch``), and sealing an uncompres
 the builder's ``seal``: header, records and CRC in one bytes object. The producer's C send path (``records.encoding.SendPath``)
 does that same step for a record without a Python frame at all: it reads a queue's ``open``
 batch, that batch's ``records`` and the pool's ``available`` and ``waiters`` through their
-slots, so those stay ``__slots__``. A message set of plain values and keys is one call
+slots, so those stay ``__slots__``. It also opens a batch for a record (and ``SetPath`` for a
+message set) of an explicit partition with no open batch, as ``append`` does: the batch made
+by ``makers``, added to ``incomplete``, and closed at once when full (the queue's ``closed``,
+``ready``, the batch's ``order``, ``set_futures``: slots too). A message set of plain values and keys is one call
 too (``add_values``); the general message-set encoder (headers, a timestamp per record) is
 ``ProducerBatch.extend``'s loop, where varints of small non-negative values (lengths, offset
 and timestamp deltas) come from a precomputed table of their zigzag encodings and each

@@ -40,7 +40,9 @@ How records move (see ``pulllog.client.accumulator`` for the batch states):
   carries one batch per partition (as Kafka requires) for all ready partitions led by the
   same broker, up to ``max_request_size``; at most ``max_in_flight`` requests per broker
   connection. ``send()``'s common case (the partition it appended to last, room in its
-  open batch) runs in C (``records.encoding.SendPath``). ``send()`` yields to the event
+  open batch) runs in C (``records.encoding.SendPath``), and so does a record, or a
+  ``send_batch()`` set of plain values (``records.encoding.SetPath``), that opens a batch of
+  the explicit partition the C path is armed for (a ``batch_size=1`` producer's every one). ``send()`` yields to the event
   loop once per new batch, so the sender ships full batches while a tight loop keeps
   sending (and every 16 records while a partition
   new to a transaction waits for AddPartitionsToTxn: ``pulllog.client.transactions``).
