@@ -28,7 +28,8 @@ valgrind that spreads a batch-1 figure by 10-25% between runs of the same code. 
 runs the measured client that many times and prints the median and the range; compare
 versions by their medians.
 
-``--rusage`` runs the same clients without valgrind and prints, per record, the client's user
+``--rusage`` runs the same clients without valgrind and prints, per record (per set of 50 for
+batch50), the client's user
 and system CPU (``getrusage``), its voluntary and involuntary context switches, the event
 loop's turns and the garbage collector's young (generation 0) collections: where a request's
 time goes besides the instructions (system calls, wake-ups), on the machine's real clock, so
@@ -160,15 +161,17 @@ def main() -> None:
             if broker.stdout.readline().strip() != "ready":
                 raise SystemExit("the broker did not start")
             if args.rusage:
-                print(f"{'case':10} {'records':>8} {'user µs':>8} {'system µs':>10} {'vol. cs':>8} {'invol. cs':>10} "
-                      f"{'turns':>6} {'young gc':>9}  per record, median of {max(1, args.repeat)} (Python "
+                print(f"{'case':10} {'records':>8} {'per':>7} {'user µs':>8} {'system µs':>10} {'vol. cs':>8} "
+                      f"{'invol. cs':>10} {'turns':>6} {'young gc':>9}  median of {max(1, args.repeat)} (Python "
                       f"{sys.version.split()[0]}, load average {os.getloadavg()[0]:.1f})")
                 for case in cases:
                     runs = [rusage(case, args.records, f"127.0.0.1:{port}") for _ in range(max(1, args.repeat))]
-                    m = {name: statistics.median(r[name] for r in runs) for name in runs[0]}
-                    print(f"{case:10} {args.records:>8} {m['user'] * 1e6:>8.1f} {m['system'] * 1e6:>10.1f} "
-                          f"{m['voluntary']:>8.3f} {m['involuntary']:>10.3f} {m['turns']:>6.3f} {m['young']:>9.4f}",
-                          flush=True)
+                    # per request: a set of 50 for batch50 (one set per request), a record otherwise
+                    k = 50 if case == "batch50" else 1
+                    m = {name: statistics.median(r[name] for r in runs) * k for name in runs[0]}
+                    print(f"{case:10} {args.records:>8} {'set' if k > 1 else 'record':>7} {m['user'] * 1e6:>8.2f} "
+                          f"{m['system'] * 1e6:>10.2f} {m['voluntary']:>8.3f} {m['involuntary']:>10.3f} "
+                          f"{m['turns']:>6.3f} {m['young']:>9.4f}", flush=True)
                 return
             print(f"{'case':10} {'records':>8} {'instructions per record':>24}  (Python {sys.version.split()[0]}, "
                   f"load average {os.getloadavg()[0]:.1f})")
