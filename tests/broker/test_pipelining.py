@@ -7,7 +7,6 @@ and by the task once any request needs it: these tests mix the two in one read.
 from __future__ import annotations
 
 import struct
-from typing import Any
 
 from pulllog.records import build_batch
 from pulllog.net.build import build, request_class, response_class
@@ -112,46 +111,3 @@ def test_a_produce_that_does_not_decode_closes_the_connection_after_the_answers_
 
     assert ids == [0, 1, 2]
     assert pulllog_broker.broker is not None and pulllog_broker.broker.internal_errors == 0
-
-
-class _Counting:
-    """A connection's transport, counting the writes (each a send to the client)."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.writes = 0
-
-    def write(self, data: bytes) -> None:
-        self.writes += 1
-        self.inner.write(data)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-
-def test_the_answers_of_the_requests_of_one_read_go_out_in_one_write(pulllog_broker: BrokerThread) -> None:
-    """A send wakes the client: five pipelined Produce requests read at once cost one."""
-    _create(pulllog_broker, "one-write")
-    broker = pulllog_broker.broker
-    assert broker is not None
-    with WireClient(pulllog_broker.port) as c:
-        c.send_raw(_produce_frame(0, "one-write", b"first"))  # the connection is made and idle again
-        c.read_frame()
-        port = c.sock.getsockname()[1]
-        [conn] = [conn for conn in list(broker.connections) if conn.peer[1] == port]
-        reads: list[bytes] = []
-
-        def count() -> _Counting:
-            counting = _Counting(conn.transport)
-            conn.transport = counting
-            received = conn.data_received
-            conn.data_received = lambda data: (reads.append(data), received(data))[1]  # type: ignore[method-assign]
-            return counting
-
-        counting = pulllog_broker.call(count)
-        c.send_raw(b"".join(_produce_frame(i, "one-write", b"v%d" % i) for i in range(1, 6)))  # one segment
-        answers = [decode_response(c.read_frame(), response_class("produce", 9)) for _ in range(5)]
-
-    assert [cid for cid, _ in answers] == [1, 2, 3, 4, 5]
-    assert [int(body.responses[0].partition_responses[0].base_offset) for _, body in answers] == [1, 2, 3, 4, 5]
-    assert (len(reads), counting.writes) == (1, 1)

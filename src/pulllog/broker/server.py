@@ -363,8 +363,9 @@ class Connection(asyncio.Protocol):
         return True
 
     def _answer_at_once(self, frames: list[bytes]) -> list[bytes] | list[bytes | _Begun]:
-        """Answer the leading requests whose handler never waits, all in one write; return the
-        frames left for the task (from the first one that needs it on)."""
+        """Answer the leading requests whose handler never waits (the first answer at once, the
+        others in one write); return the frames left for the task (from the first one that
+        needs it on)."""
         broker = self.broker
         handlers = broker.handlers
         answers: list[bytes] = []
@@ -391,10 +392,15 @@ class Connection(asyncio.Protocol):
                     left += frames[done:]
                     return left
                 if response is not None:  # None: no answer (Produce with acks=0)
-                    # All of the read's answers go in one write, after the last: a send wakes
-                    # the client, and a client with requests in flight (Kafka's Java default is
-                    # 5) writes its next ones from the read that brings the answers.
-                    answers.append(handler.encode(request.correlation_id, request.api_version, response))  # type: ignore[arg-type]
+                    encoded = handler.encode(request.correlation_id, request.api_version, response)  # type: ignore[arg-type]
+                    if done == 0 and self.transport is not None:
+                        # The read's first answer goes at once, the rest in one write below: a
+                        # client with a few requests in flight (Kafka's Java default is 5) then
+                        # writes its next one while this broker handles the others of the read,
+                        # instead of the two taking turns.
+                        self.transport.write(encoded)
+                    else:
+                        answers.append(encoded)
             except OperationCancelled:
                 self._closing = True
             except OSError as exc:
