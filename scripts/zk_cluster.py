@@ -7,7 +7,8 @@ ZooKeeper is Debian's ``zookeeper`` package (``apt-get install zookeeper``: its 
 on 127.0.0.1 and a free port. It is ready when it answers the ``srvr`` four-letter word with
 its mode (it is serving, not only listening). Brokers are ``pulllog serve --broker-id N
 --zookeeper ...`` processes, broker N on 127.0.0.N (every 127.x.y.z address is loopback on
-Linux) and a port the kernel picks; each is ready when it prints its "ready" line. Everything
+Linux) and a port the kernel picks at its first start (a restart listens on the same port); each
+is ready when it prints its "ready" line. Everything
 is stopped by PID: SIGTERM, then SIGKILL if it has not exited.
 
 Used by the pytest fixtures in tests/cluster/conftest.py and from the command line::
@@ -173,8 +174,12 @@ class BrokerProcess:
 
     def command(self) -> list[str]:
         host = self.host or f"127.0.0.{self.broker_id if 0 < self.broker_id < 255 else 1}"
+        # The first start takes a port the kernel picks; a restart listens there again, as a
+        # deployed broker does: a client whose metadata missed a restart would otherwise know
+        # only dead addresses once every broker of a rolling restart had moved.
+        port = self.bootstrap_servers.rsplit(":", 1)[1] if self.bootstrap_servers else "0"
         args = [sys.executable, "-m", "pulllog.cli.main", "serve", "--broker-id", str(self.broker_id),
-                "--zookeeper", self.zookeeper_connect, "--listen", f"{host}:0", "--data-dir", str(self.data_dir)]
+                "--zookeeper", self.zookeeper_connect, "--listen", f"{host}:{port}", "--data-dir", str(self.data_dir)]
         for item in self.overrides:
             args += ["--override", item]
         return args

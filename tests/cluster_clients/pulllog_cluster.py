@@ -6,9 +6,9 @@ scripts/kafka_cluster.KafkaCluster, so the same client tests run against either:
 
 The brokers get the settings the Kafka cluster has (replication factor 3 everywhere,
 min.insync.replicas=2) and a 3 s ZooKeeper session, so a SIGKILLed broker is noticed as
-quickly as a Kafka node is fenced. A broker listens on a port the kernel picks, so a
-restarted one may come back on another port: ``bootstrap_servers`` names each broker's
-latest address.
+quickly as a Kafka node is fenced. A broker listens on a port the kernel picks at its
+first start and comes back on the same port when restarted, as a deployed broker does;
+``bootstrap_servers`` names each broker's address.
 """
 
 from __future__ import annotations
