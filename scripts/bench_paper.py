@@ -76,6 +76,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import aiokafka
+import bench_broker_request  # the /proc readers, shared (this directory is on sys.path)
 import confluent_kafka
 
 from pulllog.client.consumer import Consumer
@@ -181,15 +182,7 @@ class BrokerProcess:
 
     def context_switches(self) -> tuple[int, int]:
         """(voluntary, involuntary) context switches of the broker's threads so far."""
-        voluntary = involuntary = 0
-        for task in os.listdir(f"/proc/{self.proc.pid}/task"):
-            with open(f"/proc/{self.proc.pid}/task/{task}/status") as f:
-                for line in f:
-                    if line.startswith("voluntary_ctxt_switches"):
-                        voluntary += int(line.split()[1])
-                    elif line.startswith("nonvoluntary_ctxt_switches"):
-                        involuntary += int(line.split()[1])
-        return voluntary, involuntary
+        return bench_broker_request.context_switches(self.proc.pid)
 
     def storage(self, topic: str) -> tuple[int, int, int, int]:
         """(bytes in .log files, bytes in index files, batches, records) of partition 0."""
