@@ -232,20 +232,27 @@ async def test_a_later_transactions_batches_pipeline_behind_its_first(pulllog_br
         async with producer.transaction():
             before = [await producer.send(topic, b"first-%d" % i, partition=0) for i in range(100)]
         lost = pulllog_broker.faults.lose_request(PRODUCE, topic=topic)  # never answered: timed out, resent
+        behind = pulllog_broker.faults.observe(PRODUCE, topic=topic)  # every Produce after the lost one
         producer.begin_transaction()
         values = [b"second-%d" % i for i in range(TIGHT_LOOP)]
         first = await producer.send(topic, values[0], partition=0)
         futures = [first]
-        most_in_flight = 0
-        sender = producer._sender  # what is in flight is the point
-        assert sender is not None
+
+        def later_batches_went() -> bool:
+            # Two Produce requests behind the lost one: later batches (refused as out of order,
+            # resent every retry_backoff_ms) reached the broker before the first was answered.
+            # Sent alone, the first's own retry would be the only one before its answer.
+            return behind.fired >= 2 or first.done()
+
         for value in values[1:]:
             futures.append(await producer.send(topic, value, partition=0))
-            most_in_flight = max(most_in_flight, len(sender.in_flight(topic, 0)))
-            if most_in_flight > 1 or first.done():
+            if later_batches_went():
                 break
-        assert most_in_flight > 1, "the later batches waited for the transaction's first batch to be answered"
-        assert not first.done()
+        # On a loaded machine AddPartitionsToTxn may be answered only after the loop, with the
+        # batches queued: wait for the broker's state, not for the loop.
+        await wait_until(later_batches_went, "two Produce requests behind the lost one, or the first answered")
+        assert not first.done(), "the later batches waited for the transaction's first batch to be answered"
+        assert behind.fired >= 2
         await producer.commit_transaction()
     assert lost.fired == 1
     assert all(f.exception() is None for f in before + futures)
