@@ -79,6 +79,7 @@ import aiokafka
 import bench_broker_request  # the /proc readers, shared (this directory is on sys.path)
 import confluent_kafka
 
+from pulllog.client.admin import Admin
 from pulllog.client.consumer import Consumer
 from pulllog.client.producer import Producer
 from pulllog.client.types import TopicPartition
@@ -202,6 +203,23 @@ class BrokerProcess:
             elif path.suffix in (".index", ".timeindex"):
                 index_bytes += path.stat().st_size
         return log_bytes, index_bytes, batches, records
+
+    def delete_topic(self, topic: str) -> None:
+        """Delete ``topic`` and wait until its directory is gone: the page cache it held is free
+        again before the next run writes. On this VM a run that needs fresh pages past the
+        ~1 GiB the guest keeps backed pays about ten times more kernel time per byte written
+        (the balloon's free page reporting hands the rest back to the host), so without this a
+        series ran slower with every run, both clients alike."""
+        async def delete() -> None:
+            async with Admin(self.bootstrap) as admin:
+                await admin.delete_topics([topic])
+        asyncio.run(delete())
+        directory = self.data_dir / f"{topic}-0"
+        deadline = time.monotonic() + 60
+        while directory.exists() or any(self.data_dir.glob(f"{topic}-0.*")):
+            if time.monotonic() > deadline:
+                raise SystemExit(f"the broker did not remove {directory} within 60 s of DeleteTopics")
+            time.sleep(0.01)
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -465,6 +483,8 @@ def run_all(args: argparse.Namespace, broker: BrokerProcess, clients: list[str])
                 voluntary, involuntary = (b - a for a, b in zip(switches, broker.context_switches()))
                 log_bytes, index_bytes, batches, records = broker.storage(topic)
                 assert records == n, f"{client} {case}: {records} records on disk, expected {n}"
+                if not args.keep_topics:
+                    broker.delete_topic(topic)
                 runs.append(Run(client, case, run, n, seconds, cpu, log_bytes, index_bytes, batches,
                                 curve.throughput(), client_cpu))
                 print(f"  run {run + 1}: {client:10} produce {case:8} {n / seconds:>10,.0f} msgs/s  "
@@ -617,6 +637,9 @@ def main() -> None:
     parser.add_argument("--broker-path", metavar="DIR", default=None,
                         help="run the broker with PYTHONPATH=DIR (another source tree's broker against this "
                              "client: A/B a broker change with the client unchanged)")
+    parser.add_argument("--keep-topics", action="store_true",
+                        help="keep each run's topic (default: deleted once measured, so every run starts "
+                             "with the same free memory; see BrokerProcess.delete_topic)")
     parser.add_argument("--out", type=Path, default=Path("bench-out"))
     args = parser.parse_args()
     if args.pin:
