@@ -496,13 +496,16 @@ def run_all(args: argparse.Namespace, broker: BrokerProcess, clients: list[str])
                 continue
             curve = Curve(args.messages)
             cpu = broker.cpu_seconds()
+            client_cpu = time.process_time()
             call(CONSUMERS[client], broker.bootstrap, source, args.messages, curve,
                  loop=args.client_loop if client == "pulllog" else "asyncio")
+            client_cpu = time.process_time() - client_cpu
             cpu = broker.cpu_seconds() - cpu
             runs.append(Run(client, "consume", run, args.messages, curve.points[-1][0], cpu,
-                            curve=curve.throughput()))
+                            curve=curve.throughput(), client_cpu_s=client_cpu))
             print(f"  run {run + 1}: {client:10} consume {'':8} {runs[-1].msgs_per_s:>10,.0f} msgs/s  "
-                  f"broker {cpu / args.messages * 1e6:6.2f} s per M", file=sys.stderr, flush=True)
+                  f"broker {cpu / args.messages * 1e6:6.2f} s per M  client {client_cpu / args.messages * 1e6:6.2f} "
+                  "s per M", file=sys.stderr, flush=True)
     return runs
 
 
