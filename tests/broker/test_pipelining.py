@@ -1,6 +1,6 @@
 """Pipelined requests: every answer, in order, and none held back behind a long poll.
 
-Produce requests are answered inside ``data_received`` while the connection's task is idle,
+Produce requests are answered inside ``buffer_updated`` while the connection's task is idle,
 and by the task once any request needs it: these tests mix the two in one read.
 """
 

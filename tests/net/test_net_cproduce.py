@@ -91,6 +91,13 @@ def check(frame: bytes, low: int = 3, high: int = 9) -> Any:
     """The C decoder gives the Python decoder's Request, or None where Python refuses the frame."""
     py = python_decode(frame)
     c = _cproduce.decode_request(frame, low, high)
+    # the broker's case: the frame read in place, a view into its connection's read buffer
+    buffer = bytearray(b"\xee" * 3 + frame + b"\xee" * 5)
+    in_place = _cproduce.decode_request(memoryview(buffer)[3:3 + len(frame)], low, high)
+    if c is None:
+        assert in_place is None
+    else:
+        assert_same_request(in_place, c)
     if isinstance(py, RequestError):
         assert c is None, f"C decoded a frame the Python decoder refuses ({py}): {c}"
     elif c is not None:
@@ -133,7 +140,24 @@ def test_versions_not_served_and_other_apis_are_left_to_python(version: int) -> 
     assert _cproduce.decode_request(frame, version + 1, 9) is None
     assert _cproduce.decode_request(frame, 3, version - 1) is None
     assert _cproduce.decode_request(b"\x00\x03" + frame[2:], 0, 12) is None  # Metadata's key
-    assert _cproduce.decode_request(bytearray(frame), 3, 9) is None  # bytes only
+    assert _cproduce.decode_request(bytearray(frame), 3, 9) is None  # bytes or a memoryview only
+
+
+@needs_c
+def test_a_view_of_a_read_buffer_decodes_in_place_and_anything_else_is_left_to_python() -> None:
+    frame = encode_produce_frame(9, 1, "c", None, 1, 30_000, SHAPES[0])[4:]
+    buffer = bytearray(frame)
+    view = memoryview(buffer)
+    request = DECODER.decode(view)
+    assert request == DECODER.decode(frame) == python_decode(frame)
+    buffer[:] = b"\x00" * len(buffer)  # the next read overwrites the buffer: the request kept nothing of it
+    assert request == python_decode(frame)
+    assert _cproduce.decode_request(memoryview(bytes(frame * 2))[::2], 3, 9) is None  # not contiguous
+    released = memoryview(bytearray(frame))
+    released.release()
+    assert _cproduce.decode_request(released, 3, 9) is None
+    with pytest.raises(ValueError):  # as Python's decoder says (bytes() of a released view)
+        DECODER.decode(released)
 
 
 @needs_c

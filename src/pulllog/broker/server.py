@@ -35,8 +35,16 @@ Rules kept here:
   ``_HOLD_MAX``) and goes out with the next one. Any other request, and waiting for more
   bytes, sends what is held first, so an answer never waits behind a long poll. A write
   is a syscall, the largest single cost of a small request.
+* Reading is a ``BufferedProtocol``: the event loop ``recv_into``s one reused buffer (256
+  KiB; grown to hold a larger frame, up to ``socket.request.max.bytes``, and back to 256 KiB
+  after one over 8 MiB) instead of receiving into a new 256 KiB bytes object per read. A
+  frame answered in the same read (below) is decoded where it lies, as a memoryview of the
+  buffer: its records are copied once, out of the buffer, not first into a frame of their
+  own. A frame that waits for the task (queued, or after one that needs it) is copied out
+  as bytes before the next read can overwrite the buffer. A size prefix outside
+  0..``socket.request.max.bytes`` closes the connection as soon as it arrives.
 * Requests whose handler never waits (a plain ``def``: Produce) are answered inside
-  ``data_received`` when the connection's task is idle (waiting for bytes, nothing queued
+  ``buffer_updated`` when the connection's task is idle (waiting for bytes, nothing queued
   or held, the transport writable), with one write for all the answers of that read. Order
   is kept: the first request that needs the task (another API, a request that does not
   decode, a full write buffer) goes to the task's queue with everything after it. This
@@ -63,6 +71,7 @@ import collections
 import itertools
 import logging
 import os
+import struct
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
@@ -70,7 +79,7 @@ from kio.schema.errors import ErrorCode
 
 from ..net.errors import FrameError, RequestError, UnsupportedVersionError
 from ..net.fetch import FileSlice
-from ..net.framing import FrameDecoder
+from ..net.framing import frame_error
 from ..net.protocol import encode_response
 from ..purgatory.delayed import OperationCancelled
 from .api import BrokerApi
@@ -85,6 +94,10 @@ _ids = itertools.count(1)
 _new_tuple = tuple.__new__  # a named tuple (RequestContext) from its fields, without its Python __new__
 _HOLD_MAX = 64
 _CLOSE = object()  # Connection._storage_failed: no answer can carry the error; close the connection
+_SIZE = struct.Struct(">i")
+_READ_BUFFER = 256 << 10  # the read buffer's size, and what one recv_into may fill (asyncio's own max_size)
+_MIN_READ = 64 << 10  # room to leave for the next recv_into, moving a partial frame to the front if needed
+_KEEP_BUFFER = 8 << 20  # a buffer grown past this goes back to _READ_BUFFER once empty
 
 
 class _Begun(NamedTuple):
@@ -111,11 +124,18 @@ class ConnectionHost(BrokerApi, Protocol):
     internal_errors: int
 
 
-class Connection(asyncio.Protocol):
+class Connection(asyncio.BufferedProtocol):
     def __init__(self, broker: ConnectionHost) -> None:
         self.broker = broker
         self.id = next(_ids)
-        self.decoder = FrameDecoder(broker.config.socket_request_max_bytes)
+        self.max_frame_size = broker.config.socket_request_max_bytes
+        # The read buffer (module docstring): bytes [_start, _end) are received and not yet
+        # handed on, a partial frame at most; _need is that frame's size with its prefix.
+        self._buf = bytearray(_READ_BUFFER)
+        self._view = memoryview(self._buf)
+        self._start = 0
+        self._end = 0
+        self._need = 0
         self.frames: collections.deque[bytes | _Begun] = collections.deque()
         self.transport: asyncio.Transport | None = None
         self.peer: tuple[str, int] = ("?", 0)
@@ -155,22 +175,64 @@ class Connection(asyncio.Protocol):
             return
         self.broker.connections.add(self)
 
-    def data_received(self, data: bytes) -> None:
+    @property
+    def buffered(self) -> int:
+        """Bytes received that do not make a whole frame yet (the start of the next one)."""
+        return self._end - self._start
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        buf, start, end = self._buf, self._start, self._end
+        size = len(buf)
+        want = self._need if self._need > _MIN_READ else _MIN_READ
+        if size - start < want or size - end < _MIN_READ:
+            pending = end - start
+            if want > size:  # a frame larger than the buffer: a new one that holds it whole
+                grown = bytearray(want)
+                grown[:pending] = self._view[start:end]
+                self._buf, self._view = grown, memoryview(grown)
+            elif start:  # move the partial frame to the front (no view of it is left: same length)
+                buf[:pending] = self._view[start:end]
+            self._start, self._end = 0, pending
+        return self._view[self._end:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        end = self._end + nbytes
         if self._closing:
+            self._start = self._end = 0
             return
-        try:
-            frames = self.decoder.feed(data)
-        except FrameError as exc:
-            log.warning("closing connection from %s:%d: %s", *self.peer, exc)
-            self._abort()
-            return
+        buf, view, start = self._buf, self._view, self._start
+        frames: list[memoryview] = []
+        need = 0
+        max_size = self.max_frame_size
+        while end - start >= 4:
+            (size,) = _SIZE.unpack_from(buf, start)
+            if size < 0 or size > max_size:
+                log.warning("closing connection from %s:%d: %s", *self.peer,
+                            frame_error(size, bytes(view[start:start + 8]), max_size))
+                self._abort()
+                self._start = self._end = 0
+                return
+            stop = start + 4 + size
+            if stop > end:  # the frame goes on in the next reads
+                need = 4 + size
+                break
+            frames.append(view[start + 4:stop])  # valid until the next read: copied if kept
+            start = stop
+        self._need = need
+        if start == end:
+            start = end = 0
+            if len(buf) > _KEEP_BUFFER:
+                self._buf = bytearray(_READ_BUFFER)
+                self._view = memoryview(self._buf)
+        self._start, self._end = start, end
         if frames:
-            left: list[bytes] | list[bytes | _Begun] = frames
+            left: list[memoryview] | list[memoryview | _Begun] = frames
             if self._idle and not self.frames and self._writable.is_set() and not self.broker.faults:
                 left = self._answer_at_once(frames)
                 if not left:
                     return
-            self.frames.extend(left)
+            # The task handles these after this read: out of the buffer the next read reuses.
+            self.frames.extend([frame if type(frame) is _Begun else bytes(frame) for frame in left])  # type: ignore[arg-type]
             self._wakeup.set()
             if len(self.frames) >= self.broker.config.queued_max_requests and self.transport:
                 self.transport.pause_reading()
@@ -250,7 +312,7 @@ class Connection(asyncio.Protocol):
             self.transport.abort()
 
     async def _handle(self, frame: bytes | _Begun) -> bool:
-        if isinstance(frame, _Begun):  # handled in data_received; its answer comes later
+        if isinstance(frame, _Begun):  # handled in buffer_updated; its answer comes later
             self._outstanding.append(frame)
             return True
         broker = self.broker
@@ -314,7 +376,7 @@ class Connection(asyncio.Protocol):
 
     async def _wait_for(self, deferred: Deferred) -> None:
         """Until the deferred answer is ready or more bytes (or the close) arrive. The task is
-        not idle meanwhile: data_received queues frames instead of answering them itself."""
+        not idle meanwhile: buffer_updated queues frames instead of answering them itself."""
         self._wakeup.clear()
         wake = self._wakeup.set
         undo = deferred.on_ready(lambda _future: wake())
@@ -362,16 +424,16 @@ class Connection(asyncio.Protocol):
             await self._write(encoded)
         return True
 
-    def _answer_at_once(self, frames: list[bytes]) -> list[bytes] | list[bytes | _Begun]:
+    def _answer_at_once(self, frames: list[memoryview]) -> list[memoryview] | list[memoryview | _Begun]:
         """Answer the leading requests whose handler never waits (the first answer at once, the
         others in one write); return the frames left for the task (from the first one that
-        needs it on)."""
+        needs it on). The frames are views of the read buffer: nothing here keeps one."""
         broker = self.broker
         handlers = broker.handlers
         answers: list[bytes] = []
         done = 0
         for frame in frames:
-            handler = handlers.get(int.from_bytes(frame[:2], "big")) if len(frame) >= 8 else None
+            handler = handlers.get(frame[0] << 8 | frame[1]) if len(frame) >= 8 else None
             if handler is None or handler.waits:
                 break
             try:
@@ -388,7 +450,7 @@ class Connection(asyncio.Protocol):
                     done += 1
                     if answers and self.transport is not None:
                         self.transport.write(b"".join(answers))
-                    left: list[bytes | _Begun] = [_Begun(handler, request, response)]
+                    left: list[memoryview | _Begun] = [_Begun(handler, request, response)]
                     left += frames[done:]
                     return left
                 if response is not None:  # None: no answer (Produce with acks=0)

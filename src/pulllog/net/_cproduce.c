@@ -318,31 +318,16 @@ fail:
     return NULL;
 }
 
-/* decode_request(frame, min_version, max_version) -> Request | None */
+/* A Produce request from the frame's bytes (decode_request); None for any other shape. */
 static PyObject *
-decode_request(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+decode_frame(reader *r, long min_version, long max_version)
 {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "decode_request(frame, min_version, max_version)");
-        return NULL;
-    }
-    if (request_type == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "bind_decoder() was not called");
-        return NULL;
-    }
-    PyObject *frame = args[0];
-    long min_version = PyLong_AsLong(args[1]);
-    long max_version = PyLong_AsLong(args[2]);
-    if ((min_version == -1 || max_version == -1) && PyErr_Occurred()) {
-        return NULL;
-    }
-    if (!PyBytes_CheckExact(frame) || PyBytes_GET_SIZE(frame) < 10) {
+    if (r->end < 10) {
         Py_RETURN_NONE;
     }
-    reader r = {(const unsigned char *)PyBytes_AS_STRING(frame), 0, PyBytes_GET_SIZE(frame)};
     int64_t api_key, version, correlation_id, length;
-    if (!read_int16(&r, &api_key) || !read_int16(&r, &version) || !read_int32(&r, &correlation_id)
-            || !read_int16(&r, &length)) {  /* (the frame has at least 10 bytes) */
+    if (!read_int16(r, &api_key) || !read_int16(r, &version) || !read_int32(r, &correlation_id)
+            || !read_int16(r, &length)) {  /* (the frame has at least 10 bytes) */
         Py_RETURN_NONE;
     }
     if (api_key != 0 || version < min_version || version > max_version || version < 3 || version > 9) {
@@ -353,11 +338,11 @@ decode_request(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (length == -1) {
         client_id = Py_NewRef(Py_None);
     }
-    else if (length < 0 || length > r.end - r.pos) {
+    else if (length < 0 || length > r->end - r->pos) {
         Py_RETURN_NONE;
     }
     else {
-        client_id = take_string(&r, (Py_ssize_t)length, &last_client_id);
+        client_id = take_string(r, (Py_ssize_t)length, &last_client_id);
         if (client_id == NULL) {
             if (PyErr_Occurred()) {
                 return NULL;
@@ -365,11 +350,11 @@ decode_request(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             Py_RETURN_NONE;
         }
     }
-    if (flexible && !skip_empty_tags(&r)) {  /* request header v2's tag buffer */
+    if (flexible && !skip_empty_tags(r)) {  /* request header v2's tag buffer */
         Py_DECREF(client_id);
         Py_RETURN_NONE;
     }
-    PyObject *body = decode_body(&r, flexible);
+    PyObject *body = decode_body(r, flexible);
     if (body == NULL) {
         Py_DECREF(client_id);
         if (PyErr_Occurred()) {
@@ -390,6 +375,45 @@ decode_request(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     PyObject *items[5] = {key_obj, version_obj, correlation_obj, client_id, body};
     return new_tuple(request_type, 5, items);
+}
+
+/* decode_request(frame, min_version, max_version) -> Request | None
+ * frame: bytes, or a memoryview of a frame still in the broker connection's read buffer
+ * (broker/server.py), read in place: nothing of it is kept (strings and records are copied
+ * out); any other view is left to the Python decoder. */
+static PyObject *
+decode_request(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "decode_request(frame, min_version, max_version)");
+        return NULL;
+    }
+    if (request_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "bind_decoder() was not called");
+        return NULL;
+    }
+    PyObject *frame = args[0];
+    long min_version = PyLong_AsLong(args[1]);
+    long max_version = PyLong_AsLong(args[2]);
+    if ((min_version == -1 || max_version == -1) && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (PyBytes_CheckExact(frame)) {
+        reader r = {(const unsigned char *)PyBytes_AS_STRING(frame), 0, PyBytes_GET_SIZE(frame)};
+        return decode_frame(&r, min_version, max_version);
+    }
+    if (!PyMemoryView_Check(frame)) {
+        Py_RETURN_NONE;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(frame, &view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();  /* released, or not contiguous: the Python decoder's bytes() says which */
+        Py_RETURN_NONE;
+    }
+    reader r = {(const unsigned char *)view.buf, 0, view.len};
+    PyObject *result = decode_frame(&r, min_version, max_version);
+    PyBuffer_Release(&view);
+    return result;
 }
 
 /* ------------------------------------------------------------------------------ encoding */

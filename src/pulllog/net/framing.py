@@ -32,6 +32,7 @@ __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
     "FrameDecoder",
     "frame",
+    "frame_error",
 ]
 
 DEFAULT_MAX_FRAME_SIZE: Final = 104_857_600
@@ -131,17 +132,23 @@ class FrameDecoder:
         return frames
 
     def _frame_error(self, size: int, prefix: bytes) -> FrameError:
-        hint = peer_hint(prefix)
-        if size < 0:
-            return NegativeFrameSizeError(
-                f"invalid request frame size {size}: the stream is corrupt{hint}; "
-                "closing the connection",
-                size=size,
-            )
-        return FrameTooLargeError(
-            f"request frame of {size} bytes exceeds socket.request.max.bytes="
-            f"{self.max_frame_size}{hint}; closing the connection "
-            "(raise socket.request.max.bytes if the client is legitimate)",
+        return frame_error(size, prefix, self.max_frame_size)
+
+
+def frame_error(size: int, prefix: bytes, max_frame_size: int) -> FrameError:
+    """The error for a size prefix outside 0..``max_frame_size`` (``prefix``: the frame's
+    first bytes, for the hint when the peer is clearly not a Kafka client)."""
+    hint = peer_hint(prefix)
+    if size < 0:
+        return NegativeFrameSizeError(
+            f"invalid request frame size {size}: the stream is corrupt{hint}; "
+            "closing the connection",
             size=size,
-            max_size=self.max_frame_size,
         )
+    return FrameTooLargeError(
+        f"request frame of {size} bytes exceeds socket.request.max.bytes="
+        f"{max_frame_size}{hint}; closing the connection "
+        "(raise socket.request.max.bytes if the client is legitimate)",
+        size=size,
+        max_size=max_frame_size,
+    )

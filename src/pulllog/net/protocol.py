@@ -324,7 +324,8 @@ class RequestDecoder:
         Raises :class:`UnknownApiKeyError`, :class:`UnsupportedVersionError` or
         :class:`InvalidRequestError`; never anything else.
         """
-        if _c_decode_produce is not None and type(frame) is bytes:
+        if _c_decode_produce is not None and (type(frame) is bytes or type(frame) is memoryview):
+            # (a memoryview: a frame still in the broker connection's read buffer, read in place)
             request = _c_decode_produce(frame, self._produce_min, self._produce_max)
             if request is not None:
                 return request
