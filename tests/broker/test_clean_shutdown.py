@@ -28,6 +28,7 @@ from pulllog.log.checkpoint import (
 from pulllog.log.clean_shutdown import CLEAN_SHUTDOWN_MARKER
 from pulllog.log.handles import HANDLES
 from pulllog.log.log import CLEAN_SHUTDOWN_FILE, LOG_START_OFFSET_FILE
+from pulllog.log.segment import LogSegment
 from pulllog.records import build_batch
 
 
@@ -151,6 +152,25 @@ def test_a_clean_start_opens_no_segment_file_and_a_read_opens_only_its_partition
     assert HANDLES.opened == opened  # no .log, .index or .timeindex opened by the start
     assert values(manager, "a", 7) == expected("a", 7)
     assert not any(p.log.segments[0].loaded for p in manager.get("a").partitions.values() if p.index != 7)
+    manager.close()
+
+
+def test_a_segment_read_on_first_use_reads_its_attributes_without_the_lazy_hook(tmp_path: Path) -> None:
+    # (a class with __getattr__ sends every attribute read through Python's slower hook, and
+    # an active segment's are read ~30 times per Produce request)
+    manager, _ = started(tmp_path)
+    fill(manager, "a", 2)
+    manager.close()
+    manager, _ = started(tmp_path)
+    segment = manager.partition("a", 0).log.segments[0]
+    assert not segment.loaded and hasattr(type(segment), "__getattr__")
+    assert segment.size > 0  # its file stat()ed on first use: its indexes still unread
+    assert not segment.loaded and hasattr(type(segment), "__getattr__")
+    assert values(manager, "a", 0) == expected("a", 0)
+    assert segment.loaded and type(segment) is LogSegment
+    assert not hasattr(LogSegment, "__getattr__")
+    manager.partition("a", 0).log.append(build_batch([(None, b"more")]))
+    assert segment.next_offset == manager.partition("a", 0).log.log_end_offset
     manager.close()
 
 

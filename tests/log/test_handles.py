@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -80,3 +81,20 @@ def test_a_deleted_segment_is_not_recreated_by_a_late_read(tmp_path: Path, small
         old.read_bytes(0, 10)  # reopening refuses: no empty file comes back
     assert not old.log_path.exists()
     log.close()
+
+
+def test_a_cached_file_is_handed_out_without_the_cache_lock(tmp_path: Path) -> None:
+    # (an append asks for its segment's file with every Produce request; the lock is for
+    # opening and evicting, which another thread may be doing meanwhile)
+    log = Log.open(tmp_path / "t-0", LogConfig())
+    log.append(batch(b"first"))
+    got: list[object] = []
+    with HANDLES._lock:  # another thread opening a file
+        reader = threading.Thread(target=lambda: got.append(log.active_segment.file))
+        reader.start()
+        reader.join(10.0)
+        assert got and not reader.is_alive(), "a cache hit waited for the lock"
+    log.append(batch(b"second"))
+    assert [r.value for b in log.read_batches(0) for r in b.records()] == [b"first", b"second"]
+    log.close()
+

@@ -20,7 +20,10 @@ Rules kept here:
   files are created (``create=True``), and ``forget()`` (close or delete) drops the entry.
 * An evicted file may have unflushed bytes: they stay in the page cache, and Linux's
   ``fsync`` through a later descriptor writes them (it flushes the inode, not the descriptor).
-* Thread-safe: the log cleaner's thread opens segments too.
+* Thread-safe: the log cleaner's thread opens segments too. A hit takes no lock (an
+  append asks for its segment's file with every Produce request): under the GIL the
+  lookup and the LRU move are each atomic, and a file another thread evicts meanwhile
+  stays open for the caller that holds it (the first rule).
 """
 
 from __future__ import annotations
@@ -76,11 +79,13 @@ class FileHandles:
         return next(self._keys)
 
     def get(self, key: int, path: Path, create: bool) -> io.FileIO:
-        with self._lock:
-            f = self._open.get(key)
-            if f is not None and not f.closed:
+        f = self._open.get(key)
+        if f is not None and not f.closed:  # a hit, without the lock (module docstring)
+            try:
                 self._open.move_to_end(key)
-                return f
+            except KeyError:  # evicted by another thread meanwhile: still open for this caller
+                pass
+            return f
         # Open outside the lock: a slow open must not stall other threads' hits.
         f = _SegmentFile(path, "a+", opener=None if create else _no_create)
         with self._lock:
@@ -118,7 +123,15 @@ class CachedFile:
 
     def get(self) -> io.FileIO:
         """The open file; keep the returned object (not its fileno()) while using it."""
-        return self._handles.get(self._key, self.path, False)
+        handles, key = self._handles, self._key
+        f = handles._open.get(key)
+        if f is not None and not f.closed:  # FileHandles.get's hit, one call less (per request)
+            try:
+                handles._open.move_to_end(key)
+            except KeyError:
+                pass
+            return f
+        return handles.get(key, self.path, False)
 
     def get_or_create(self) -> io.FileIO:
         return self._handles.get(self._key, self.path, True)
