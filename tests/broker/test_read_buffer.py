@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from pulllog.broker.server import _READ_BUFFER, Connection
+from pulllog.broker.server import _FIRST_BUFFER, _READ_BUFFER, Connection
 from pulllog.net.build import build, request_class, response_class
 from pulllog.net.protocol import decode_response, encode_request
 from pulllog.records import build_batch
@@ -99,7 +99,8 @@ def test_frames_split_over_two_reads_at_every_byte_come_out_whole(pulllog_broker
     assert _values(pulllog_broker, "split") == expected
 
 
-@pytest.mark.parametrize("size", [150_000, _READ_BUFFER - 100, _READ_BUFFER + 1, 3 * _READ_BUFFER, 9 << 20])
+@pytest.mark.parametrize("size", [10_000, _FIRST_BUFFER + 1, 150_000, _READ_BUFFER - 100, _READ_BUFFER + 1,
+                                  3 * _READ_BUFFER, 9 << 20])
 def test_frames_larger_than_a_read_and_than_the_read_buffer(tmp_path, size: int) -> None:
     """Large frames among small ones in one write: a frame that starts late in the buffer
     (moved to its front), one larger than the buffer (a larger buffer), and one over 8 MiB
@@ -146,6 +147,12 @@ def test_many_frames_in_one_read_are_answered_in_order(pulllog_broker: BrokerThr
     pulllog_broker.call(pulllog_broker.broker.topics.create, "many", 1)
     values = [b"value %d" % i * (i % 7 + 1) for i in range(200)]
     with WireClient(pulllog_broker.port) as c:
+        connection = _connection(pulllog_broker)
+        c.send_raw(_produce_frame(1000, "many", b"small"))
+        assert _answer(c) == (1000, 0, 0)
+        # a connection that sends small requests holds a small buffer (many are idle)
+        assert pulllog_broker.call(lambda: len(connection._buf)) == _FIRST_BUFFER
+        # 200 at once (~90 KB): the buffer grows while reads fill it
         c.send_raw(b"".join(_produce_frame(i, "many", value) for i, value in enumerate(values)))
-        assert [_answer(c) for _ in values] == [(i, 0, i) for i in range(len(values))]
-    assert _values(pulllog_broker, "many") == values
+        assert [_answer(c) for _ in values] == [(i, 0, i + 1) for i in range(len(values))]
+    assert _values(pulllog_broker, "many") == [b"small", *values]

@@ -35,9 +35,11 @@ Rules kept here:
   ``_HOLD_MAX``) and goes out with the next one. Any other request, and waiting for more
   bytes, sends what is held first, so an answer never waits behind a long poll. A write
   is a syscall, the largest single cost of a small request.
-* Reading is a ``BufferedProtocol``: the event loop ``recv_into``s one reused buffer (256
-  KiB; grown to hold a larger frame, up to ``socket.request.max.bytes``, and back to 256 KiB
-  after one over 8 MiB) instead of receiving into a new 256 KiB bytes object per read. A
+* Reading is a ``BufferedProtocol``: the event loop ``recv_into``s one reused buffer instead
+  of receiving into a new 256 KiB bytes object per read. The buffer starts at 16 KiB (an
+  idle connection holds no more), doubles up to 256 KiB while reads fill it (a pipelining
+  producer), grows to hold a larger frame (up to ``socket.request.max.bytes``) and goes
+  back to its size once empty after a frame over 8 MiB. A
   frame answered in the same read (below) is decoded where it lies, as a memoryview of the
   buffer: its records are copied once, out of the buffer, not first into a frame of their
   own. A frame that waits for the task (queued, or after one that needs it) is copied out
@@ -95,9 +97,9 @@ _new_tuple = tuple.__new__  # a named tuple (RequestContext) from its fields, wi
 _HOLD_MAX = 64
 _CLOSE = object()  # Connection._storage_failed: no answer can carry the error; close the connection
 _SIZE = struct.Struct(">i")
-_READ_BUFFER = 256 << 10  # the read buffer's size, and what one recv_into may fill (asyncio's own max_size)
-_MIN_READ = 64 << 10  # room to leave for the next recv_into, moving a partial frame to the front if needed
-_KEEP_BUFFER = 8 << 20  # a buffer grown past this goes back to _READ_BUFFER once empty
+_FIRST_BUFFER = 16 << 10  # a connection's read buffer at first (an idle one keeps no more)
+_READ_BUFFER = 256 << 10  # what the buffer doubles up to while reads fill it (asyncio's own max_size per read)
+_KEEP_BUFFER = 8 << 20  # a buffer grown past this (a frame that large) goes back to its size once empty
 
 
 class _Begun(NamedTuple):
@@ -131,11 +133,13 @@ class Connection(asyncio.BufferedProtocol):
         self.max_frame_size = broker.config.socket_request_max_bytes
         # The read buffer (module docstring): bytes [_start, _end) are received and not yet
         # handed on, a partial frame at most; _need is that frame's size with its prefix.
-        self._buf = bytearray(_READ_BUFFER)
+        self._size = _FIRST_BUFFER  # the buffer's size without a larger frame in it
+        self._buf = bytearray(self._size)
         self._view = memoryview(self._buf)
         self._start = 0
         self._end = 0
         self._need = 0
+        self._offered = 0  # the room the last get_buffer gave: a read that fills it doubles _size
         self.frames: collections.deque[bytes | _Begun] = collections.deque()
         self.transport: asyncio.Transport | None = None
         self.peer: tuple[str, int] = ("?", 0)
@@ -183,20 +187,24 @@ class Connection(asyncio.BufferedProtocol):
     def get_buffer(self, sizehint: int) -> memoryview:
         buf, start, end = self._buf, self._start, self._end
         size = len(buf)
-        want = self._need if self._need > _MIN_READ else _MIN_READ
-        if size - start < want or size - end < _MIN_READ:
+        want = self._need if self._need > self._size else self._size
+        if size < want or size - end < size >> 2:
             pending = end - start
-            if want > size:  # a frame larger than the buffer: a new one that holds it whole
+            if size < want:  # a larger frame, or a read filled the buffer: a new one
                 grown = bytearray(want)
                 grown[:pending] = self._view[start:end]
                 self._buf, self._view = grown, memoryview(grown)
             elif start:  # move the partial frame to the front (no view of it is left: same length)
                 buf[:pending] = self._view[start:end]
             self._start, self._end = 0, pending
-        return self._view[self._end:]
+        view = self._view[self._end:]
+        self._offered = len(view)
+        return view
 
     def buffer_updated(self, nbytes: int) -> None:
         end = self._end + nbytes
+        if nbytes == self._offered and self._size < _READ_BUFFER:
+            self._size <<= 1  # more was waiting: offer twice the room from the next read on
         if self._closing:
             self._start = self._end = 0
             return
@@ -222,7 +230,7 @@ class Connection(asyncio.BufferedProtocol):
         if start == end:
             start = end = 0
             if len(buf) > _KEEP_BUFFER:
-                self._buf = bytearray(_READ_BUFFER)
+                self._buf = bytearray(self._size)
                 self._view = memoryview(self._buf)
         self._start, self._end = start, end
         if frames:
