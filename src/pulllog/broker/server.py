@@ -39,12 +39,12 @@ Rules kept here:
   of receiving into a new 256 KiB bytes object per read. The buffer starts at 16 KiB (an
   idle connection holds no more), doubles up to 256 KiB while reads fill it (a pipelining
   producer), grows to hold a larger frame (up to ``socket.request.max.bytes``) and goes
-  back to its size once empty after a frame over 8 MiB. A
-  frame answered in the same read (below) is decoded where it lies, as a memoryview of the
-  buffer: its records are copied once, out of the buffer, not first into a frame of their
-  own. A frame that waits for the task (queued, or after one that needs it) is copied out
-  as bytes before the next read can overwrite the buffer. A size prefix outside
-  0..``socket.request.max.bytes`` closes the connection as soon as it arrives.
+  back to its size once empty after a frame over 8 MiB. A frame answered in the same read
+  (below) is decoded where it lies, as a memoryview of the buffer: its records are copied
+  once, out of the buffer, not first into a frame of their own. A frame that waits for the
+  task (queued, or after one that needs it) is copied out as bytes before the next read can
+  overwrite the buffer. A size prefix outside 0..``socket.request.max.bytes`` closes the
+  connection as soon as it arrives.
 * Requests whose handler never waits (a plain ``def``: Produce) are answered inside
   ``buffer_updated`` when the connection's task is idle (waiting for bytes, nothing queued
   or held, the transport writable), with one write for all the answers of that read. Order
@@ -79,7 +79,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from ..net.errors import FrameError, RequestError, UnsupportedVersionError
+from ..net.errors import RequestError, UnsupportedVersionError
 from ..net.fetch import FileSlice
 from ..net.framing import frame_error
 from ..net.protocol import encode_response
