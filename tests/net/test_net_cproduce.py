@@ -309,3 +309,124 @@ def test_a_large_answer_grows_the_buffer() -> None:
     frame = _cproduce.encode_response(3, 9, answer)
     assert frame == py_encode_produce_response(3, 9, answer)
     assert struct.unpack_from(">i", frame)[0] == len(frame) - 4
+
+
+# ------------------------------------------------------------- the producer's one-partition path
+
+
+def c_one(encoder: produce.ProduceRequestEncoder) -> Any:
+    """The C twin of ``encoder``'s one_partition_frame and one_partition_ack, on its caches
+    (the encoder's own ``frame_one``/``ack_one`` where the extensions are used)."""
+    return _cproduce.OnePartition(encoder.version, encoder._one_partition, encoder._acks, encoder._answer_tail,
+                                  encoder.one_partition_frame, encoder.one_partition_ack)
+
+
+def test_the_producer_uses_the_c_one_partition_path_when_built() -> None:
+    encoder = produce.ProduceRequestEncoder(9, "c", None, 1, 1000)
+    if NO_EXTENSIONS or _cproduce is None:
+        assert encoder.frame_one == encoder.one_partition_frame and encoder.ack_one == encoder.one_partition_ack
+    else:
+        assert type(encoder.frame_one.__self__) is _cproduce.OnePartition
+        assert type(encoder.ack_one.__self__) is _cproduce.OnePartition
+
+
+@needs_c
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("transactional_id", [None, "tx-1"])
+@pytest.mark.parametrize("size", [0, 90, 126, 127, 300, 16382, 16383, 20_000, 2_097_150, 2_097_151])
+def test_a_one_partition_frame_is_the_python_encoders(version: int, transactional_id: str | None, size: int) -> None:
+    """Every compact length's width (1-4 bytes at v9), from the topic's cached prefix."""
+    encoder = produce.ProduceRequestEncoder(version, "pulllog-producer", transactional_id, 1, 30_000)
+    one = c_one(encoder)
+    records = bytes(random.Random(size).randbytes(size))
+    assert one.frame(2**31 - 1, "t" * 130, 11, records) == encoder.one_partition_frame(2**31 - 1, "t" * 130, 11, records)
+    assert "t" * 130 in encoder._one_partition  # the first frame (Python's) filled the cache: now C's
+    for correlation_id, partition in [(0, 0), (7, 2**31 - 1), (-2**31, -1), (2**31 - 1, 11)]:
+        assert (one.frame(correlation_id, "t" * 130, partition, records)
+                == encoder.one_partition_frame(correlation_id, "t" * 130, partition, records)
+                == encode_produce_frame(version, correlation_id, "pulllog-producer", transactional_id, 1, 30_000,
+                                        [("t" * 130, [(partition, records)])]))
+
+
+@needs_c
+@settings(max_examples=200, deadline=None)
+@given(version=st.sampled_from(VERSIONS), topic=st.text(min_size=1, max_size=40),
+       correlation_id=st.integers(-2**31, 2**31 - 1), partition=st.integers(-2**31, 2**31 - 1),
+       records=st.binary(max_size=600))
+def test_any_one_partition_frame_is_the_python_encoders(version: int, topic: str, correlation_id: int,
+                                                         partition: int, records: bytes) -> None:
+    encoder = produce.ProduceRequestEncoder(version, None, None, -1, 5000)
+    one = c_one(encoder)
+    for _ in range(2):  # the first call fills the topic's prefix (the Python method), the second is C's
+        assert one.frame(correlation_id, topic, partition, records) == encoder.one_partition_frame(
+            correlation_id, topic, partition, records)
+
+
+@needs_c
+@pytest.mark.parametrize("args", [
+    (2**31, "t", 0, b"r"), (1, "t", 2**31, b"r"), (1, "t", -2**31 - 1, b"r"),  # out of int32: struct.error
+    (1, "t", 0, None), (1.5, "t", 0, b"r"), (1, "t", "0", b"r"),
+])
+def test_a_one_partition_frame_python_refuses_is_refused_the_same_way(args: tuple[Any, ...]) -> None:
+    encoder = produce.ProduceRequestEncoder(9, "c", None, 1, 1000)
+    one = c_one(encoder)
+    one.frame(1, "t", 0, b"warm")  # the topic's prefix cached: the C path is the one refusing
+    with pytest.raises(Exception) as python_error:
+        encoder.one_partition_frame(*args)
+    with pytest.raises(type(python_error.value)) as c_error:
+        one.frame(*args)
+    assert str(c_error.value) == str(python_error.value)
+
+
+def _acks_to_check(version: int) -> list[bytes]:
+    one = [PartitionProduceResponse(0, 0, 5)]
+    answers = [
+        encode_produce_response(7, version, [TopicProduceResponse("topic", [p])], 250)[4:]
+        for p in [PartitionProduceResponse(0, 0, 9), PartitionProduceResponse(0, 0, 2**40, 1_700_000_000_123, 5),
+                  PartitionProduceResponse(0, 0, -1, -1), PartitionProduceResponse(0, 0, 2**63 - 1, -2**63),
+                  PartitionProduceResponse(0, 6), PartitionProduceResponse(0, -1), PartitionProduceResponse(1, 0, 9),
+                  PartitionProduceResponse(-1, 0, 9)]
+    ]
+    answers += [
+        encode_produce_response(7, version, [TopicProduceResponse("other", one)])[4:],
+        encode_produce_response(7, version, [TopicProduceResponse("topic", one * 2)])[4:],
+        encode_produce_response(7, version, [TopicProduceResponse("topic", one), TopicProduceResponse("more", one)])[4:],
+        encode_produce_response(7, version, [TopicProduceResponse("topic", one)])[4:-1],
+        encode_produce_response(7, version, [TopicProduceResponse("topic", one)])[4:] + b"\x00",
+        b"",
+    ]
+    if version >= 8:
+        answers.append(encode_produce_response(7, version, [TopicProduceResponse("topic", [
+            PartitionProduceResponse(0, 0, 5, error_message="no")])])[4:])
+        answers.append(encode_produce_response(7, version, [TopicProduceResponse("topic", [
+            PartitionProduceResponse(0, 0, 5, record_errors=[(0, None)])])])[4:])
+    return answers
+
+
+@needs_c
+@pytest.mark.parametrize("version", VERSIONS)
+def test_an_acknowledgement_reads_as_the_python_one(version: int) -> None:
+    encoder = produce.ProduceRequestEncoder(version, "c", None, 1, 1000)
+    one = c_one(encoder)
+    answers = _acks_to_check(version)
+    assert one.ack(answers[0], "topic", 0) == encoder.one_partition_ack(answers[0], "topic", 0) == (9, -1)
+    assert "topic" in encoder._acks  # the first call (Python's) filled the shape: now C's
+    for frame in answers:
+        for partition in (0, 1, -1, 2**31, True):
+            assert one.ack(frame, "topic", partition) == encoder.one_partition_ack(frame, "topic", partition)
+
+
+@needs_c
+@settings(max_examples=400, deadline=None)
+@given(version=st.sampled_from(VERSIONS), which=st.integers(0, 100), seed=st.integers(0, 2**32),
+       flips=st.integers(0, 3))
+def test_a_mutated_acknowledgement_reads_as_the_python_one(version: int, which: int, seed: int, flips: int) -> None:
+    encoder = produce.ProduceRequestEncoder(version, "c", None, 1, 1000)
+    one = c_one(encoder)
+    answers = _acks_to_check(version)
+    one.ack(answers[0], "topic", 0)
+    frame = bytearray(answers[which % len(answers)])
+    rng = random.Random(seed)
+    for _ in range(flips if frame else 0):
+        frame[rng.randrange(len(frame))] ^= 1 << rng.randrange(8)
+    assert one.ack(bytes(frame), "topic", 0) == encoder.one_partition_ack(bytes(frame), "topic", 0)

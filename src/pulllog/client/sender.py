@@ -556,7 +556,7 @@ class Sender:
             correlation_id = next(conn.correlation_ids)
             if len(batches) == 1:
                 batch = batches[0]
-                frame = encoder[1].one_partition_frame(correlation_id, batch.topic, batch.partition, batch.wire)  # type: ignore[arg-type]
+                frame = encoder[1].frame_one(correlation_id, batch.topic, batch.partition, batch.wire)  # type: ignore[arg-type]
             else:
                 by_topic: dict[str, list[tuple[int, bytes | None]]] = {}
                 for batch in batches:
@@ -887,7 +887,7 @@ class _Request:
             # the usual answer (``_answered``'s first case, written out: one call per answer)
             requests = sender._requests
             if self in requests:
-                ack = self.encoder.one_partition_ack(frame, batch.topic, batch.partition)  # type: ignore[arg-type]
+                ack = self.encoder.ack_one(frame, batch.topic, batch.partition)  # type: ignore[arg-type]
                 if ack is not None:
                     del requests[self]
                     sender._in_flight_by_node[self.node] -= 1

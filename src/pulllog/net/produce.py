@@ -70,7 +70,7 @@ fields (current leader, node endpoints belong to v10+).
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final, NamedTuple
 
 from ..records.extensions import extensions_disabled
@@ -234,7 +234,7 @@ class ProduceRequestEncoder:
     fields before the topic data are encoded once, and each topic's name once."""
 
     __slots__ = ("version", "client_id", "transactional_id", "acks", "timeout_ms", "_flexible", "_fixed",
-                 "_one_partition", "_answers", "_partition_at", "_answer_tail", "_acks")
+                 "_one_partition", "_answers", "_partition_at", "_answer_tail", "_acks", "frame_one", "ack_one")
 
     def __init__(self, version: int, client_id: str | None, transactional_id: str | None, acks: int,
                  timeout_ms: int) -> None:
@@ -256,6 +256,17 @@ class ProduceRequestEncoder:
         # topic -> (an error-free one-partition answer's size, its bytes up to the partition,
         # where its tail starts) for one_partition_ack
         self._acks: dict[str, tuple[int, bytes, int]] = {}
+        # one_partition_frame and one_partition_ack as the producer calls them, once per request
+        # and answer: in C (_cproduce.OnePartition, the same bytes and answers, reading the two
+        # caches above and calling these methods for what it does not do) when built
+        self.frame_one: Callable[[int, str, int, bytes], bytes]
+        self.ack_one: Callable[[bytes, str, int], tuple[int, int] | None]
+        if _C is None:
+            self.frame_one, self.ack_one = self.one_partition_frame, self.one_partition_ack
+        else:
+            one = _C.OnePartition(version, self._one_partition, self._acks, self._answer_tail,
+                                  self.one_partition_frame, self.one_partition_ack)
+            self.frame_one, self.ack_one = one.frame, one.ack
 
     def frame(self, correlation_id: int, topic_data: Sequence[tuple[str, Sequence[tuple[int, bytes | None]]]]) -> bytes:
         """The whole frame, size prefix included; ``topic_data`` as for :func:`encode_produce_frame`."""
