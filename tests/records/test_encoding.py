@@ -280,6 +280,46 @@ def test_a_records_builder_is_a_bytearray_with_its_counters(builder_type: type[A
     assert builder.records_count == 3
 
 
+def _told(result: Any, delta: int, timestamp: int) -> tuple[Any, int, int]:
+    return result, delta, timestamp
+
+
+@pytest.mark.parametrize("builder_type", _builders(), ids=lambda t: t.__module__.rsplit(".", 1)[-1])
+@pytest.mark.parametrize("call", [
+    ((BASE_TS,), {}), ((-2**63,), {}), ((2**63 - 1,), {}), ((BASE_TS, "result"), {}),
+    ((BASE_TS, "result", _told), {}), ((), {"base_timestamp": BASE_TS, "make_future": _told}),
+    ((BASE_TS,), {"result": "result"}), ((True,), {}),
+], ids=["ts", "min", "max", "result", "make-future", "keywords", "mixed", "bool"])
+def test_a_records_builder_starts_empty_however_it_is_called(builder_type: type[Any], call: Any) -> None:
+    """The C builder's call without the argument parser (positional, an int) makes what the
+    generic call makes: empty, at its base timestamp, with its result and make_future."""
+    args, kwargs = call
+    builder = builder_type(*args, **kwargs)
+    ts = args[0] if args else kwargs["base_timestamp"]
+    assert (builder.records_count, builder.base_timestamp, builder.max_timestamp, len(builder), builder.reserved) == (
+        0, ts, ts, 0, 0)
+    result = args[1] if len(args) > 1 else kwargs.get("result")
+    assert builder.result == result
+    if len(args) > 2 or "make_future" in kwargs:
+        assert builder.add(None, b"v", b"\x00", ts, 7, 100) == (result, 0, ts)
+        assert builder.reserved == 7
+    else:
+        assert builder.add_record(None, b"v", b"\x00", ts) == 0
+    assert builder.records_count == 1
+
+
+@needs_c
+@pytest.mark.parametrize("call, error", [
+    (((2**63,), {}), OverflowError), (((-2**63 - 1,), {}), OverflowError), (((1.5,), {}), TypeError),
+    ((("1",), {}), TypeError), (((), {}), TypeError), (((1, 2, 3, 4), {}), TypeError),
+    (((1,), {"other": 2}), TypeError), (((1,), {"base_timestamp": 2}), TypeError),
+])
+def test_a_c_records_builder_refuses_what_its_argument_parser_refuses(call: Any, error: type[Exception]) -> None:
+    args, kwargs = call
+    with pytest.raises(error):
+        _crecords.RecordsBuilder(*args, **kwargs)
+
+
 @pytest.mark.parametrize("builder_type", _builders(), ids=lambda t: t.__module__.rsplit(".", 1)[-1])
 def test_an_empty_builder_takes_a_record_however_large(builder_type: type[Any]) -> None:
     """The first record of a batch always goes in: a record larger than batch_size gets a batch."""

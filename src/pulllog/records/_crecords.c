@@ -1093,6 +1093,59 @@ static PyMemberDef builder_members[] = {
     {NULL, 0, 0, 0, NULL},
 };
 
+static PyTypeObject RecordsBuilderType;
+
+/* RecordsBuilder(base_timestamp, result=None, make_future=None) without the argument parser
+ * and the argument tuple of a type's generic call (PyArg_ParseTupleAndKeywords alone was ~700
+ * instructions, and the C send path makes a builder per batch: per record at batch_size=1).
+ * An int base timestamp and positional arguments only; any other call (keywords, another
+ * type, a subclass, an int out of range) goes the generic way, with its own errors. */
+static PyObject *
+builder_vectorcall(PyObject *type, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (type == (PyObject *)&RecordsBuilderType && kwnames == NULL && nargs >= 1 && nargs <= 3
+            && PyLong_CheckExact(args[0])) {
+        int overflow;
+        long long base_timestamp = PyLong_AsLongLongAndOverflow(args[0], &overflow);
+        if (!overflow && !(base_timestamp == -1 && PyErr_Occurred())) {
+            RecordsBuilder *self = (RecordsBuilder *)RecordsBuilderType.tp_alloc(&RecordsBuilderType, 0);
+            if (self == NULL) {
+                return NULL;
+            }
+            self->result = Py_NewRef(nargs > 1 ? args[1] : Py_None);
+            self->make_future = Py_NewRef(nargs > 2 ? args[2] : Py_None);
+            self->base_timestamp = base_timestamp;
+            self->max_timestamp = base_timestamp;
+            return (PyObject *)self;
+        }
+        PyErr_Clear();
+    }
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    PyObject *tuple = PyTuple_New(nargs), *kwargs = NULL, *made = NULL;
+    if (tuple == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        PyTuple_SET_ITEM(tuple, i, Py_NewRef(args[i]));
+    }
+    if (nkw) {
+        if ((kwargs = PyDict_New()) == NULL) {
+            goto done;
+        }
+        for (Py_ssize_t i = 0; i < nkw; i++) {
+            if (PyDict_SetItem(kwargs, PyTuple_GET_ITEM(kwnames, i), args[nargs + i]) < 0) {
+                goto done;
+            }
+        }
+    }
+    made = PyType_Type.tp_call(type, tuple, kwargs);
+done:
+    Py_DECREF(tuple);
+    Py_XDECREF(kwargs);
+    return made;
+}
+
 static PyTypeObject RecordsBuilderType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "pulllog.records._crecords.RecordsBuilder",
@@ -1103,6 +1156,7 @@ static PyTypeObject RecordsBuilderType = {
     .tp_methods = builder_methods,
     .tp_members = builder_members,
     .tp_init = (initproc)builder_init,
+    .tp_vectorcall = builder_vectorcall,
 };
 
 /* ----------------------------------------------------------------------------- SlotsMaker
