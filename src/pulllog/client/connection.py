@@ -137,21 +137,26 @@ class _ResponseReader(asyncio.BufferedProtocol):
         """Hand on every complete frame in the buffer."""
         buf, start, end = self._buf, self._start, self._end
         cap = conn.max_response_size
-        while end - start >= 4:
-            (size,) = _SIZE.unpack_from(buf, start)
-            if size < 4 or size > cap:
-                conn._fail(conn._bad_frame(size, bytes(buf[start:start + 4])))
-                return
-            if end - start - 4 < size:
-                self._need = 4 + size
-                break
-            with memoryview(buf) as view:  # one copy: buf[a:b] would copy once more into a bytearray
+        # one view for the read's frames (released before get_buffer may move or replace the
+        # buffer): one copy per frame, where buf[a:b] would copy once more into a bytearray
+        view = memoryview(buf)
+        try:
+            while end - start >= 4:
+                (size,) = _SIZE.unpack_from(buf, start)
+                if size < 4 or size > cap:
+                    conn._fail(conn._bad_frame(size, bytes(buf[start:start + 4])))
+                    return
+                if end - start - 4 < size:
+                    self._need = 4 + size
+                    break
                 frame = bytes(view[start + 4:start + 4 + size])
-            start += 4 + size
-            self._need = 0
-            conn._frame_received(frame)
-            if conn._closed:
-                return
+                start += 4 + size
+                self._need = 0
+                conn._frame_received(frame)
+                if conn._closed:
+                    return
+        finally:
+            view.release()
         if start == end:
             start = end = 0
             if len(buf) > _KEEP_BUFFER:
