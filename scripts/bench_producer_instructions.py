@@ -29,7 +29,7 @@ runs the measured client that many times and prints the median and the range; co
 versions by their medians.
 
 ``--rusage`` runs the same clients without valgrind and prints, per record (per set of 50 for
-batch50), the client's user
+batch50), the measured run's wall-clock time (the broker's turns included), the client's user
 and system CPU (``getrusage``), its voluntary and involuntary context switches, the event
 loop's turns and the garbage collector's young (generation 0) collections: where a request's
 time goes besides the instructions (system calls, wake-ups), on the machine's real clock, so
@@ -101,7 +101,7 @@ CLIENT = textwrap.dedent(
 RUSAGE = CLIENT.replace(
     '''sorted([0], key=lambda _: loop.run_until_complete(run(producer, f"measured-{case}", n)))''',
     textwrap.dedent('''
-    import gc, json, resource
+    import gc, json, resource, time
     turns, young = [0], [0]
     run_once = loop._run_once
     def counted():
@@ -109,10 +109,10 @@ RUSAGE = CLIENT.replace(
         run_once()
     loop._run_once = counted
     gc.callbacks.append(lambda phase, info: young.__setitem__(0, young[0] + (phase == "start" and info["generation"] == 0)))
-    before = resource.getrusage(resource.RUSAGE_SELF)
+    before, started = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
     loop.run_until_complete(run(producer, f"measured-{case}", n))
-    after = resource.getrusage(resource.RUSAGE_SELF)
-    print(json.dumps({"user": after.ru_utime - before.ru_utime, "system": after.ru_stime - before.ru_stime,
+    after, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter() - started
+    print(json.dumps({"wall": wall, "user": after.ru_utime - before.ru_utime, "system": after.ru_stime - before.ru_stime,
                       "voluntary": after.ru_nvcsw - before.ru_nvcsw, "involuntary": after.ru_nivcsw - before.ru_nivcsw,
                       "turns": turns[0], "young": young[0]}))
     '''))
@@ -161,7 +161,7 @@ def main() -> None:
             if broker.stdout.readline().strip() != "ready":
                 raise SystemExit("the broker did not start")
             if args.rusage:
-                print(f"{'case':10} {'records':>8} {'per':>7} {'user µs':>8} {'system µs':>10} {'vol. cs':>8} "
+                print(f"{'case':10} {'records':>8} {'per':>7} {'wall µs':>8} {'user µs':>8} {'system µs':>10} {'vol. cs':>8} "
                       f"{'invol. cs':>10} {'turns':>6} {'young gc':>9}  median of {max(1, args.repeat)} (Python "
                       f"{sys.version.split()[0]}, load average {os.getloadavg()[0]:.1f})")
                 for case in cases:
@@ -169,7 +169,8 @@ def main() -> None:
                     # per request: a set of 50 for batch50 (one set per request), a record otherwise
                     k = 50 if case == "batch50" else 1
                     m = {name: statistics.median(r[name] for r in runs) * k for name in runs[0]}
-                    print(f"{case:10} {args.records:>8} {'set' if k > 1 else 'record':>7} {m['user'] * 1e6:>8.2f} "
+                    print(f"{case:10} {args.records:>8} {'set' if k > 1 else 'record':>7} {m['wall'] * 1e6:>8.2f} "
+                          f"{m['user'] * 1e6:>8.2f} "
                           f"{m['system'] * 1e6:>10.2f} {m['voluntary']:>8.3f} {m['involuntary']:>10.3f} "
                           f"{m['turns']:>6.3f} {m['young']:>9.4f}", flush=True)
                 return
