@@ -1983,6 +1983,36 @@ done:
     return out;
 }
 
+/* Is ``topic`` the topic a path is armed for (the same object, or an equal str)? Anything
+ * else goes to the Python path. */
+static inline int
+armed_topic(PyObject *topic, PyObject *armed)
+{
+    return topic == armed || (PyUnicode_CheckExact(topic) && PyUnicode_Compare(topic, armed) == 0);
+}
+
+/* A record's timestamp in ms into *ts: the given int, or the wall clock's now when
+ * *timestamp is NULL or None (then *timestamp is set to NULL: the batch stamps it as
+ * CreateTime). 0, or -1 with no exception set: leave the record to the Python path. */
+static int
+record_timestamp(PyObject **timestamp, int64_t *ts)
+{
+    if (*timestamp == NULL || *timestamp == Py_None) {
+        struct timespec now;
+        if (clock_gettime(CLOCK_REALTIME, &now) != 0) {
+            return -1;
+        }
+        *ts = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+        *timestamp = NULL;
+        return 0;
+    }
+    if (!PyLong_CheckExact(*timestamp) || get_int64(*timestamp, ts) < 0) {
+        PyErr_Clear();
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *
 sendpath_call(SendPath *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -1995,7 +2025,7 @@ sendpath_call(SendPath *self, PyObject *const *args, size_t nargsf, PyObject *kw
     if ((a[3] != NULL && a[3] != Py_None) || (value != Py_None && !PyBytes_CheckExact(value))) {
         goto fallback;
     }
-    if (topic != self->topic && (!PyUnicode_CheckExact(topic) || PyUnicode_Compare(topic, self->topic) != 0)) {
+    if (!armed_topic(topic, self->topic)) {
         goto fallback;
     }
     if (key == Py_None) {
@@ -2015,15 +2045,7 @@ sendpath_call(SendPath *self, PyObject *const *args, size_t nargsf, PyObject *kw
         }
     }
     int64_t ts;
-    if (timestamp == NULL || timestamp == Py_None) {
-        struct timespec now;
-        if (clock_gettime(CLOCK_REALTIME, &now) != 0) {
-            goto fallback;
-        }
-        ts = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
-        timestamp = NULL;
-    } else if (!PyLong_CheckExact(timestamp) || get_int64(timestamp, &ts) < 0) {
-        PyErr_Clear();
+    if (record_timestamp(&timestamp, &ts) < 0) {
         goto fallback;
     }
     PyObject *batch = slot_at(self->queue, self->off_open);
@@ -2364,7 +2386,7 @@ setpath_call(SetPath *self, PyObject *const *args, size_t nargsf, PyObject *kwna
         }
     }
     PyObject *topic = args[0], *items = args[1];
-    if (topic != path->topic && (!PyUnicode_CheckExact(topic) || PyUnicode_Compare(topic, path->topic) != 0)) {
+    if (!armed_topic(topic, path->topic)) {
         goto fallback;
     }
     if (!(PyList_CheckExact(items) || PyTuple_CheckExact(items)) || PySequence_Fast_GET_SIZE(items) == 0) {
@@ -2376,15 +2398,7 @@ setpath_call(SetPath *self, PyObject *const *args, size_t nargsf, PyObject *kwna
         goto fallback;
     }
     int64_t ts;
-    if (timestamp == NULL || timestamp == Py_None) {
-        struct timespec now;
-        if (clock_gettime(CLOCK_REALTIME, &now) != 0) {
-            goto fallback;
-        }
-        ts = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
-        timestamp = NULL;
-    } else if (!PyLong_CheckExact(timestamp) || get_int64(timestamp, &ts) < 0) {
-        PyErr_Clear();
+    if (record_timestamp(&timestamp, &ts) < 0) {
         goto fallback;
     }
     if (slot_at(path->queue, path->off_open) != Py_None) {
