@@ -106,19 +106,24 @@ async def send_all(broker: BrokerThread, topic: str, records: list[tuple[Any, ..
     return [(m.partition, m.offset, m.timestamp) for m in [f.result() for f in futures]], held, open_batches
 
 
+async def assert_both_paths_store_the_same(broker: BrokerThread, name: str, records: list[tuple[Any, ...]],
+                                           **options: Any) -> None:
+    """The same records through the Python send() and through the C path, each into its own
+    topic: the same offsets and timestamps, the same memory accounting, the same log bytes."""
+    python = await send_all(broker, f"{name}-py", records, use_c=False, **options)
+    c = await send_all(broker, f"{name}-c", records, use_c=True, **options)
+    assert c == python
+    assert python[1], "the memory held by unsent records and the pool's free bytes add up to buffer_memory"
+    for partition in range(PARTITIONS):
+        assert segment_bytes(broker, f"{name}-c", partition) == segment_bytes(broker, f"{name}-py", partition)
+
+
 @needs_c
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(records=st.lists(record | message_set, min_size=1, max_size=120))
 async def test_the_c_send_path_stores_what_the_python_send_stores(pulllog_broker: BrokerThread,
                                                                   records: list[tuple[Any, ...]]) -> None:
-    name = f"sendpath-{next(_examples)}"
-    python = await send_all(pulllog_broker, f"{name}-py", records, use_c=False)
-    c = await send_all(pulllog_broker, f"{name}-c", records, use_c=True)
-    assert c == python
-    assert python[1], "the memory held by unsent records and the pool's free bytes add up to buffer_memory"
-    for partition in range(PARTITIONS):
-        assert segment_bytes(pulllog_broker, f"{name}-c", partition) == \
-            segment_bytes(pulllog_broker, f"{name}-py", partition)
+    await assert_both_paths_store_the_same(pulllog_broker, f"sendpath-{next(_examples)}", records)
 
 
 @needs_c
@@ -154,14 +159,7 @@ async def test_the_c_send_path_opens_batches_as_the_python_send_does(pulllog_bro
                                                                      records: list[tuple[Any, ...]]) -> None:
     """batch_size=1: every record opens (and closes) its own batch, which the C path does
     itself for an explicit partition; the broker stores the same bytes either way."""
-    name = f"sendpath-open-{next(_examples)}"
-    python = await send_all(pulllog_broker, f"{name}-py", records, use_c=False, batch_size=1)
-    c = await send_all(pulllog_broker, f"{name}-c", records, use_c=True, batch_size=1)
-    assert c == python
-    assert python[1], "the memory held by unsent records and the pool's free bytes add up to buffer_memory"
-    for partition in range(PARTITIONS):
-        assert segment_bytes(pulllog_broker, f"{name}-c", partition) == \
-            segment_bytes(pulllog_broker, f"{name}-py", partition)
+    await assert_both_paths_store_the_same(pulllog_broker, f"sendpath-open-{next(_examples)}", records, batch_size=1)
 
 
 @needs_c
