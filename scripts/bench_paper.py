@@ -117,6 +117,19 @@ BROKER = textwrap.dedent(
 # ---------------------------------------------------------------------------- the broker
 
 
+def delete_topic(bootstrap: str, topic: str) -> None:
+    """Delete a measured run's topic, so the page cache it held is free before the next run
+    writes (pulllog removes the files before it answers; Kafka after file.delete.delay.ms). On
+    this VM a run that needs fresh pages past the ~1 GiB the guest keeps backed pays about ten
+    times more kernel time per byte written (the balloon's free page reporting hands the rest
+    back to the host), so with every topic kept a series ran slower with every run, whichever
+    client wrote."""
+    async def delete() -> None:
+        async with Admin(bootstrap) as admin:
+            await admin.delete_topics([topic])
+    asyncio.run(delete())
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -205,15 +218,8 @@ class BrokerProcess:
         return log_bytes, index_bytes, batches, records
 
     def delete_topic(self, topic: str) -> None:
-        """Delete ``topic`` and wait until its directory is gone: the page cache it held is free
-        again before the next run writes. On this VM a run that needs fresh pages past the
-        ~1 GiB the guest keeps backed pays about ten times more kernel time per byte written
-        (the balloon's free page reporting hands the rest back to the host), so without this a
-        series ran slower with every run, both clients alike."""
-        async def delete() -> None:
-            async with Admin(self.bootstrap) as admin:
-                await admin.delete_topics([topic])
-        asyncio.run(delete())
+        """:func:`delete_topic`, then wait until the topic's directory is gone."""
+        delete_topic(self.bootstrap, topic)
         directory = self.data_dir / f"{topic}-0"
         deadline = time.monotonic() + 60
         while directory.exists() or any(self.data_dir.glob(f"{topic}-0.*")):

@@ -229,7 +229,7 @@ class Cost:
 def measure(bootstrap: str, client: str, mode: str, run: int, args: argparse.Namespace,
             trace: list[CommitSample] | None = None, *, delete: bool = True) -> Measured:
     """One run into its own topic, deleted afterwards unless ``delete`` is false or
-    ``--keep-topics`` (see :func:`delete_topic`)."""
+    ``--keep-topics`` (see ``bench_paper.delete_topic``)."""
     topic = f"txn-bench-{client}-{mode}-{run}"
     # the breakdown reads the broker's append times from the log: LogAppendTime batches
     asyncio.run(_create(bootstrap, topic, {"message.timestamp.type": "LogAppendTime"} if trace is not None else None))
@@ -238,21 +238,9 @@ def measure(bootstrap: str, client: str, mode: str, run: int, args: argparse.Nam
         measured = librdkafka_rate(bootstrap, topic, mode, args.seconds, args.record_size, commit_s, trace)
     else:
         measured = asyncio.run(pulllog_rate(bootstrap, topic, mode, args.seconds, args.record_size, commit_s, trace))
-    if delete and not getattr(args, "keep_topics", False):
-        delete_topic(bootstrap, topic)
+    if delete and not args.keep_topics:
+        bench_paper.delete_topic(bootstrap, topic)
     return measured
-
-
-def delete_topic(bootstrap: str, topic: str) -> None:
-    """Delete a measured run's topic, so the page cache it held is free before the next run
-    writes (pulllog removes the files before it answers; Kafka after file.delete.delay.ms). On
-    this VM writing past the ~1 GiB of free memory the guest keeps backed costs about ten
-    times more kernel time per byte (the balloon's free page reporting gives the rest back to
-    the host): kept topics made every run of a series slower than the one before it."""
-    async def delete() -> None:
-        async with Admin(bootstrap) as admin:
-            await admin.delete_topics([topic])
-    asyncio.run(delete())
 
 
 @dataclass(frozen=True)
@@ -365,7 +353,7 @@ def run_breakdown(args: argparse.Namespace, starters: dict[str, Callable[[Path],
                             topic = f"txn-bench-{client}-{mode}-{run}"
                             found = breakdown(trace, log_batches(data_dir, topic))
                             if not args.keep_topics:
-                                delete_topic(served.bootstrap, topic)
+                                bench_paper.delete_topic(served.bootstrap, topic)
                             rows.append((broker, client, mode, run, rate, found))
                             print(f"{broker} {client} {mode} run {run}: {rate:,.0f} records/s {found}", file=sys.stderr)
             finally:
@@ -406,7 +394,7 @@ def main() -> int:
                              "quiet time around each marker (instead of the throughput table)")
     parser.add_argument("--keep-topics", action="store_true",
                         help="keep each run's topic (default: deleted once measured, so every run starts with "
-                             "the same free memory; see delete_topic)")
+                             "the same free memory; see bench_paper.delete_topic)")
     parser.add_argument("--pin", action="store_true",
                         help="clients on CPU 0, the broker on CPU 1 (as on separate machines; default: "
                              "wherever the scheduler puts them)")
